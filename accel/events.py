@@ -1,0 +1,116 @@
+"""Events the runner emits while it executes a recipe.
+
+Every event is a frozen dataclass with a ``to_dict()`` that yields plain JSON
+(the worker protocol sends exactly that dict) and ``event_from_dict`` turns the
+dict back into the event. Keep them flat and JSON-friendly: only str, int,
+float, bool, None, lists and dicts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base class; ``kind`` names the event in JSON."""
+
+    kind = "event"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["event"] = self.kind
+        return d
+
+
+@dataclass(frozen=True)
+class RunStarted(Event):
+    kind = "run_started"
+    run_dir: str
+    model_source: str
+    model_kind: str
+    device: str
+    recipe: dict[str, Any]
+    environment: dict[str, Any]
+    num_steps: int
+    # Metrics of the original model (step index -1): latency, size, parameters.
+    baseline: dict[str, float | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StepStarted(Event):
+    kind = "step_started"
+    index: int
+    pass_name: str
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Progress(Event):
+    kind = "progress"
+    index: int  # step index, -1 for the reference / baseline phase
+    fraction: float  # 0..1 within the step
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Log(Event):
+    kind = "log"
+    level: str  # "debug" | "info" | "warning" | "error"
+    message: str
+    index: int | None = None
+
+
+@dataclass(frozen=True)
+class StepFinished(Event):
+    kind = "step_finished"
+    index: int
+    pass_name: str
+    status: str  # "succeeded" | "failed" | "gate_failed" | "skipped"
+    duration_s: float
+    # Flat numeric metrics: latency_p50_ms, latency_p90_ms, latency_p99_ms, latency_mean_ms,
+    # throughput, speedup, size_bytes, num_params, first_call_s, peak_mem_bytes, accuracy, ...
+    metrics: dict[str, float | None]
+    # ParityReport.to_dict(): {"passed": bool, "first_failure": str|None, "outputs": [...]}
+    parity: dict[str, Any] | None
+    # [{"kind": "model"|"onnx"|"report"|..., "path": str, "sha256": str, "bytes": int}]
+    artifacts: list[dict[str, Any]]
+    # Pass-specific details for humans: graph breaks, backend used, warnings...
+    details: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class RunFinished(Event):
+    kind = "run_finished"
+    status: str  # "succeeded" | "failed" | "cancelled"
+    duration_s: float
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunFailed(Event):
+    kind = "run_failed"
+    error: str
+    error_type: str
+    index: int | None = None  # step that failed, None if before any step
+    traceback: str = ""
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.kind: cls
+    for cls in (RunStarted, StepStarted, Progress, Log, StepFinished, RunFinished, RunFailed)
+}
+
+
+def event_from_dict(d: dict[str, Any]) -> Event:
+    """Rebuild an event from its ``to_dict()`` form; unknown keys are ignored."""
+    d = dict(d)
+    kind = d.pop("event", None)
+    cls = EVENT_TYPES.get(kind)  # type: ignore[arg-type]
+    if cls is None:
+        raise ValueError(f"unknown event kind {kind!r}; known: {sorted(EVENT_TYPES)}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in d.items() if k in names})

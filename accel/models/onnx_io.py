@@ -1,0 +1,130 @@
+"""Safe ONNX loading: external data stays inside the model's folder."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from accel.errors import ModelLoadError
+from accel.models.inputs import Dim, InputSpec, TensorSpec, normalize_dtype
+
+log = logging.getLogger(__name__)
+
+
+def check_external_data(path: Path) -> list[Path]:
+    """Refuse external data that points outside the model's folder; return the data files."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except (DecodeError, ValueError, RuntimeError, OSError) as exc:
+        raise ModelLoadError(
+            f"{path} is not a valid ONNX file (truncated or corrupt?): {type(exc).__name__}: {exc}. "
+            "Re-export the model or check the download."
+        ) from None
+    folder = path.resolve().parent
+    files: list[Path] = []
+    tensors = list(model.graph.initializer)
+    for node in model.graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                tensors.append(attr.t)
+    for t in tensors:
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in t.external_data}
+        loc = info.get("location", "")
+        if not loc or Path(loc).is_absolute() or loc.startswith(("/", "\\")) or ".." in Path(loc).parts:
+            raise ModelLoadError(
+                f"{path}: tensor {t.name!r} points to external data {loc!r} outside the model's folder; "
+                "refused. Keep external data files next to the .onnx file with relative names."
+            )
+        target = (folder / loc).resolve()
+        if not target.is_relative_to(folder):
+            raise ModelLoadError(
+                f"{path}: tensor {t.name!r} external data {loc!r} resolves to {target}, outside {folder} "
+                "(a link?); refused. Copy the data file into the model's folder."
+            )
+        if not target.is_file():
+            raise ModelLoadError(f"{path}: external data file {loc!r} for tensor {t.name!r} is missing")
+        if target not in files:
+            files.append(target)
+    return files
+
+
+def spec_from_onnx(path: Path) -> InputSpec:
+    """Infer an InputSpec from the graph inputs (symbolic dims keep their names)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    init_names = {i.name for i in model.graph.initializer}
+    tensors = []
+    dims: dict[str, Dim] = {}
+    for inp in model.graph.input:
+        if inp.name in init_names:
+            continue
+        tt = inp.type.tensor_type
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type).name
+        if dtype == "bool_":
+            dtype = "bool"
+        shape: list[int | str] = []
+        for i, d in enumerate(tt.shape.dim):
+            if d.HasField("dim_value") and d.dim_value > 0:
+                shape.append(int(d.dim_value))
+            else:
+                name = d.dim_param if d.HasField("dim_param") and d.dim_param else f"{_safe(inp.name)}_dim{i}"
+                name = _safe(name)
+                shape.append(name)
+        low = high = None
+        if dtype.startswith("int"):
+            low, high = 0.0, 100.0  # unknown token range: keep ids small so any vocab accepts them
+        tensors.append(TensorSpec(inp.name, tuple(shape), normalize_dtype(dtype), low, high))
+    return InputSpec(tuple(tensors), dims)
+
+
+def _safe(name: str) -> str:
+    import re
+
+    s = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return s if s and not s[0].isdigit() else f"d_{s}"
+
+
+def create_session(path: Path | None, providers: list[str] | None, options: dict[str, Any], device: str) -> Any:
+    """Create an ORT session; CPU unless the device or providers say otherwise."""
+    import onnxruntime as ort
+
+    if path is None:
+        raise ModelLoadError("ONNX model has no file path")
+    so = ort.SessionOptions()
+    level = options.get("graph_optimization_level")
+    if level:
+        so.graph_optimization_level = {
+            "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        }[level]
+    if options.get("intra_op_threads"):
+        so.intra_op_num_threads = int(options["intra_op_threads"])
+    if options.get("inter_op_threads"):
+        so.inter_op_num_threads = int(options["inter_op_threads"])
+    if options.get("optimized_model_path"):
+        so.optimized_model_filepath = str(options["optimized_model_path"])
+    if options.get("enable_profiling"):
+        so.enable_profiling = True
+        if options.get("profile_prefix"):
+            so.profile_file_prefix = str(options["profile_prefix"])
+    so.log_severity_level = 3
+    if not providers:
+        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if device.startswith("cuda") else ["CPUExecutionProvider"]
+    available = set(ort.get_available_providers())
+    chosen = [p for p in providers if p in available] or ["CPUExecutionProvider"]
+    try:
+        return ort.InferenceSession(str(path), sess_options=so, providers=chosen)
+    except Exception as exc:  # ORT raises its own exception types
+        raise ModelLoadError(
+            f"ONNX Runtime cannot load {path}: {str(exc).splitlines()[0]}. Check the opset and op support "
+            "(`python -m onnx.checker`), or re-export the model."
+        ) from None

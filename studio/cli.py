@@ -1,0 +1,86 @@
+"""The `studio` command: no arguments opens the GUI, subcommands are the headless interface.
+
+Each subcommand lives in its own module under ``studio/commands/`` and exposes
+``register(subparsers)``; the module is listed in ``COMMAND_MODULES`` below. A
+command's handler receives the parsed ``argparse.Namespace`` and returns an
+exit code. Heavy imports (torch, Qt) stay inside handlers so ``studio --help``
+is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+COMMAND_MODULES = [
+    "studio.commands.gui",
+    "studio.commands.profile",
+    "studio.commands.passes",
+    "studio.commands.run",
+    "studio.commands.export_script",
+    "studio.commands.analyze",
+    "studio.commands.history",
+    "studio.commands.graph",
+]
+
+
+class CliError(Exception):
+    """An error whose message is shown to the user as is (no traceback)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="studio",
+        description="Accel Studio: profile, optimize and verify PyTorch and ONNX models. "
+        "Without a command, opens the studio window.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    parser.add_argument(
+        "--db",
+        metavar="URL",
+        default=None,
+        help="database URL or SQLite file (default: the studio database in the user data folder)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # command not written yet
+                continue
+            raise
+        mod.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    if args.command is None:
+        args.command = "gui"
+        if "gui" not in parser._subparsers._group_actions[0].choices:  # noqa: SLF001
+            parser.print_help()
+            return 0
+        args = parser.parse_args(["gui", *(argv or sys.argv[1:])])
+    try:
+        return int(args.func(args) or 0)
+    except CliError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        # Known user-facing errors from the engine carry a message that says what to do.
+        from accel.errors import AccelError
+
+        if isinstance(exc, AccelError):
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        raise

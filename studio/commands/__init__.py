@@ -1,0 +1,1 @@
+"""Subcommands of the `studio` CLI, one module each (see studio/cli.py)."""
