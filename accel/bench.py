@@ -1,0 +1,612 @@
+"""Latency / throughput / memory harness for torch modules, ONNX Runtime sessions and callables.
+
+``benchmark(model, inputs)`` times one model on one set of inputs:
+
+* The very first call (torch.compile, ORT session creation, lazy initialisation) is timed on
+  its own and reported as ``first_call_ms``; it is never part of the statistics.
+* ``warmup`` further calls are made and discarded, then ``iters`` timed calls (more when
+  ``min_time_s`` asks for a minimum measured time).
+* Torch models run under ``torch.inference_mode()`` with a fixed thread count
+  (``torch.set_num_threads``), restored afterwards.
+* On CUDA each torch iteration is timed with CUDA events and synchronised. On CPU nothing
+  touches ``torch.cuda`` so no CUDA context is ever created.
+
+Peak memory (``peak_mem_bytes``, see ``peak_mem_kind``):
+
+* ``"cuda_max_allocated"``: ``torch.cuda.max_memory_allocated`` after
+  ``reset_peak_memory_stats`` -- everything torch held on the device at the peak, weights
+  included.
+* ``"rss_hwm_growth"`` (Linux): the process's peak resident set (VmHWM, reset through
+  ``/proc/self/clear_refs`` before the run) minus the resident set at the start. It is the
+  extra host memory the run needed (activations, workspaces, lazily created sessions); memory
+  that was resident before the run, such as already-loaded weights, is not counted.
+* ``"ru_maxrss_growth"`` (fallback when the peak cannot be reset): growth of the process's
+  lifetime peak RSS; a lower bound, 0 when an earlier phase had a higher peak.
+* ``None``: not measured (ONNX Runtime on CUDA, whose allocations torch cannot see).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import importlib.metadata
+import logging
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from accel.errors import AccelError
+
+log = logging.getLogger(__name__)
+
+# Upper bound on timed iterations when ``min_time_s`` keeps the loop going (a very fast model
+# with a long min_time_s would otherwise collect millions of samples).
+MAX_ITERS = 100_000
+
+_VERSIONED_PACKAGES = {
+    "torch": ("torch",),
+    "numpy": ("numpy",),
+    "onnx": ("onnx",),
+    "onnxruntime": ("onnxruntime", "onnxruntime-gpu"),
+    "torchao": ("torchao",),
+}
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """Timing statistics of one benchmark. Latencies in milliseconds, first call excluded."""
+
+    device: str
+    iters: int
+    warmup: int
+    threads: int | None
+    batch_size: int
+    median_ms: float
+    mean_ms: float
+    p90_ms: float
+    p99_ms: float
+    std_ms: float
+    min_ms: float
+    max_ms: float
+    throughput: float  # samples per second = batch_size / median
+    first_call_ms: float
+    peak_mem_bytes: int | None
+    peak_mem_kind: str | None
+    size_bytes: int | None
+    runner: str  # "torch" | "onnxruntime" | "callable"
+    samples_ms: tuple[float, ...] = ()
+    environment: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def p50_ms(self) -> float:
+        return self.median_ms
+
+    def metrics(self) -> dict[str, float | None]:
+        """Flat metrics, the keys the runner and the store use."""
+        return {
+            "latency_p50_ms": self.median_ms,
+            "latency_p90_ms": self.p90_ms,
+            "latency_p99_ms": self.p99_ms,
+            "latency_mean_ms": self.mean_ms,
+            "latency_std_ms": self.std_ms,
+            "throughput": self.throughput,
+            "first_call_ms": self.first_call_ms,
+            "peak_mem_bytes": None if self.peak_mem_bytes is None else float(self.peak_mem_bytes),
+            "size_bytes": None if self.size_bytes is None else float(self.size_bytes),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["samples_ms"] = list(self.samples_ms)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> BenchResult:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"unknown BenchResult fields: {sorted(unknown)}")
+        kwargs = dict(d)
+        kwargs["samples_ms"] = tuple(kwargs.get("samples_ms", ()))
+        kwargs["environment"] = dict(kwargs.get("environment", {}))
+        return cls(**kwargs)
+
+    def summary(self) -> str:
+        return (
+            f"{self.runner} on {self.device}: p50 {self.median_ms:.3f} ms, "
+            f"p90 {self.p90_ms:.3f} ms, p99 {self.p99_ms:.3f} ms, "
+            f"{self.throughput:.1f} samples/s (first call {self.first_call_ms:.1f} ms, "
+            f"{self.iters} iters)"
+        )
+
+
+# --------------------------------------------------------------------------- environment
+
+
+def _package_version(names: Sequence[str]) -> str | None:
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def environment_info(device: str = "cpu") -> dict[str, Any]:
+    """Versions and hardware recorded next to every benchmark result.
+
+    Library versions come from package metadata (nothing heavy is imported). The GPU name is
+    looked up only when ``device`` is CUDA or CUDA is already initialised in this process, so
+    calling this never creates a CUDA context on its own.
+    """
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu": _cpu_name(),
+        "logical_cores": os.cpu_count(),
+        "device": device,
+    }
+    for key, names in _VERSIONED_PACKAGES.items():
+        env[key] = _package_version(names)
+    env["gpu"] = None
+    torch = sys.modules.get("torch")
+    wants_cuda = str(device).startswith("cuda")
+    if torch is not None and (wants_cuda or _cuda_initialized(torch)):
+        try:
+            if torch.cuda.is_available():
+                index = torch.device(device).index if wants_cuda else None
+                index = torch.cuda.current_device() if index is None else index
+                env["gpu"] = torch.cuda.get_device_name(index)
+                env["cuda"] = torch.version.cuda
+        except Exception as exc:  # a broken driver must not break a benchmark report
+            log.debug("could not query the GPU: %s", exc)
+    return env
+
+
+def _cuda_initialized(torch: Any) -> bool:
+    try:
+        return bool(torch.cuda.is_initialized())
+    except Exception:
+        return False
+
+
+# --------------------------------------------------------------------------- model adapters
+
+
+def _is_ort_session(obj: Any) -> bool:
+    return callable(getattr(obj, "run", None)) and callable(getattr(obj, "get_inputs", None))
+
+
+def _is_loaded_model(obj: Any) -> bool:
+    return callable(getattr(obj, "forward", None)) and isinstance(getattr(obj, "kind", None), str)
+
+
+def _to_numpy(value: Any) -> Any:
+    import numpy as np
+
+    if hasattr(value, "detach") and hasattr(value, "numpy"):
+        t = value.detach().cpu()
+        if str(t.dtype) == "torch.bfloat16":  # numpy has no bfloat16
+            t = t.float()
+        return t.numpy()
+    return np.asarray(value)
+
+
+def _as_positional(inputs: Any) -> tuple[Any, ...]:
+    if isinstance(inputs, Mapping):
+        return tuple(inputs.values())
+    if isinstance(inputs, list | tuple):
+        return tuple(inputs)
+    return (inputs,)
+
+
+def _batch_size(inputs: Any) -> int:
+    values = _as_positional(inputs)
+    if not values:
+        return 1
+    shape = getattr(values[0], "shape", None)
+    if shape is None or len(shape) == 0:
+        return 1
+    return max(int(shape[0]), 1)
+
+
+def _module_size_bytes(module: Any) -> int:
+    seen: set[int] = set()
+    total = 0
+    tensors = list(module.parameters()) + list(module.buffers())
+    for t in tensors:
+        try:
+            key = t.untyped_storage().data_ptr()
+        except Exception:  # tensor subclasses (quantized weights) may not expose storage
+            key = id(t)
+        if key in seen and key != 0:
+            continue  # tied weights are stored once
+        seen.add(key)
+        total += t.numel() * t.element_size()
+    return total
+
+
+def _ort_feed(session: Any, inputs: Any) -> dict[str, Any]:
+    names = [i.name for i in session.get_inputs()]
+    if isinstance(inputs, Mapping) and set(inputs) == set(names):
+        return {name: _to_numpy(inputs[name]) for name in names}
+    values = _as_positional(inputs)
+    if len(values) != len(names):
+        raise AccelError(
+            f"the ONNX model expects {len(names)} inputs {names}, got {len(values)}; "
+            "pass a dict keyed by those names or a tuple in that order"
+        )
+    if isinstance(inputs, Mapping):
+        log.warning(
+            "input names %s do not match the ONNX inputs %s; feeding by position",
+            list(inputs),
+            names,
+        )
+    return {name: _to_numpy(v) for name, v in zip(names, values)}
+
+
+def _ort_session_threads(session: Any) -> int | None:
+    try:
+        n = int(session.get_session_options().intra_op_num_threads)
+    except Exception:
+        return None
+    return n or None  # 0 means "ORT default"
+
+
+@dataclass
+class _Prepared:
+    """What the timing loop calls, plus what the result reports about it."""
+
+    first: Callable[[], Any]  # the first call (may create the session)
+    call: Callable[[], Any]  # every later call
+    runner: str
+    size_bytes: int | None
+    uses_torch: bool
+    threads: Callable[[], int | None] = lambda: None
+
+
+def _move_inputs(inputs: Any, device: str, casts: Mapping[str, str] | None = None) -> Any:
+    """Move torch tensors to ``device`` (and apply per-name dtype casts) once, before timing."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return inputs
+
+    def fix(name: str | None, v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            if casts and name in casts and v.is_floating_point():
+                v = v.to(getattr(torch, casts[name]))
+            if v.device != torch.device(device):
+                v = v.to(device)
+        return v
+
+    if isinstance(inputs, Mapping):
+        return {k: fix(k, v) for k, v in inputs.items()}
+    if isinstance(inputs, list | tuple):
+        return tuple(fix(None, v) for v in inputs)
+    return fix(None, inputs)
+
+
+def _make_session(path: Path, device: str, threads: int | None) -> Any:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    if threads:
+        opts.intra_op_num_threads = threads
+    providers = ["CPUExecutionProvider"]
+    if str(device).startswith("cuda"):
+        providers.insert(0, "CUDAExecutionProvider")
+    return ort.InferenceSession(str(path), sess_options=opts, providers=providers)
+
+
+def _prepare_ort(get_session: Callable[[], Any], inputs: Any, size_bytes: int | None) -> _Prepared:
+    state: dict[str, Any] = {}
+
+    def first() -> Any:
+        state["session"] = sess = get_session()
+        state["feed"] = _ort_feed(sess, inputs)
+        return sess.run(None, state["feed"])
+
+    def call() -> Any:
+        return state["session"].run(None, state["feed"])
+
+    return _Prepared(
+        first,
+        call,
+        "onnxruntime",
+        size_bytes,
+        uses_torch=False,
+        threads=lambda: _ort_session_threads(state["session"]) if "session" in state else None,
+    )
+
+
+def _prepare(model: Any, inputs: Any, device: str, threads: int | None) -> _Prepared:
+    torch = sys.modules.get("torch")
+    if isinstance(model, str | os.PathLike) and str(model).endswith(".onnx"):
+        path = Path(model)
+        if not path.is_file():
+            raise AccelError(f"ONNX file not found: {path}")
+        return _prepare_ort(
+            lambda: _make_session(path, device, threads), inputs, path.stat().st_size
+        )
+    if _is_ort_session(model):
+        return _prepare_ort(lambda: model, inputs, None)
+    if _is_loaded_model(model):
+        size = getattr(model, "size_bytes", None)
+        if model.kind == "onnx" and callable(getattr(model, "session", None)):
+            onnx_path = getattr(model, "onnx_path", None)
+            if size is None and onnx_path is not None and Path(onnx_path).is_file():
+                size = Path(onnx_path).stat().st_size
+            fed = _move_inputs(inputs, "cpu", getattr(model, "input_casts", None))
+            return _prepare_ort(model.session, fed, size)
+        module = getattr(model, "module", None)
+        if model.kind == "torch" and module is not None:
+            moved = _move_inputs(inputs, device, getattr(model, "input_casts", None))
+            args = _as_positional(moved)
+            if size is None:
+                size = _module_size_bytes(module)
+            return _Prepared(
+                lambda: module(*args), lambda: module(*args), "torch", size, uses_torch=True
+            )
+        # Unknown kind: trust its own forward (conversions included in the timing).
+        return _Prepared(
+            lambda: model.forward(inputs),
+            lambda: model.forward(inputs),
+            "callable",
+            size,
+            uses_torch=torch is not None,
+        )
+    if not callable(model):
+        raise AccelError(
+            f"cannot benchmark a {type(model).__name__}: pass a torch module, a callable, "
+            "an onnxruntime.InferenceSession, a LoadedModel or a path to a .onnx file"
+        )
+    is_module = torch is not None and isinstance(model, torch.nn.Module)
+    if is_module and model.training:
+        log.warning(
+            "benchmarking a module in training mode; call .eval() first for inference numbers"
+        )
+    moved = _move_inputs(inputs, device) if torch is not None else inputs
+    args = _as_positional(moved)
+    return _Prepared(
+        lambda: model(*args),
+        lambda: model(*args),
+        "torch" if is_module else "callable",
+        _module_size_bytes(model) if is_module else None,
+        uses_torch=torch is not None,
+    )
+
+
+# --------------------------------------------------------------------------- memory
+
+
+class _HostPeak:
+    """Peak RSS growth of this process over a block (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.kind: str | None = None
+        self._start_rss = 0
+        self._start_maxrss = 0
+
+    @staticmethod
+    def _status_kb(key: str) -> int | None:
+        try:
+            with open("/proc/self/status", encoding="ascii") as f:
+                for line in f:
+                    if line.startswith(key + ":"):
+                        return int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+        return None
+
+    @staticmethod
+    def _rss_bytes() -> int:
+        try:
+            import psutil
+
+            return int(psutil.Process().memory_info().rss)
+        except Exception:
+            kb = _HostPeak._status_kb("VmRSS")
+            return (kb or 0) * 1024
+
+    @staticmethod
+    def _maxrss_bytes() -> int:
+        try:
+            import resource
+        except ImportError:  # Windows
+            return 0
+        maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(maxrss if sys.platform == "darwin" else maxrss * 1024)
+
+    def start(self) -> None:
+        try:
+            # "5" resets the VmHWM peak to the current RSS (Linux >= 4.0).
+            with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+                f.write("5")
+            self.kind = "rss_hwm_growth" if self._status_kb("VmHWM") is not None else None
+        except OSError:
+            self.kind = None
+        self._start_rss = self._rss_bytes()
+        self._start_maxrss = self._maxrss_bytes()
+        if self.kind is None:
+            self.kind = "ru_maxrss_growth"
+
+    def stop(self) -> int:
+        if self.kind == "rss_hwm_growth":
+            hwm = (self._status_kb("VmHWM") or 0) * 1024
+            return max(0, hwm - self._start_rss)
+        return max(0, self._maxrss_bytes() - self._start_maxrss)
+
+
+# --------------------------------------------------------------------------- benchmark
+
+
+def _percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default method) of sorted values."""
+    n = len(sorted_values)
+    if n == 1:
+        return float(sorted_values[0])
+    pos = (n - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, n - 1)
+    frac = pos - lo
+    return float(sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac)
+
+
+def benchmark(
+    model: Any,
+    inputs: Any,
+    device: str = "cpu",
+    warmup: int = 10,
+    iters: int = 50,
+    threads: int | None = None,
+    min_time_s: float | None = None,
+) -> BenchResult:
+    """Time ``model`` on ``inputs`` and return latency statistics (first call kept apart).
+
+    ``model``: a torch module or any callable (called as ``model(*inputs.values())`` for a
+    dict, ``model(*inputs)`` for a tuple), an ``onnxruntime.InferenceSession`` (fed by input
+    name; torch tensors are converted to numpy once, before timing), a path to a ``.onnx``
+    file (its session creation is the first call), or a ``LoadedModel``. Inputs are moved to
+    ``device`` once, before timing. ``threads`` fixes ``torch.set_num_threads`` for the run
+    (and ``intra_op_num_threads`` of sessions created here). ``min_time_s`` keeps timing past
+    ``iters`` until that many seconds of measured time have accumulated.
+    """
+    if iters < 1:
+        raise ValueError(f"iters must be >= 1, got {iters}")
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    if threads is not None and threads < 1:
+        raise ValueError(f"threads must be >= 1 or None, got {threads}")
+    device = str(device)
+    on_cuda = device.startswith("cuda")
+
+    if on_cuda:
+        import torch  # checked before anything is moved to the device
+
+        if not torch.cuda.is_available():
+            raise AccelError(
+                f"device {device!r} was requested but CUDA is not available on this machine; "
+                "benchmark on device='cpu' instead"
+            )
+    prepared = _prepare(model, inputs, device, threads)
+    torch = sys.modules.get("torch") if prepared.uses_torch or on_cuda else None
+    cuda_timing = on_cuda and prepared.runner != "onnxruntime"
+
+    old_threads = None
+    if torch is not None and threads is not None:
+        old_threads = torch.get_num_threads()
+        torch.set_num_threads(threads)
+    grad_ctx = torch.inference_mode() if torch is not None else contextlib.nullcontext()
+    gc_was_enabled = gc.isenabled()
+    samples: list[float] = []
+    host_peak = _HostPeak()
+    peak_mem: int | None = None
+    peak_kind: str | None = None
+    try:
+        with grad_ctx:
+            if cuda_timing:
+                torch.cuda.synchronize(device)
+                torch.cuda.reset_peak_memory_stats(device)
+            elif not on_cuda:
+                host_peak.start()
+
+            t0 = time.perf_counter()
+            prepared.first()
+            if cuda_timing:
+                torch.cuda.synchronize(device)
+            first_call_ms = (time.perf_counter() - t0) * 1000.0
+
+            for _ in range(warmup):
+                prepared.call()
+            if cuda_timing:
+                torch.cuda.synchronize(device)
+
+            gc.collect()
+            gc.disable()  # a collection inside the loop would land in one random sample
+            call = prepared.call
+            measured_s = 0.0
+            while True:
+                if cuda_timing:
+                    start = torch.cuda.Event(enable_timing=True)
+                    end = torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    call()
+                    end.record()
+                    end.synchronize()
+                    ms = float(start.elapsed_time(end))
+                else:
+                    t = time.perf_counter()
+                    call()
+                    ms = (time.perf_counter() - t) * 1000.0
+                samples.append(ms)
+                measured_s += ms / 1000.0
+                if len(samples) >= iters and (
+                    min_time_s is None or measured_s >= min_time_s or len(samples) >= MAX_ITERS
+                ):
+                    break
+
+            if cuda_timing:
+                peak_mem = int(torch.cuda.max_memory_allocated(device))
+                peak_kind = "cuda_max_allocated"
+            elif not on_cuda:
+                peak_mem = host_peak.stop()
+                peak_kind = host_peak.kind
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+        if old_threads is not None:
+            torch.set_num_threads(old_threads)
+
+    used_threads: int | None
+    if prepared.runner == "onnxruntime":
+        used_threads = prepared.threads()
+    elif torch is not None:
+        used_threads = threads if threads is not None else torch.get_num_threads()
+    else:
+        used_threads = threads
+
+    ordered = sorted(samples)
+    median = _percentile(ordered, 50)
+    batch = _batch_size(inputs)
+    return BenchResult(
+        device=device,
+        iters=len(samples),
+        warmup=warmup,
+        threads=used_threads,
+        batch_size=batch,
+        median_ms=median,
+        mean_ms=statistics.fmean(samples),
+        p90_ms=_percentile(ordered, 90),
+        p99_ms=_percentile(ordered, 99),
+        std_ms=statistics.stdev(samples) if len(samples) > 1 else 0.0,
+        min_ms=ordered[0],
+        max_ms=ordered[-1],
+        throughput=batch / (median / 1000.0) if median > 0 else math.inf,
+        first_call_ms=first_call_ms,
+        peak_mem_bytes=peak_mem,
+        peak_mem_kind=peak_kind,
+        size_bytes=prepared.size_bytes,
+        runner=prepared.runner,
+        samples_ms=tuple(samples),
+        environment=environment_info(device),
+    )
