@@ -1,0 +1,199 @@
+"""Plain dataclasses returned by the store (ORM rows never leave studio.store)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _iso(t: dt.datetime | None) -> str | None:
+    return t.isoformat() if t is not None else None
+
+
+def to_json(obj: Any) -> Any:
+    """Dataclasses / datetimes -> JSON-friendly values (NaN stays float('nan'))."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dt.datetime):
+        return _iso(obj)
+    if isinstance(obj, dict):
+        return {str(k): to_json(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [to_json(v) for v in obj]
+    return obj
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    id: int
+    source: str
+    kind: str
+    content_hash: str
+    input_spec: str
+    created_at: dt.datetime
+
+
+@dataclass(frozen=True)
+class RecipeRecord:
+    id: int
+    hash: str
+    name: str
+    schema_version: int
+    content: dict[str, Any]
+    created_at: dt.datetime
+
+
+@dataclass(frozen=True)
+class ArtifactRecord:
+    kind: str
+    path: str
+    sha256: str
+    bytes: int | None
+
+
+@dataclass(frozen=True)
+class ParityRecord:
+    """One output of a step's parity check: its metrics and its verdict."""
+
+    output_name: str
+    passed: bool | None
+    metrics: dict[str, float | None]
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    index: int  # -1: baseline (the original model)
+    pass_name: str
+    params: dict[str, Any]
+    status: str
+    duration_s: float | None
+    error: str
+    metrics: dict[str, float | None]  # NaN comes back as float("nan")
+    parity_passed: bool | None
+    parity: list[ParityRecord]
+    artifacts: list[ArtifactRecord]
+    details: dict[str, Any] = field(default_factory=dict)
+    parity_report: dict[str, Any] | None = None
+
+    def worst_parity(self) -> tuple[str, str, float | None] | None:
+        """(output, metric, value) of the worst metric: a failing output first, then the
+        largest max_abs; None without parity results."""
+        if not self.parity:
+            return None
+        ordered = sorted(self.parity, key=lambda p: (p.passed is not False, p.output_name))
+        out = ordered[0]
+        for key in ("max_abs", "max_rel", "mean_abs", "cosine"):
+            if key in out.metrics:
+                return out.output_name, key, out.metrics[key]
+        if out.metrics:
+            key = sorted(out.metrics)[0]
+            return out.output_name, key, out.metrics[key]
+        return out.output_name, "", None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One row of the history list."""
+
+    id: str
+    name: str
+    kind: str
+    status: str
+    device: str
+    model_source: str
+    model_kind: str
+    recipe_name: str
+    recipe_hash: str
+    parent_run_id: str | None
+    tags: list[str]
+    notes: str
+    error: str
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    duration_s: float | None
+
+    @property
+    def short_id(self) -> str:
+        return self.id[:8]
+
+
+@dataclass(frozen=True)
+class RunDetail:
+    run: RunRecord
+    environment: dict[str, Any]
+    baseline: dict[str, Any]
+    summary: dict[str, Any]
+    job_params: dict[str, Any]
+    recipe: dict[str, Any] | None
+    model_input_spec: str
+    model_content_hash: str
+    run_dir: str
+    error_type: str
+    exit_code: int | None
+    signal: str
+    log_tail: str
+    steps: list[StepRecord]
+
+    @property
+    def id(self) -> str:
+        return self.run.id
+
+    @property
+    def status(self) -> str:
+        return self.run.status
+
+    def step(self, index: int) -> StepRecord | None:
+        return next((s for s in self.steps if s.index == index), None)
+
+
+@dataclass(frozen=True)
+class ProfileLayer:
+    index: int
+    name: str
+    op_type: str
+    time_ms: float | None = None
+    percent: float | None = None
+    flops: float | None = None
+    params: int | None = None
+    memory_bytes: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ProfileRecord:
+    id: int
+    model_id: int | None
+    step_id: int | None
+    device: str
+    summary: dict[str, Any]
+    created_at: dt.datetime
+    rows: list[ProfileLayer]
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """Filters of the history list; None / empty means "any"."""
+
+    status: tuple[str, ...] = ()
+    model: str | None = None  # substring of the model source
+    recipe: str | None = None  # substring of the recipe name or a recipe hash prefix
+    device: str | None = None
+    tags: tuple[str, ...] = ()  # all of these tags
+    search: str | None = None  # words found in name, tags, notes, model, recipe (all words)
+    kind: str | None = None
+    parent_run_id: str | None = None
+    since: dt.datetime | None = None
+    until: dt.datetime | None = None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Runs side by side: ``rows[(step index, pass name, metric)] = [value per run]``."""
+
+    runs: list[RunDetail]
+    columns: list[str]  # run ids, in the order asked
+    rows: dict[tuple[int, str, str], list[float | None]]
+    parity: dict[tuple[int, str], list[bool | None]]

@@ -1,0 +1,947 @@
+"""The experiment store's API: runs, steps, metrics, parity, artifacts and profiles.
+
+``Repository`` is the only way in or out; it returns the dataclasses of
+``studio.store.records``. Each public method is one transaction; writes start
+with BEGIN IMMEDIATE on SQLite (see ``db.write_engine``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import json
+import logging
+import math
+import os
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, and_, delete, exists, func, or_, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, selectinload
+
+from studio.store import db as dbmod
+from studio.store.models import (
+    FINAL_STATUSES,
+    RUN_STATUSES,
+    STEP_STATUSES,
+    ArtifactRow,
+    MetricRow,
+    ModelRow,
+    ParityResultRow,
+    ProfileLayerRow,
+    ProfileRow,
+    RecipeRow,
+    RunRow,
+    RunTagRow,
+    StepRow,
+    utcnow,
+)
+from studio.store.records import (
+    ArtifactRecord,
+    Comparison,
+    ModelRecord,
+    ParityRecord,
+    ProfileLayer,
+    ProfileRecord,
+    RecipeRecord,
+    RunDetail,
+    RunFilter,
+    RunRecord,
+    StepRecord,
+    to_json,
+)
+
+log = logging.getLogger(__name__)
+
+EXPORT_FORMAT = "accel-studio.run/1"
+BASELINE_INDEX = -1
+
+
+class RunNotFound(KeyError):
+    """No run (or more than one) matches the id or id prefix given."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "run not found"
+
+
+# --- value helpers ------------------------------------------------------------------------
+
+
+def _split_float(value: Any) -> tuple[float | None, bool]:
+    """A metric value as (value, is_nan): NaN is stored as a flag, not as a float."""
+    if value is None or isinstance(value, str):
+        return None, False
+    f = float(value)
+    if math.isnan(f):
+        return None, True
+    return f, False
+
+
+def _join_float(value: float | None, is_nan: bool) -> float | None:
+    return math.nan if is_nan else value
+
+
+def _json_safe(obj: Any) -> Any:
+    """Non-finite floats become strings: PostgreSQL's JSON (rightly) rejects NaN."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "NaN" if math.isnan(obj) else ("Infinity" if obj > 0 else "-Infinity")
+    if isinstance(obj, Mapping):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def _aware(t: dt.datetime | None) -> dt.datetime | None:
+    # SQLite drops the time zone; everything is stored in UTC.
+    if t is None or t.tzinfo is not None:
+        return t
+    return t.replace(tzinfo=dt.UTC)
+
+
+def recipe_hash(content: Mapping[str, Any]) -> str:
+    text = json.dumps(_json_safe(content), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def flatten_parity(parity: Mapping[str, Any] | None) -> list[tuple[str, str, Any, bool | None]]:
+    """ParityReport.to_dict() -> [(output name, metric, value, output passed)].
+
+    Numbers (and booleans other than the verdict, as 0/1) of each output become
+    metrics; nested dicts are flattened with dots.
+    """
+    if not parity:
+        return []
+    rows: list[tuple[str, str, Any, bool | None]] = []
+    for i, out in enumerate(parity.get("outputs") or []):
+        if not isinstance(out, Mapping):
+            continue
+        name = str(out.get("name") or out.get("output") or out.get("path") or f"output{i}")
+        passed = out.get("passed")
+        passed = bool(passed) if isinstance(passed, bool) else None
+
+        def walk(prefix: str, d: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+            for k, v in d.items():
+                key = f"{prefix}{k}"
+                if key in ("name", "output", "path", "passed"):
+                    continue
+                if isinstance(v, bool):
+                    yield key, float(v)
+                elif _is_number(v):
+                    yield key, v
+                elif isinstance(v, str) and v in ("NaN", "nan"):
+                    yield key, math.nan
+                elif isinstance(v, Mapping):
+                    yield from walk(f"{key}.", v)
+
+        seen: set[str] = set()
+        for key, value in walk("", out):
+            if key not in seen:
+                seen.add(key)
+                rows.append((name, key[:64], value, passed))
+    return rows
+
+
+# --- the repository -----------------------------------------------------------------------
+
+
+class Repository:
+    """Runs and their results in a SQL database (SQLite by default, PostgreSQL works)."""
+
+    def __init__(self, engine: Engine, *, owns_engine: bool = False) -> None:
+        self.engine = engine
+        self._write_engine = dbmod.write_engine(engine)
+        self._owns_engine = owns_engine
+
+    @classmethod
+    def open(cls, db: str | os.PathLike[str] | None = None, *, migrate: bool = True) -> Repository:
+        """Open (and migrate) the database given by ``--db``, settings or the default file."""
+        url = dbmod.resolve_db_url(db)
+        engine = dbmod.make_engine(url)
+        if migrate:
+            dbmod.migrate(engine)
+        return cls(engine, owns_engine=True)
+
+    @property
+    def url(self) -> str:
+        return self.engine.url.render_as_string(hide_password=True)
+
+    def close(self) -> None:
+        if self._owns_engine:
+            self.engine.dispose()
+
+    def __enter__(self) -> Repository:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[Session]:
+        with Session(self.engine, expire_on_commit=False) as s:
+            yield s
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[Session]:
+        with Session(self._write_engine, expire_on_commit=False) as s:
+            try:
+                yield s
+                s.commit()
+            except BaseException:
+                s.rollback()
+                raise
+
+    # --- models and recipes ---------------------------------------------------------------
+
+    def _model_row(
+        self, s: Session, source: str, kind: str, content_hash: str, input_spec: str
+    ) -> ModelRow:
+        q = select(ModelRow).where(
+            ModelRow.source == source,
+            ModelRow.content_hash == content_hash,
+            ModelRow.input_spec == input_spec,
+        )
+        row = s.scalars(q).first()
+        if row is not None:
+            return row
+        try:
+            with s.begin_nested():
+                row = ModelRow(
+                    source=source, kind=kind, content_hash=content_hash, input_spec=input_spec
+                )
+                s.add(row)
+        except IntegrityError:  # another process inserted it meanwhile (PostgreSQL)
+            row = s.scalars(q).one()
+        return row
+
+    def _recipe_row(self, s: Session, content: Mapping[str, Any]) -> RecipeRow:
+        content = _json_safe(dict(content))
+        h = recipe_hash(content)
+        row = s.scalars(select(RecipeRow).where(RecipeRow.hash == h)).first()
+        if row is not None:
+            return row
+        version = content.get("schema_version", content.get("version", 1))
+        try:
+            with s.begin_nested():
+                row = RecipeRow(
+                    hash=h,
+                    name=str(content.get("name") or "")[:256],
+                    schema_version=int(version) if _is_number(version) else 1,
+                    content=content,
+                )
+                s.add(row)
+        except IntegrityError:
+            row = s.scalars(select(RecipeRow).where(RecipeRow.hash == h)).one()
+        return row
+
+    def add_model(
+        self, source: str, kind: str = "torch", content_hash: str = "", input_spec: str = ""
+    ) -> ModelRecord:
+        """The model row for this (source, hash, input spec), created when new."""
+        with self._write() as s:
+            return _model_record(self._model_row(s, source, kind, content_hash, input_spec))
+
+    def add_recipe(self, content: Mapping[str, Any]) -> RecipeRecord:
+        with self._write() as s:
+            return _recipe_record(self._recipe_row(s, content))
+
+    def list_models(self) -> list[ModelRecord]:
+        with self._read() as s:
+            return [_model_record(r) for r in s.scalars(select(ModelRow).order_by(ModelRow.id))]
+
+    # --- runs -----------------------------------------------------------------------------
+
+    def create_run(
+        self,
+        *,
+        model_source: str | None = None,
+        model_kind: str = "torch",
+        model_hash: str = "",
+        input_spec: str = "",
+        recipe: Mapping[str, Any] | None = None,
+        kind: str = "run_recipe",
+        device: str = "",
+        environment: Mapping[str, Any] | None = None,
+        parent_run_id: str | None = None,
+        tags: Iterable[str] = (),
+        notes: str = "",
+        name: str = "",
+        job_params: Mapping[str, Any] | None = None,
+        status: str = "queued",
+        run_id: str | None = None,
+    ) -> RunRecord:
+        """Record a new run (``queued`` unless told otherwise) and return it."""
+        _check_status(status)
+        with self._write() as s:
+            row = RunRow(
+                id=run_id or uuid.uuid4().hex,
+                name=name,
+                kind=kind,
+                status=status,
+                device=device,
+                environment=_json_safe(dict(environment or {})),
+                baseline={},
+                summary={},
+                job_params=_json_safe(dict(job_params or {})),
+                notes=notes,
+                parent_run_id=parent_run_id,
+                created_at=utcnow(),
+            )
+            if model_source:
+                row.model = self._model_row(s, model_source, model_kind, model_hash, input_spec)
+            if recipe is not None:
+                row.recipe = self._recipe_row(s, recipe)
+            if status == "running":
+                row.started_at = row.created_at
+            row.tags = [RunTagRow(tag=t) for t in _clean_tags(tags)]
+            s.add(row)
+            s.flush()
+            return _run_record(row, row.model, row.recipe, [t.tag for t in row.tags])
+
+    def set_status(
+        self,
+        run_id: str,
+        status: str,
+        *,
+        error: str | None = None,
+        error_type: str | None = None,
+        exit_code: int | None = None,
+        signal: str | None = None,
+        log_tail: str | None = None,
+        summary: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Change a run's status; a final status also closes its still-running steps."""
+        _check_status(status)
+        with self._write() as s:
+            row = s.get(RunRow, run_id)
+            if row is None:
+                raise RunNotFound(f"no run {run_id!r}")
+            self._apply_status(s, row, status)
+            if error is not None:
+                row.error = error
+            if error_type is not None:
+                row.error_type = error_type[:128]
+            if exit_code is not None:
+                row.exit_code = exit_code
+            if signal is not None:
+                row.signal = signal[:32]
+            if log_tail is not None:
+                row.log_tail = log_tail
+            if summary is not None:
+                row.summary = _json_safe(dict(summary))
+
+    def _apply_status(self, s: Session, row: RunRow, status: str) -> None:
+        now = utcnow()
+        row.status = status
+        if status == "running" and row.started_at is None:
+            row.started_at = now
+        if status in FINAL_STATUSES:
+            row.finished_at = now
+            start = _aware(row.started_at) or _aware(row.created_at)
+            if start is not None:
+                row.duration_s = (now - start).total_seconds()
+            if status != "succeeded":
+                step_status = "cancelled" if status == "cancelled" else "crashed"
+                if status == "failed":
+                    step_status = "failed"
+                for step in s.scalars(
+                    select(StepRow).where(StepRow.run_id == row.id, StepRow.status == "running")
+                ):
+                    step.status = step_status
+                    step.finished_at = now
+
+    def update_run(
+        self,
+        run_id: str,
+        *,
+        name: str | None = None,
+        notes: str | None = None,
+        tags: Iterable[str] | None = None,
+        add_tags: Iterable[str] = (),
+        remove_tags: Iterable[str] = (),
+    ) -> RunRecord:
+        """Rename, annotate or re-tag a run (``tags`` replaces, add/remove edit)."""
+        run_id = self.resolve_run_id(run_id)
+        with self._write() as s:
+            row = s.get(RunRow, run_id)
+            assert row is not None
+            if name is not None:
+                row.name = name
+            if notes is not None:
+                row.notes = notes
+            current = [t.tag for t in row.tags]
+            if tags is not None:
+                current = _clean_tags(tags)
+            current = _clean_tags([*current, *add_tags])
+            drop = set(remove_tags)
+            current = [t for t in current if t not in drop]
+            if current != [t.tag for t in row.tags]:
+                row.tags = [RunTagRow(tag=t) for t in current]
+            s.flush()
+            return _run_record(row, row.model, row.recipe, current)
+
+    # --- events from the runner -----------------------------------------------------------
+
+    def record_event(self, run_id: str, event: Mapping[str, Any]) -> None:
+        """Apply one runner event (``accel.events`` ``to_dict()`` form) to a run.
+
+        Progress and log events are not stored (too many; the pool keeps a log tail).
+        """
+        kind = event.get("event")
+        if kind in ("progress", "log", None):
+            return
+        with self._write() as s:
+            row = s.get(RunRow, run_id)
+            if row is None:
+                raise RunNotFound(f"no run {run_id!r}")
+            if kind == "run_started":
+                self._on_run_started(s, row, event)
+            elif kind == "step_started":
+                step = self._step_row(s, run_id, int(event["index"]))
+                step.pass_name = str(event.get("pass_name", ""))
+                step.params = _json_safe(dict(event.get("params") or {}))
+                step.status = "running"
+                step.started_at = utcnow()
+            elif kind == "step_finished":
+                self._on_step_finished(s, run_id, event)
+            elif kind == "run_finished":
+                status = str(event.get("status", "succeeded"))
+                _check_status(status)
+                self._apply_status(s, row, status)
+                if event.get("duration_s") is not None:
+                    row.duration_s = float(event["duration_s"])
+                row.summary = _json_safe(dict(event.get("summary") or {}))
+            elif kind == "run_failed":
+                row.error = str(event.get("error", ""))
+                row.error_type = str(event.get("error_type", ""))[:128]
+                if event.get("traceback"):
+                    row.log_tail = str(event["traceback"])
+                if row.status not in FINAL_STATUSES:
+                    self._apply_status(s, row, "failed")
+            else:
+                log.debug("ignoring unknown event %r for run %s", kind, run_id)
+
+    def _on_run_started(self, s: Session, row: RunRow, event: Mapping[str, Any]) -> None:
+        self._apply_status(s, row, "running")
+        row.run_dir = str(event.get("run_dir") or "")
+        if event.get("device"):
+            row.device = str(event["device"])
+        row.environment = _json_safe(dict(event.get("environment") or {}))
+        baseline = dict(event.get("baseline") or {})
+        row.baseline = _json_safe(baseline)
+        source = event.get("model_source")
+        if source and (row.model is None or row.model.source != source):
+            row.model = self._model_row(
+                s, str(source), str(event.get("model_kind") or "torch"), "", ""
+            )
+        if row.recipe is None and event.get("recipe"):
+            row.recipe = self._recipe_row(s, event["recipe"])
+        if baseline:
+            step = self._step_row(s, row.id, BASELINE_INDEX)
+            step.pass_name = "baseline"
+            step.status = "succeeded"
+            step.finished_at = utcnow()
+            _set_metrics(s, step, baseline)
+
+    def _on_step_finished(self, s: Session, run_id: str, event: Mapping[str, Any]) -> None:
+        step = self._step_row(s, run_id, int(event["index"]))
+        step.pass_name = str(event.get("pass_name") or step.pass_name or "")
+        status = str(event.get("status", "succeeded"))
+        if status not in STEP_STATUSES:
+            log.warning(
+                "step %s of run %s: unknown status %r stored as failed", step.index, run_id, status
+            )
+            status = "failed"
+        step.status = status
+        step.duration_s = _split_float(event.get("duration_s"))[0]
+        step.error = str(event.get("error") or "")
+        step.details = _json_safe(dict(event.get("details") or {}))
+        step.finished_at = utcnow()
+        _set_metrics(s, step, event.get("metrics") or {})
+        parity = event.get("parity")
+        step.parity = _json_safe(dict(parity)) if parity else None
+        step.parity_passed = parity.get("passed") if parity else None
+        s.execute(delete(ParityResultRow).where(ParityResultRow.step_id == step.id))
+        for out_name, metric, value, passed in flatten_parity(parity):
+            v, nan = _split_float(value)
+            s.add(
+                ParityResultRow(
+                    step_id=step.id,
+                    output_name=out_name[:256],
+                    metric=metric,
+                    value=v,
+                    is_nan=nan,
+                    passed=passed,
+                )
+            )
+        s.execute(delete(ArtifactRow).where(ArtifactRow.step_id == step.id))
+        for art in event.get("artifacts") or []:
+            s.add(
+                ArtifactRow(
+                    step_id=step.id,
+                    kind=str(art.get("kind", ""))[:32],
+                    path=str(art.get("path", "")),
+                    sha256=str(art.get("sha256") or ""),
+                    bytes=art.get("bytes"),
+                )
+            )
+
+    def _step_row(self, s: Session, run_id: str, index: int) -> StepRow:
+        step = s.scalars(
+            select(StepRow).where(StepRow.run_id == run_id, StepRow.index == index)
+        ).first()
+        if step is None:
+            step = StepRow(
+                run_id=run_id, index=index, pass_name="", params={}, details={}, error=""
+            )
+            s.add(step)
+            s.flush()
+        return step
+
+    # --- reading --------------------------------------------------------------------------
+
+    def resolve_run_id(self, run_id: str) -> str:
+        """A full run id from an id or a unique prefix of one."""
+        with self._read() as s:
+            if s.get(RunRow, run_id) is not None:
+                return run_id
+            if len(run_id) < 4:
+                raise RunNotFound(f"no run {run_id!r} (give at least 4 characters of its id)")
+            ids = s.scalars(
+                select(RunRow.id).where(RunRow.id.startswith(run_id, autoescape=True)).limit(2)
+            ).all()
+        if not ids:
+            raise RunNotFound(f"no run {run_id!r}; `studio history` lists the runs")
+        if len(ids) > 1:
+            raise RunNotFound(f"run id prefix {run_id!r} is ambiguous; give more characters")
+        return ids[0]
+
+    def get_run(self, run_id: str) -> RunDetail:
+        """A run with its steps, metrics, parity results and artifacts."""
+        run_id = self.resolve_run_id(run_id)
+        with self._read() as s:
+            row = s.scalars(
+                select(RunRow)
+                .where(RunRow.id == run_id)
+                .options(
+                    selectinload(RunRow.model),
+                    selectinload(RunRow.recipe),
+                    selectinload(RunRow.steps),
+                )
+            ).one()
+            steps = [_step_record(st) for st in row.steps]
+            return RunDetail(
+                run=_run_record(row, row.model, row.recipe, [t.tag for t in row.tags]),
+                environment=row.environment or {},
+                baseline=row.baseline or {},
+                summary=row.summary or {},
+                job_params=row.job_params or {},
+                recipe=row.recipe.content if row.recipe is not None else None,
+                model_input_spec=row.model.input_spec if row.model is not None else "",
+                model_content_hash=row.model.content_hash if row.model is not None else "",
+                run_dir=row.run_dir,
+                error_type=row.error_type,
+                exit_code=row.exit_code,
+                signal=row.signal,
+                log_tail=row.log_tail,
+                steps=steps,
+            )
+
+    def _filtered(self, q: Any, f: RunFilter | None) -> Any:
+        if f is None:
+            return q
+        conds = []
+        if f.status:
+            conds.append(RunRow.status.in_(list(f.status)))
+        if f.kind:
+            conds.append(RunRow.kind == f.kind)
+        if f.device:
+            conds.append(RunRow.device.startswith(f.device, autoescape=True))
+        if f.model:
+            conds.append(ModelRow.source.contains(f.model, autoescape=True))
+        if f.recipe:
+            conds.append(
+                or_(
+                    RecipeRow.name.contains(f.recipe, autoescape=True),
+                    RecipeRow.hash.startswith(f.recipe, autoescape=True),
+                )
+            )
+        if f.parent_run_id:
+            conds.append(RunRow.parent_run_id == f.parent_run_id)
+        if f.since is not None:
+            conds.append(RunRow.created_at >= f.since)
+        if f.until is not None:
+            conds.append(RunRow.created_at < f.until)
+        for tag in f.tags:
+            conds.append(exists().where(and_(RunTagRow.run_id == RunRow.id, RunTagRow.tag == tag)))
+        for word in (f.search or "").split():
+            pattern = f"%{_escape_like(word.lower())}%"
+            conds.append(
+                or_(
+                    func.lower(RunRow.name).like(pattern, escape="\\"),
+                    func.lower(RunRow.notes).like(pattern, escape="\\"),
+                    func.lower(ModelRow.source).like(pattern, escape="\\"),
+                    func.lower(RecipeRow.name).like(pattern, escape="\\"),
+                    RunRow.id.startswith(word.lower(), autoescape=True),
+                    exists().where(
+                        and_(
+                            RunTagRow.run_id == RunRow.id,
+                            func.lower(RunTagRow.tag).like(pattern, escape="\\"),
+                        )
+                    ),
+                )
+            )
+        return q.where(*conds) if conds else q
+
+    def _list_query(self, cols: Sequence[Any]) -> Any:
+        return (
+            select(*cols)
+            .select_from(RunRow)
+            .outerjoin(ModelRow, RunRow.model_id == ModelRow.id)
+            .outerjoin(RecipeRow, RunRow.recipe_id == RecipeRow.id)
+        )
+
+    def list_runs(
+        self,
+        filter: RunFilter | None = None,
+        *,
+        limit: int = 50,
+        offset: int = 0,
+        oldest_first: bool = False,
+    ) -> list[RunRecord]:
+        """A page of runs, newest first, matching ``filter``."""
+        cols = [
+            RunRow,
+            ModelRow.source,
+            ModelRow.kind,
+            RecipeRow.name,
+            RecipeRow.hash,
+        ]
+        q = self._filtered(self._list_query(cols), filter)
+        order = (
+            (RunRow.created_at.asc(), RunRow.id.asc())
+            if oldest_first
+            else (RunRow.created_at.desc(), RunRow.id.desc())
+        )
+        q = q.order_by(*order).limit(limit).offset(offset)
+        with self._read() as s:
+            rows = s.execute(q).all()
+            ids = [r[0].id for r in rows]
+            tags: dict[str, list[str]] = {i: [] for i in ids}
+            if ids:
+                for run_id, tag in s.execute(
+                    select(RunTagRow.run_id, RunTagRow.tag)
+                    .where(RunTagRow.run_id.in_(ids))
+                    .order_by(RunTagRow.tag)
+                ):
+                    tags[run_id].append(tag)
+            return [_run_record_flat(r[0], r[1], r[2], r[3], r[4], tags[r[0].id]) for r in rows]
+
+    def count_runs(self, filter: RunFilter | None = None) -> int:
+        q = self._filtered(self._list_query([func.count(RunRow.id)]), filter)
+        with self._read() as s:
+            return int(s.execute(q).scalar_one())
+
+    def search(self, text: str, *, limit: int = 50) -> list[RunRecord]:
+        """Runs whose name, tags, notes, model or recipe contain every word of ``text``."""
+        return self.list_runs(RunFilter(search=text), limit=limit)
+
+    def compare(self, run_ids: Sequence[str]) -> Comparison:
+        """Runs side by side: every (step, metric) with one value per run (None if absent)."""
+        details = [self.get_run(r) for r in run_ids]
+        n = len(details)
+        rows: dict[tuple[int, str, str], list[float | None]] = {}
+        parity: dict[tuple[int, str], list[bool | None]] = {}
+        for i, d in enumerate(details):
+            for st in d.steps:
+                for key, value in st.metrics.items():
+                    rows.setdefault((st.index, st.pass_name, key), [None] * n)[i] = value
+                if st.parity_passed is not None:
+                    parity.setdefault((st.index, st.pass_name), [None] * n)[i] = st.parity_passed
+        ordered = dict(sorted(rows.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])))
+        return Comparison(
+            runs=details, columns=[d.id for d in details], rows=ordered, parity=parity
+        )
+
+    # --- delete / export ------------------------------------------------------------------
+
+    def delete_run(self, run_id: str, *, delete_files: bool = False) -> list[str]:
+        """Delete a run (its steps, metrics, parity results, artifacts rows and profiles).
+
+        With ``delete_files`` the artifact files are removed too, and the run folder if
+        that leaves it empty. Returns the files removed. Re-runs keep existing; their
+        parent link is cleared.
+        """
+        run_id = self.resolve_run_id(run_id)
+        removed: list[str] = []
+        with self._write() as s:
+            row = s.get(RunRow, run_id)
+            assert row is not None
+            paths = s.scalars(
+                select(ArtifactRow.path).join(StepRow).where(StepRow.run_id == run_id)
+            ).all()
+            run_dir = row.run_dir
+            s.delete(row)
+        if delete_files:
+            for p in paths:
+                path = Path(p)
+                if path.is_file():
+                    path.unlink()
+                    removed.append(p)
+                    _prune_empty(path.parent, stop=Path(run_dir) if run_dir else None)
+            if run_dir and Path(run_dir).is_dir():
+                with contextlib.suppress(OSError):
+                    Path(run_dir).rmdir()  # only when empty: it may hold user files
+        return removed
+
+    def export_run(self, run_id: str) -> dict[str, Any]:
+        """A run as one JSON document (format ``accel-studio.run/1``)."""
+        d = self.get_run(run_id)
+        doc = to_json(d)
+        doc["format"] = EXPORT_FORMAT
+        doc["profiles"] = [to_json(p) for p in self.get_profiles(run_id=d.id)]
+        return _json_safe(doc)
+
+    def export_run_json(self, run_id: str, path: str | os.PathLike[str]) -> Path:
+        out = Path(path)
+        out.write_text(json.dumps(self.export_run(run_id), indent=2, sort_keys=False))
+        return out
+
+    # --- profiles -------------------------------------------------------------------------
+
+    def record_profile(
+        self,
+        rows: Iterable[Mapping[str, Any] | ProfileLayer],
+        *,
+        model_source: str | None = None,
+        model_kind: str = "torch",
+        model_hash: str = "",
+        input_spec: str = "",
+        run_id: str | None = None,
+        step_index: int | None = None,
+        device: str = "",
+        summary: Mapping[str, Any] | None = None,
+    ) -> ProfileRecord:
+        """Store a per-layer profile of a model (``model_source``) or of a run's step."""
+        if model_source is None and run_id is None:
+            raise ValueError("record_profile needs model_source or run_id + step_index")
+        with self._write() as s:
+            prof = ProfileRow(device=device, summary=_json_safe(dict(summary or {})))
+            if run_id is not None:
+                prof.step_id = self._step_row(
+                    s, run_id, BASELINE_INDEX if step_index is None else step_index
+                ).id
+            if model_source is not None:
+                prof.model_id = self._model_row(
+                    s, model_source, model_kind, model_hash, input_spec
+                ).id
+            for i, r in enumerate(rows):
+                d = to_json(r) if isinstance(r, ProfileLayer) else dict(r)
+                known = {"index", "name", "op_type", "time_ms", "percent", "flops", "params"}
+                known |= {"memory_bytes", "extra"}
+                extra = dict(d.get("extra") or {})
+                extra.update({k: v for k, v in d.items() if k not in known})
+                prof.rows.append(
+                    ProfileLayerRow(
+                        index=i,
+                        name=str(d.get("name", ""))[:512],
+                        op_type=str(d.get("op_type", ""))[:128],
+                        time_ms=_split_float(d.get("time_ms"))[0],
+                        percent=_split_float(d.get("percent"))[0],
+                        flops=_split_float(d.get("flops"))[0],
+                        params=d.get("params"),
+                        memory_bytes=d.get("memory_bytes"),
+                        extra=_json_safe(extra),
+                    )
+                )
+            s.add(prof)
+            s.flush()
+            return _profile_record(prof)
+
+    def get_profiles(
+        self,
+        *,
+        model_source: str | None = None,
+        run_id: str | None = None,
+        step_index: int | None = None,
+    ) -> list[ProfileRecord]:
+        q = select(ProfileRow).options(selectinload(ProfileRow.rows)).order_by(ProfileRow.id)
+        if model_source is not None:
+            q = q.join(ModelRow, ProfileRow.model_id == ModelRow.id).where(
+                ModelRow.source == model_source
+            )
+        if run_id is not None:
+            q = q.join(StepRow, ProfileRow.step_id == StepRow.id).where(StepRow.run_id == run_id)
+            if step_index is not None:
+                q = q.where(StepRow.index == step_index)
+        with self._read() as s:
+            return [_profile_record(p) for p in s.scalars(q)]
+
+    # --- maintenance ----------------------------------------------------------------------
+
+    def integrity_check(self) -> str:
+        """``PRAGMA integrity_check`` on SQLite ("ok" when clean); "ok" elsewhere."""
+        if self.engine.dialect.name != "sqlite":
+            return "ok"
+        with self.engine.connect() as conn:
+            rows = conn.exec_driver_sql("PRAGMA integrity_check").fetchall()
+        return "\n".join(str(r[0]) for r in rows)
+
+
+# --- row -> record --------------------------------------------------------------------------
+
+
+def _check_status(status: str) -> None:
+    if status not in RUN_STATUSES:
+        raise ValueError(f"unknown run status {status!r}; one of {', '.join(RUN_STATUSES)}")
+
+
+def _clean_tags(tags: Iterable[str]) -> list[str]:
+    out: list[str] = []
+    for t in tags:
+        t = str(t).strip()[:128]
+        if t and t not in out:
+            out.append(t)
+    return out
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _prune_empty(folder: Path, stop: Path | None) -> None:
+    while stop is not None and folder != stop and stop in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        folder = folder.parent
+
+
+def _set_metrics(s: Session, step: StepRow, metrics: Mapping[str, Any]) -> None:
+    s.execute(delete(MetricRow).where(MetricRow.step_id == step.id))
+    for key, value in metrics.items():
+        if isinstance(value, bool):
+            value = float(value)
+        if value is not None and not _is_number(value):
+            continue  # non-numeric entries belong in details
+        v, nan = _split_float(value)
+        s.add(MetricRow(step_id=step.id, key=str(key)[:128], value=v, is_nan=nan))
+
+
+def _model_record(r: ModelRow) -> ModelRecord:
+    return ModelRecord(
+        id=r.id,
+        source=r.source,
+        kind=r.kind,
+        content_hash=r.content_hash,
+        input_spec=r.input_spec,
+        created_at=_aware(r.created_at),  # type: ignore[arg-type]
+    )
+
+
+def _recipe_record(r: RecipeRow) -> RecipeRecord:
+    return RecipeRecord(
+        id=r.id,
+        hash=r.hash,
+        name=r.name,
+        schema_version=r.schema_version,
+        content=r.content,
+        created_at=_aware(r.created_at),  # type: ignore[arg-type]
+    )
+
+
+def _run_record(
+    r: RunRow, model: ModelRow | None, recipe: RecipeRow | None, tags: list[str]
+) -> RunRecord:
+    return _run_record_flat(
+        r,
+        model.source if model else None,
+        model.kind if model else None,
+        recipe.name if recipe else None,
+        recipe.hash if recipe else None,
+        tags,
+    )
+
+
+def _run_record_flat(
+    r: RunRow,
+    model_source: str | None,
+    model_kind: str | None,
+    recipe_name: str | None,
+    recipe_hash_: str | None,
+    tags: list[str],
+) -> RunRecord:
+    return RunRecord(
+        id=r.id,
+        name=r.name,
+        kind=r.kind,
+        status=r.status,
+        device=r.device,
+        model_source=model_source or "",
+        model_kind=model_kind or "",
+        recipe_name=recipe_name or "",
+        recipe_hash=recipe_hash_ or "",
+        parent_run_id=r.parent_run_id,
+        tags=list(tags),
+        notes=r.notes,
+        error=r.error,
+        created_at=_aware(r.created_at),  # type: ignore[arg-type]
+        started_at=_aware(r.started_at),
+        finished_at=_aware(r.finished_at),
+        duration_s=r.duration_s,
+    )
+
+
+def _step_record(st: StepRow) -> StepRecord:
+    parity: dict[str, ParityRecord] = {}
+    for p in st.parity_results:
+        rec = parity.setdefault(p.output_name, ParityRecord(p.output_name, p.passed, {}))
+        rec.metrics[p.metric] = _join_float(p.value, p.is_nan)
+    return StepRecord(
+        index=st.index,
+        pass_name=st.pass_name,
+        params=st.params or {},
+        status=st.status,
+        duration_s=st.duration_s,
+        error=st.error,
+        metrics={m.key: _join_float(m.value, m.is_nan) for m in st.metrics},
+        parity_passed=st.parity_passed,
+        parity=list(parity.values()),
+        artifacts=[ArtifactRecord(a.kind, a.path, a.sha256, a.bytes) for a in st.artifacts],
+        details=st.details or {},
+        parity_report=st.parity,
+    )
+
+
+def _profile_record(p: ProfileRow) -> ProfileRecord:
+    return ProfileRecord(
+        id=p.id,
+        model_id=p.model_id,
+        step_id=p.step_id,
+        device=p.device,
+        summary=p.summary or {},
+        created_at=_aware(p.created_at),  # type: ignore[arg-type]
+        rows=[
+            ProfileLayer(
+                index=r.index,
+                name=r.name,
+                op_type=r.op_type,
+                time_ms=r.time_ms,
+                percent=r.percent,
+                flops=r.flops,
+                params=r.params,
+                memory_bytes=r.memory_bytes,
+                extra=r.extra or {},
+            )
+            for r in p.rows
+        ],
+    )
