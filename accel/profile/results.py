@@ -1,0 +1,145 @@
+"""Profile results: plain dataclasses that round-trip through JSON.
+
+They cross process boundaries (worker -> parent) and are stored in the
+database, so every field is a str, int, float, bool, None, list or dict.
+Rows are keyed by module path (torch, ``""`` for the root module) or node name
+(ONNX), which is what the graph view uses to paint them on graph nodes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _from_dict(cls, d: dict[str, Any]):
+    """Build ``cls`` from ``d``, ignoring keys it does not know (newer writers)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass
+class LayerProfile:
+    """One module (torch) or one graph node (ONNX), per forward pass.
+
+    Times are medians over the measured iterations, in milliseconds, for all
+    calls of the layer in one forward pass. ``flops`` and ``bytes_moved`` are
+    per forward pass too (summed over calls) and inclusive of children.
+    """
+
+    name: str  # module path ("" = root) or ONNX node name
+    type: str  # module class name or ONNX op type
+    depth: int = 0
+    parent: str | None = None  # module path of the parent; None for the root
+    inclusive_ms: float = 0.0
+    self_ms: float = 0.0
+    share: float = 0.0  # self_ms / total_ms: shares of all rows add up to ~1
+    inclusive_share: float = 0.0  # inclusive_ms / total_ms
+    calls: int = 0  # calls per forward pass
+    flops: int | None = None  # inclusive FLOPs per forward pass (None: unknown)
+    self_flops: int | None = None
+    params: int = 0  # parameters of the module, children included
+    param_bytes: int = 0
+    input_bytes: int = 0  # bytes of tensor inputs, per forward pass
+    output_bytes: int = 0  # bytes of tensor outputs (activations), per forward pass
+    peak_mem_bytes: int | None = None  # CUDA only: peak allocated inside the layer over entry
+    flops_per_s: float | None = None  # achieved: flops / inclusive time
+    intensity: float | None = None  # flops / (param + input + output bytes)
+
+    @property
+    def bytes_moved(self) -> int:
+        return self.param_bytes + self.input_bytes + self.output_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LayerProfile:
+        return _from_dict(cls, d)
+
+
+@dataclass
+class OpRow:
+    """One operator (aggregated by name, input shapes and enclosing module).
+
+    Times are per forward pass (totals over the profiled iterations divided by
+    their number), in milliseconds. ``module`` is the innermost module scope the
+    op ran in (``""`` = the root module's own code, None = outside any module).
+    For ONNX, rows aggregate by op type and ``module`` is None.
+    """
+
+    name: str
+    module: str | None = None
+    calls: int = 0
+    cpu_ms: float = 0.0  # inclusive CPU time
+    self_cpu_ms: float = 0.0
+    device_ms: float = 0.0  # inclusive CUDA time (0 on CPU)
+    self_device_ms: float = 0.0
+    input_shapes: str = ""
+    share: float = 0.0  # self time (device on CUDA, CPU otherwise) / total
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> OpRow:
+        return _from_dict(cls, d)
+
+
+@dataclass
+class ModelProfile:
+    """Per-layer and per-operator profile of one model on one device.
+
+    ``total_ms`` is the median time of the profiled forward (hooked, with the
+    measured hook cost removed on CPU); ``plain_forward_ms`` the median of the
+    same forward without any hook; ``overhead_ratio`` = hooked wall time of a
+    forward / plain forward time (1.0 = no overhead); ``coverage`` = sum of
+    the rows' self times / plain forward time (1.0 = the rows explain all of it).
+    """
+
+    kind: str  # "torch" | "onnx"
+    device: str
+    rows: list[LayerProfile] = field(default_factory=list)
+    ops: list[OpRow] = field(default_factory=list)
+    total_ms: float = 0.0
+    plain_forward_ms: float = 0.0
+    hooked_forward_ms: float = 0.0
+    overhead_ratio: float = 1.0
+    coverage: float = 1.0
+    hook_cost_us: float = 0.0  # estimated cost of one hooked module call (CPU)
+    total_flops: int | None = None
+    iters: int = 0
+    warmup: int = 0
+    op_iters: int = 0
+    timing: str = ""  # "perf_counter" | "cuda_events" | "onnxruntime"
+    trace_path: str | None = None
+    source: str | None = None
+    threads: int | None = None
+    notes: list[str] = field(default_factory=list)
+    versions: dict[str, str] = field(default_factory=dict)
+
+    def row(self, name: str) -> LayerProfile:
+        """The row of module path / node ``name``."""
+        for r in self.rows:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+    def by_name(self) -> dict[str, LayerProfile]:
+        return {r.name: r for r in self.rows}
+
+    def top(self, n: int = 10, *, key: str = "self_ms") -> list[LayerProfile]:
+        """The ``n`` rows with the largest ``key`` (default: self time)."""
+        return sorted(self.rows, key=lambda r: getattr(r, key) or 0, reverse=True)[:n]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModelProfile:
+        d = dict(d)
+        d["rows"] = [LayerProfile.from_dict(r) for r in d.get("rows", [])]
+        d["ops"] = [OpRow.from_dict(o) for o in d.get("ops", [])]
+        return _from_dict(cls, d)

@@ -1,0 +1,419 @@
+"""Per-module and per-operator profile of a torch module.
+
+Passes (each with its own warm-up, so one does not pay for another's caches):
+
+1. plain forward, no hooks: the reference latency;
+2. timed forward with a pre/post hook on every module. On CPU the hooks read
+   ``perf_counter_ns``; the measured cost of the hooks themselves is removed
+   from each parent (see ``hooks.estimate_hook_cost_ns``). On CUDA the hooks
+   record CUDA events and the stream is synchronised once per iteration, never
+   per layer, so the GPU pipeline keeps running ahead of the CPU;
+3. one forward under ``FlopCounterMode`` that also sums input/output bytes
+   and, on CUDA, the peak memory allocated inside each module;
+4. (``ops=True``) a few forwards under ``torch.profiler`` with each module
+   wrapped in a ``record_function`` scope named after its path, which
+   attributes every operator to the innermost module it ran in and gives the
+   Chrome/Perfetto trace.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from accel.errors import Cancelled
+from accel.profile.hooks import (
+    CallTree,
+    CudaEventPool,
+    aggregate,
+    estimate_hook_cost_ns,
+    install_hooks,
+    median,
+    module_paths,
+    perf_ns,
+    tensor_bytes,
+)
+from accel.profile.results import LayerProfile, ModelProfile, OpRow
+
+log = logging.getLogger(__name__)
+
+ProgressFn = Callable[[float, str], None]
+CancelFn = Callable[[], bool]
+
+
+class _Steps:
+    """Maps each phase's own 0..1 progress onto a slice of the caller's bar."""
+
+    def __init__(self, progress: ProgressFn | None, cancel: CancelFn | None):
+        self.progress = progress
+        self.cancel = cancel
+        self.lo, self.hi = 0.0, 1.0
+
+    def phase(self, lo: float, hi: float) -> None:
+        self.lo, self.hi = lo, hi
+
+    def report(self, fraction: float, message: str) -> None:
+        if self.progress is not None:
+            self.progress(self.lo + (self.hi - self.lo) * min(1.0, max(0.0, fraction)), message)
+
+    def check(self) -> None:
+        if self.cancel is not None and self.cancel():
+            raise Cancelled("profiling cancelled")
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+def _time_call(call: Callable[[], Any], cuda: bool) -> float:
+    """Latency (ms) of one call; on CUDA timed with events and one synchronisation."""
+    if cuda:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        call()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+    t0 = perf_ns()
+    call()
+    return (perf_ns() - t0) / 1e6
+
+
+def _rnn_flops(mod: nn.Module, args: tuple) -> int | None:
+    """Matmul FLOPs of an nn.LSTM / GRU / RNN call (FlopCounterMode counts none for them)."""
+    if not args or not isinstance(args[0], torch.Tensor):
+        return None  # PackedSequence: lengths vary, leave unknown
+    x = args[0]
+    if x.dim() == 2:
+        steps, batch = x.shape[0], 1
+    else:
+        steps, batch = (x.shape[1], x.shape[0]) if mod.batch_first else (x.shape[0], x.shape[1])
+    gates = {"LSTM": 4, "GRU": 3}.get(mod.mode, 1)
+    dirs = 2 if mod.bidirectional else 1
+    h = mod.hidden_size
+    out_h = (mod.proj_size or h) if isinstance(mod, nn.LSTM) else h
+    total = 0
+    for layer in range(mod.num_layers):
+        n_in = mod.input_size if layer == 0 else out_h * dirs
+        total += dirs * 2 * gates * h * (n_in + out_h)
+        if isinstance(mod, nn.LSTM) and mod.proj_size:
+            total += dirs * 2 * h * mod.proj_size
+    return int(total * steps * batch)
+
+
+class _InfoPass:
+    """FLOPs, bytes in/out and (CUDA) peak memory per module, from one forward."""
+
+    def __init__(self, root: nn.Module, device: str):
+        from torch.utils.flop_counter import FlopCounterMode
+
+        self.root = root
+        self.device = device
+        self.cuda = device.startswith("cuda")
+        self.counter = FlopCounterMode(display=False)
+        self.stack: list[dict[str, Any]] = []
+        self.flops: dict[str, int] = {}
+        self.self_flops: dict[str, int] = {}
+        self.in_bytes: dict[str, int] = {}
+        self.out_bytes: dict[str, int] = {}
+        self.peak: dict[str, int] = {}
+        self.estimated: set[str] = set()
+
+    def pre(self, path: str) -> Callable:
+        def hook(mod, args):
+            frame = {
+                "path": path,
+                "flops0": self.counter.get_total_flops(),
+                "children": 0,
+                "extra": 0,
+            }
+            self.in_bytes[path] = self.in_bytes.get(path, 0) + tensor_bytes(args)
+            if self.cuda:
+                cur = torch.cuda.max_memory_allocated(self.device)
+                if self.stack:
+                    self.stack[-1]["running"] = max(self.stack[-1]["running"], cur)
+                torch.cuda.reset_peak_memory_stats(self.device)
+                frame["entry"] = frame["running"] = torch.cuda.memory_allocated(self.device)
+            self.stack.append(frame)
+
+        return hook
+
+    def post(self, path: str) -> Callable:
+        def hook(mod, args, out):
+            frame = self.stack.pop()
+            incl = self.counter.get_total_flops() - frame["flops0"] + frame["extra"]
+            if incl == frame["extra"] and isinstance(mod, nn.RNNBase):
+                est = _rnn_flops(mod, args)
+                if est is not None:
+                    incl += est
+                    self.estimated.add(path)
+                    for f in self.stack:  # parents would not see it through the counter
+                        f["extra"] += est
+            self.flops[path] = self.flops.get(path, 0) + incl
+            self.self_flops[path] = self.self_flops.get(path, 0) + incl - frame["children"]
+            if self.stack:
+                self.stack[-1]["children"] += incl
+            self.out_bytes[path] = self.out_bytes.get(path, 0) + tensor_bytes(out)
+            if self.cuda:
+                peak = max(frame["running"], torch.cuda.max_memory_allocated(self.device))
+                self.peak[path] = max(self.peak.get(path, 0), peak - frame["entry"])
+                if self.stack:
+                    self.stack[-1]["running"] = max(self.stack[-1]["running"], peak)
+                torch.cuda.reset_peak_memory_stats(self.device)
+
+        return hook
+
+    def run(self, call: Callable[[], Any]) -> None:
+        with install_hooks(self.root, self.pre, self.post), self.counter:
+            call()
+        _sync(self.device)
+
+
+def _scope_names(root: nn.Module) -> dict[nn.Module, str]:
+    return {m: f"{p or '<root>'} [{type(m).__name__}]" for m, p in module_paths(root).items()}
+
+
+def _op_table(
+    root: nn.Module,
+    call: Callable[[], Any],
+    device: str,
+    iters: int,
+    trace_path: str | Path | None,
+    steps: _Steps,
+) -> tuple[list[OpRow], str | None]:
+    """Operators per forward from torch.profiler, each attributed to its innermost module."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    cuda = device.startswith("cuda")
+    scopes = _scope_names(root)
+    scope_to_path = {scopes[m]: p for m, p in module_paths(root).items()}
+    open_scopes: list[Any] = []
+
+    def pre(path: str) -> Callable:
+        def hook(mod, args):
+            rf = record_function(scopes[mod])
+            rf.__enter__()
+            open_scopes.append(rf)
+
+        return hook
+
+    def post(path: str) -> Callable:
+        def hook(mod, args, out):
+            if open_scopes:
+                open_scopes.pop().__exit__(None, None, None)
+
+        return hook
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with install_hooks(root, pre, post):
+        call()  # warm the scope path outside the profiler
+        _sync(device)
+        with profile(activities=activities, record_shapes=True) as prof:
+            for i in range(iters):
+                steps.check()
+                call()
+                _sync(device)
+                steps.report((i + 1) / iters, "operator profile")
+    rows: dict[tuple[str, str | None, str], OpRow] = {}
+    for evt in prof.events():
+        if evt.name in scope_to_path or evt.device_type != torch.autograd.DeviceType.CPU:
+            continue  # scopes are modules, not ops; kernels are counted in their launching op
+        parent = evt.cpu_parent
+        while parent is not None and parent.name not in scope_to_path:
+            parent = parent.cpu_parent
+        module = None if parent is None else scope_to_path[parent.name]
+        shapes = str(evt.input_shapes) if evt.input_shapes else ""
+        key = (evt.name, module, shapes)
+        row = rows.get(key)
+        if row is None:
+            row = rows[key] = OpRow(name=evt.name, module=module, input_shapes=shapes)
+        row.calls += evt.count
+        row.cpu_ms += evt.cpu_time_total / 1e3
+        row.self_cpu_ms += evt.self_cpu_time_total / 1e3
+        row.device_ms += getattr(evt, "device_time_total", 0.0) / 1e3
+        row.self_device_ms += getattr(evt, "self_device_time_total", 0.0) / 1e3
+    out = list(rows.values())
+    for r in out:  # totals over ``iters`` forwards -> per forward
+        r.calls = max(1, round(r.calls / iters))
+        r.cpu_ms /= iters
+        r.self_cpu_ms /= iters
+        r.device_ms /= iters
+        r.self_device_ms /= iters
+    sk = "self_device_ms" if cuda else "self_cpu_ms"
+    total = sum(getattr(r, sk) for r in out) or 1.0
+    for r in out:
+        r.share = getattr(r, sk) / total
+    out.sort(key=lambda r: getattr(r, sk), reverse=True)
+    written = None
+    if trace_path is not None:
+        Path(trace_path).parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(trace_path))
+        written = str(trace_path)
+    return out, written
+
+
+def profile_torch(
+    module: nn.Module,
+    call: Callable[[], Any],
+    *,
+    device: str = "cpu",
+    iters: int = 20,
+    warmup: int = 5,
+    ops: bool = True,
+    op_iters: int | None = None,
+    trace_path: str | Path | None = None,
+    compensate: bool = True,
+    progress: ProgressFn | None = None,
+    cancel: CancelFn | None = None,
+) -> ModelProfile:
+    """Profile ``call()`` (a forward of ``module``, already on ``device``) per module.
+
+    ``compensate`` removes the measured cost of the timing hooks from parent
+    modules on CPU, so self times add up to the plain forward latency.
+    """
+    iters = max(1, int(iters))
+    warmup = max(0, int(warmup))
+    steps = _Steps(progress, cancel)
+    cuda = device.startswith("cuda")
+    notes: list[str] = []
+
+    # 1+2. plain and hooked forwards, interleaved so that both see the same machine state
+    # (turbo, caches, other processes) and their ratio is fair.
+    steps.phase(0.0, 0.6)
+    hook_cost_ns = 0.0
+    if not cuda and compensate:
+        hook_cost_ns = estimate_hook_cost_ns()
+    pool = CudaEventPool() if cuda else None
+    tree = CallTree(pool.record if pool else perf_ns)
+    per_iter = []
+    plain: list[float] = []
+    hooked_wall: list[float] = []
+    for i in range(warmup + iters):
+        steps.check()
+        p_ms = _time_call(call, cuda)
+        tree.reset()
+        if pool:
+            pool.reset()
+        with install_hooks(module, tree.pre, tree.post, notes if i == 0 else None) as hooked:
+            wall = _time_call(call, cuda)  # CUDA: synchronises once, at the end
+        if cuda:
+            values = [c[1].elapsed_time(c[2]) for c in tree.calls]
+            agg = aggregate(tree.calls, values)
+        else:
+            values = [(c[2] - c[1]) / 1e6 for c in tree.calls]
+            agg = aggregate(tree.calls, values, hook_cost_ns / 1e6)
+        if i >= warmup:
+            plain.append(p_ms)
+            per_iter.append(agg)
+            hooked_wall.append(wall)
+        steps.report((i + 1) / (warmup + iters), "per-module timing")
+
+    # 3. FLOPs, bytes, memory
+    steps.phase(0.6, 0.7)
+    steps.check()
+    info = _InfoPass(module, device)
+    info.run(call)
+    if info.estimated:
+        notes.append(
+            "FLOPs of recurrent layers are estimated from their shapes (matmuls only): "
+            + ", ".join(sorted(info.estimated))
+        )
+    steps.report(1.0, "FLOPs and memory")
+
+    # 4. operators
+    op_rows: list[OpRow] = []
+    written = None
+    n_op = 0
+    if ops or trace_path is not None:
+        steps.phase(0.7, 1.0)
+        n_op = max(1, min(iters, op_iters or 3))
+        op_rows, written = _op_table(module, call, device, n_op, trace_path, steps)
+        if not ops:
+            op_rows = []
+
+    # Rows, in module order (parents before children).
+    paths = module_paths(module)
+    plain_ms = median(plain)
+    if per_iter and hooked:
+        total_ms = median([a.top for a in per_iter])
+    else:  # nothing could be hooked: the root is all we know
+        total_ms = plain_ms
+    rows: list[LayerProfile] = []
+    for mod, path in paths.items():
+        incl = median([a.inclusive.get(path, 0.0) for a in per_iter]) if per_iter else 0.0
+        slf = median([a.self.get(path, 0.0) for a in per_iter]) if per_iter else 0.0
+        calls = per_iter[-1].calls.get(path, 0) if per_iter else 0
+        if path == "" and not hooked:
+            incl = slf = plain_ms
+            calls = 1
+        n_params = sum(p.numel() for p in mod.parameters())
+        p_bytes = sum(p.numel() * p.element_size() for p in mod.parameters())
+        p_bytes += sum(b.numel() * b.element_size() for b in mod.buffers())
+        flops = info.flops.get(path)
+        in_b = info.in_bytes.get(path, 0)
+        out_b = info.out_bytes.get(path, 0)
+        calls_info = max(1, calls)
+        moved = p_bytes * calls_info + in_b + out_b
+        row = LayerProfile(
+            name=path,
+            type=type(mod).__name__,
+            depth=0 if path == "" else path.count(".") + 1,
+            parent=None if path == "" else (path.rsplit(".", 1)[0] if "." in path else ""),
+            inclusive_ms=incl,
+            self_ms=max(0.0, slf),
+            calls=calls,
+            flops=flops,
+            self_flops=info.self_flops.get(path),
+            params=n_params,
+            param_bytes=p_bytes,
+            input_bytes=in_b,
+            output_bytes=out_b,
+            peak_mem_bytes=info.peak.get(path) if cuda else None,
+        )
+        if flops is not None and incl > 0:
+            row.flops_per_s = flops / (incl / 1e3)
+        if flops is not None and moved > 0:
+            row.intensity = flops / moved
+        rows.append(row)
+    for r in rows:
+        r.share = r.self_ms / total_ms if total_ms > 0 else 0.0
+        r.inclusive_share = r.inclusive_ms / total_ms if total_ms > 0 else 0.0
+    hooked_ms = median(hooked_wall) if hooked_wall else plain_ms
+    sum_self = sum(r.self_ms for r in rows)
+    if cuda:
+        notes.append("layer times are GPU times between CUDA events recorded in the hooks")
+    elif compensate:
+        notes.append(
+            f"hook cost of {hook_cost_ns / 1e3:.2f} us per module call removed from parents"
+        )
+    root_flops = info.flops.get("")
+    steps.phase(0.0, 1.0)
+    steps.report(1.0, "done")
+    return ModelProfile(
+        kind="torch",
+        device=device,
+        rows=rows,
+        ops=op_rows,
+        total_ms=total_ms,
+        plain_forward_ms=plain_ms,
+        hooked_forward_ms=hooked_ms,
+        overhead_ratio=hooked_ms / plain_ms if plain_ms > 0 else math.nan,
+        coverage=sum_self / plain_ms if plain_ms > 0 else math.nan,
+        hook_cost_us=hook_cost_ns / 1e3,
+        total_flops=root_flops if root_flops is not None else info.counter.get_total_flops(),
+        iters=iters,
+        warmup=warmup,
+        op_iters=n_op,
+        timing="cuda_events" if cuda else "perf_counter",
+        trace_path=written,
+        threads=torch.get_num_threads(),
+        notes=notes,
+        versions={"torch": torch.__version__},
+    )
