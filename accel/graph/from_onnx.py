@@ -1,0 +1,210 @@
+"""Build a ``Graph`` from an ONNX model.
+
+Module paths come from the exporter's naming: the TorchScript exporter names nodes
+``/layer1/layer1.0/conv1/Conv`` (scopes joined by ``/``, op last); the dynamo exporter
+stores ``pkg.torch.onnx.name_scopes`` in each node's metadata. Shapes come from
+``onnx.shape_inference``; initializer sizes are the nodes' parameter counts.
+``Constant`` nodes are folded into their consumers (they are weights, not work).
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+from pathlib import Path
+from typing import Any
+
+from accel.graph.model import ROOT, Edge, Graph, Node
+
+log = logging.getLogger(__name__)
+
+
+def scope_to_module_path(scopes: list[str]) -> str:
+    """Join exporter scopes into a dotted module path.
+
+    A scope may be relative (``conv1`` under ``layer1.0``) or already qualified
+    (``layer1.0`` under ``layer1``); qualified ones replace the prefix.
+    """
+    path = ROOT
+    for s in scopes:
+        if not s:
+            continue
+        if path and (s == path or s.startswith(path + ".")):
+            path = s
+        else:
+            path = f"{path}.{s}" if path else s
+    return path
+
+
+def module_path_of(node: Any) -> str:
+    """Dotted module path of an ONNX ``NodeProto`` ("" when it carries none)."""
+    for p in node.metadata_props:
+        if p.key == "pkg.torch.onnx.name_scopes":
+            try:
+                scopes = ast.literal_eval(p.value)
+            except (ValueError, SyntaxError):
+                break
+            # The last scope is the op itself.
+            return scope_to_module_path([str(s) for s in scopes[:-1]])
+    name = node.name or ""
+    if "/" in name:
+        parts = [p for p in name.split("/") if p]
+        return scope_to_module_path(parts[:-1])
+    return ROOT
+
+
+_DTYPES: dict[int, str] = {}
+
+
+def _dtype_name(elem_type: int) -> str | None:
+    if not _DTYPES:
+        import onnx
+
+        for name, value in onnx.TensorProto.DataType.items():
+            _DTYPES[value] = name.lower()
+        _DTYPES.update({1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"})
+    return _DTYPES.get(elem_type)
+
+
+def _value_info(vi: Any) -> tuple[list | None, str | None]:
+    t = vi.type.tensor_type
+    if not vi.type.HasField("tensor_type"):
+        return None, None
+    dtype = _dtype_name(t.elem_type) if t.elem_type else None
+    if not t.HasField("shape"):
+        return None, dtype
+    shape: list[int | str] = []
+    for d in t.shape.dim:
+        if d.HasField("dim_value"):
+            shape.append(int(d.dim_value))
+        else:
+            shape.append(d.dim_param or "?")
+    return shape, dtype
+
+
+def _attr_plain(a: Any) -> Any:
+    import onnx
+
+    if a.type in (onnx.AttributeProto.TENSOR, onnx.AttributeProto.GRAPH):
+        return f"<{onnx.AttributeProto.AttributeType.Name(a.type).lower()}>"
+    if a.type in (onnx.AttributeProto.GRAPHS, onnx.AttributeProto.TENSORS):
+        return "<list>"
+    v = onnx.helper.get_attribute_value(a)
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, list):
+        return [x.decode("utf-8", "replace") if isinstance(x, bytes) else x for x in v[:16]]
+    return v
+
+
+def graph_from_onnx(model: Any, *, name: str = "", infer_shapes: bool = True) -> Graph:
+    """Graph of an ONNX model: a path, an ``onnx.ModelProto`` or an onnx-kind ``LoadedModel``."""
+    import onnx
+
+    if hasattr(model, "onnx_path") and getattr(model, "onnx_path", None) is not None:
+        model = model.onnx_path
+    if isinstance(model, str | Path):
+        path = Path(model)
+        name = name or path.stem
+        # External data is not needed for structure; only initializer shapes.
+        proto = onnx.load(str(path), load_external_data=False)
+    else:
+        proto = model
+    if infer_shapes:
+        try:
+            proto = onnx.shape_inference.infer_shapes(proto)
+        except Exception as exc:  # shapes are optional
+            log.info("ONNX shape inference failed: %s", exc)
+    g = proto.graph
+    graph = Graph(name=name or g.name or "onnx", source="onnx")
+    if not infer_shapes:
+        graph.notes.append("shape inference skipped")
+    info: dict[str, tuple[list | None, str | None]] = {}
+    for vi in [*g.input, *g.value_info, *g.output]:
+        info[vi.name] = _value_info(vi)
+    init_numel: dict[str, int] = {}
+    for t in g.initializer:
+        n = 1
+        for d in t.dims:
+            n *= int(d)
+        init_numel[t.name] = n
+        info.setdefault(t.name, (list(t.dims), _dtype_name(t.data_type)))
+    constants: set[str] = set()
+    producer: dict[str, str] = {}
+    for vi in g.input:
+        if vi.name in init_numel:
+            continue
+        shape, dtype = info.get(vi.name, (None, None))
+        node = Node(
+            f"input:{vi.name}",
+            "input",
+            vi.name,
+            outputs=[vi.name],
+            output_shapes=[shape],
+            output_dtypes=[dtype],
+        )
+        graph.nodes.append(node)
+        graph.inputs.append(node.id)
+        producer[vi.name] = node.id
+    used_ids: set[str] = {n.id for n in graph.nodes}
+    counted: set[str] = set()
+    for i, onode in enumerate(g.node):
+        if onode.op_type == "Constant" and not onode.input:
+            constants.update(onode.output)
+            continue
+        nid = onode.name or f"{onode.op_type}_{i}"
+        if nid in used_ids:
+            nid = f"{nid}#{i}"
+        used_ids.add(nid)
+        node = Node(
+            nid,
+            onode.op_type if not onode.domain else f"{onode.domain}.{onode.op_type}",
+            onode.name or onode.op_type,
+            module_path_of(onode),
+        )
+        for a in onode.attribute:
+            node.attributes[a.name] = _attr_plain(a)
+        for t in onode.input:
+            if not t:
+                continue
+            if t in init_numel:
+                node.params.append(t)
+                if t not in counted:  # a shared initializer counts once
+                    counted.add(t)
+                    node.num_params += init_numel[t]
+                continue
+            if t in constants:
+                continue
+            shape, dtype = info.get(t, (None, None))
+            node.inputs.append(t)
+            node.input_shapes.append(shape)
+            node.input_dtypes.append(dtype)
+            if t in producer:
+                graph.edges.append(Edge(producer[t], nid, t, shape, dtype))
+        for t in onode.output:
+            if not t:
+                continue
+            shape, dtype = info.get(t, (None, None))
+            node.outputs.append(t)
+            node.output_shapes.append(shape)
+            node.output_dtypes.append(dtype)
+            producer[t] = nid
+        graph.nodes.append(node)
+    for vi in g.output:
+        shape, dtype = info.get(vi.name, (None, None))
+        node = Node(
+            f"output:{vi.name}",
+            "output",
+            vi.name,
+            inputs=[vi.name],
+            input_shapes=[shape],
+            input_dtypes=[dtype],
+        )
+        if vi.name in producer:
+            graph.edges.append(Edge(producer[vi.name], node.id, vi.name, shape, dtype))
+        graph.nodes.append(node)
+        graph.outputs.append(node.id)
+    if any(n.op != "Constant" and n.op in {"If", "Loop", "Scan"} for n in graph.nodes):
+        graph.notes.append("control-flow subgraphs (If/Loop/Scan) are shown as single nodes")
+    graph.build_groups()
+    return graph
