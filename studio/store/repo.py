@@ -349,7 +349,7 @@ class Repository:
             if start is not None:
                 row.duration_s = (now - start).total_seconds()
             if status != "succeeded":
-                step_status = "cancelled" if status == "cancelled" else "crashed"
+                step_status = "cancelled" if status in ("cancelled", "timed_out") else "crashed"
                 if status == "failed":
                     step_status = "failed"
                 for step in s.scalars(

@@ -1,0 +1,158 @@
+"""Headless jobs: the functions a worker process runs.
+
+Each job is ``job(params, emit, cancel) -> dict``: ``params`` and the returned
+dict are plain JSON, ``emit(dict)`` sends one event to whoever started the job
+(runner events in their ``to_dict()`` form), ``cancel()`` returns True once
+cancellation was requested and the job should stop at the next safe point
+(raising ``accel.errors.Cancelled`` or returning ``{"status": "cancelled"}``).
+A returned dict with ``"status": "failed"`` or ``"cancelled"`` ends the job so.
+
+Jobs are testable without any process: call them with a list's ``append`` as
+``emit`` and ``lambda: False`` as ``cancel``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+Emit = Callable[[dict[str, Any]], None]
+CancelCheck = Callable[[], bool]
+Job = Callable[[dict[str, Any], Emit, CancelCheck], dict[str, Any]]
+
+
+def _to_dict(obj: Any) -> dict[str, Any]:
+    if obj is None:
+        return {}
+    if isinstance(obj, dict):
+        return obj
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json")
+    import dataclasses
+
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    return {"value": repr(obj)}
+
+
+def _call_with_supported(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call ``fn`` passing only the keyword arguments it accepts (None ones dropped)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        params = {}
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    kw = {k: v for k, v in kwargs.items() if v is not None and (takes_any or k in params)}
+    dropped = sorted(k for k, v in kwargs.items() if v is not None and k not in kw)
+    if dropped:
+        log.warning("%s does not take %s; ignored", getattr(fn, "__name__", fn), dropped)
+    return fn(*args, **kw)
+
+
+def run_recipe_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
+    """params: ``recipe`` (dict or file path), optional ``model`` (source overriding the
+    recipe's), ``device``, ``out`` (folder the run folder goes in)."""
+    from accel.recipe import load_recipe
+    from accel.runner import run_recipe
+
+    recipe_src = params["recipe"]
+    recipe = load_recipe(Path(recipe_src) if isinstance(recipe_src, str) else recipe_src)
+    overrides = {k: params.get(k) for k in ("model", "device", "out") if params.get(k) is not None}
+    if overrides:
+        # Overrides go into the recipe itself when it has such fields, so the stored
+        # recipe is what actually ran.
+        data = recipe.model_dump(mode="json")
+        changed = False
+        for key, value in overrides.items():
+            for field in _RECIPE_FIELDS[key]:
+                if field in data:
+                    if isinstance(data[field], dict) and key == "model":
+                        data[field] = {**data[field], "source": value}
+                    else:
+                        data[field] = value
+                    changed = True
+                    break
+        if changed:
+            recipe = load_recipe(data)
+
+    def on_event(event: Any) -> None:
+        emit(_to_dict(event))
+
+    result = _call_with_supported(
+        run_recipe,
+        recipe,
+        on_event,
+        cancel,
+        model=overrides.get("model"),
+        device=overrides.get("device"),
+        out_dir=overrides.get("out"),
+    )
+    return _to_dict(result)
+
+
+_RECIPE_FIELDS = {
+    "model": ("model", "model_source", "source"),
+    "device": ("device",),
+    "out": ("out_dir", "output_dir", "runs_dir"),
+}
+
+
+def profile_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
+    """params: ``model`` (source), optional ``input_spec``, ``device`` and the keyword
+    arguments of ``accel.profile.profile_model``."""
+    from accel.models import load_model
+    from accel.profile import profile_model
+
+    kwargs = dict(params)
+    source = kwargs.pop("model")
+    spec = kwargs.pop("input_spec", None)
+    trust = bool(kwargs.pop("trust_pickle", False))
+    if spec is not None:
+        from accel.models import InputSpec
+
+        spec = InputSpec.parse(spec) if isinstance(spec, str) else InputSpec.from_dict(spec)
+    model = load_model(source, spec, trust_pickle=trust)
+    emit({"event": "log", "level": "info", "message": f"loaded {source}", "index": None})
+
+    def progress(fraction: float, message: str = "") -> None:
+        emit({"event": "progress", "index": -1, "fraction": fraction, "message": message})
+
+    result = _call_with_supported(profile_model, model, progress=progress, cancel=cancel, **kwargs)
+    return _to_dict(result)
+
+
+def analyze_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
+    """Per-layer sensitivity analysis (``accel.sensitivity.analyze_sensitivity``)."""
+    from accel.models import load_model
+    from accel.sensitivity import analyze_sensitivity  # type: ignore[import-not-found]
+
+    kwargs = dict(params)
+    model = load_model(kwargs.pop("model"), kwargs.pop("input_spec", None))
+
+    def progress(fraction: float, message: str = "") -> None:
+        emit({"event": "progress", "index": -1, "fraction": fraction, "message": message})
+
+    result = _call_with_supported(
+        analyze_sensitivity, model, progress=progress, cancel=cancel, **kwargs
+    )
+    return _to_dict(result)
+
+
+JOBS: dict[str, Job] = {
+    "run_recipe": run_recipe_job,
+    "profile": profile_job,
+    "analyze": analyze_job,
+}
+
+
+def register_job(name: str, fn: Job) -> Job:
+    """Add a job kind (plugins and tests use this); returns ``fn``."""
+    JOBS[name] = fn
+    return fn

@@ -1,0 +1,159 @@
+"""Worker process: ``python -m studio.workers.entry``.
+
+Reads one JobSpec line from stdin, runs ``accel.jobs.JOBS[spec.kind]`` and
+writes protocol messages to its original stdout. Everything else that would
+reach stdout (prints of libraries) is sent to stderr, so the protocol stream
+stays clean; the pool keeps stderr's last lines. A ``cancel`` line on stdin, or
+stdin closing (the parent died), requests cooperative cancellation.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import importlib
+import importlib.util
+import logging
+import os
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from studio.workers.protocol import (
+    Cancel,
+    Done,
+    EventMessage,
+    Hello,
+    JobSpec,
+    LogMessage,
+    MessageWriter,
+    ProtocolError,
+    decode,
+)
+
+# How long a worker whose parent vanished may take to stop cooperatively.
+ORPHAN_GRACE_S = 10.0
+
+
+class _ForwardLogs(logging.Handler):
+    def __init__(self, writer: MessageWriter) -> None:
+        super().__init__()
+        self.writer = writer
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.writer.send(
+                LogMessage,
+                level=record.levelname.lower(),
+                logger=record.name,
+                message=record.getMessage(),
+            )
+        except Exception:  # a broken pipe must not turn logging into a crash
+            self.handleError(record)
+
+
+def load_plugin(name: str) -> None:
+    """Import a plugin module by dotted name or by .py file path."""
+    if name.endswith(".py") or os.sep in name:
+        path = Path(name)
+        mod_name = f"_studio_plugin_{path.stem}"
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load plugin file {name}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        spec.loader.exec_module(module)
+    else:
+        importlib.import_module(name)
+
+
+def _watch_stdin(stdin: Any, cancelled: threading.Event, job_id: str) -> None:
+    for line in stdin:
+        if not line.strip():
+            continue
+        try:
+            msg = decode(line)
+        except ProtocolError as exc:
+            print(f"worker: ignoring bad message: {exc}", file=sys.stderr)
+            continue
+        if isinstance(msg, Cancel):
+            cancelled.set()
+    # EOF: the parent closed our stdin or died. Stop cooperatively, then for good.
+    cancelled.set()
+    time.sleep(ORPHAN_GRACE_S)
+    os._exit(3)
+
+
+def main() -> int:
+    # The protocol gets the real stdout; fd 1 becomes stderr so stray prints and C
+    # libraries writing to stdout cannot corrupt it.
+    proto = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    faulthandler.enable(file=sys.stderr)  # a segfault leaves a Python traceback in the tail
+
+    writer = MessageWriter(proto)
+    stdin = sys.stdin
+    first = stdin.readline()
+    if not first:
+        return 2
+    spec = decode(first)
+    if not isinstance(spec, JobSpec):
+        print(f"worker: expected a job, got {spec.type}", file=sys.stderr)
+        return 2
+    writer.job_id = spec.job_id
+    writer.send(Hello, pid=os.getpid(), python=sys.version.split()[0])
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    root = logging.getLogger()
+    forward = _ForwardLogs(writer)
+    forward.setLevel(getattr(logging, spec.log_level.upper(), logging.INFO))
+    root.addHandler(forward)
+    logging.getLogger("accel").setLevel(forward.level)
+
+    cancelled = threading.Event()
+    threading.Thread(target=_watch_stdin, args=(stdin, cancelled, spec.job_id), daemon=True).start()
+
+    status, result, error, error_type, tb = "succeeded", {}, "", "", ""
+    try:
+        for plugin in spec.plugins:
+            load_plugin(plugin)
+        from accel.errors import Cancelled
+        from accel.jobs import JOBS
+
+        job = JOBS.get(spec.kind)
+        if job is None:
+            raise KeyError(f"unknown job kind {spec.kind!r}; known: {sorted(JOBS)}")
+        params = dict(spec.params)
+
+        def emit(event: dict[str, Any]) -> None:
+            writer.send(EventMessage, event=event)
+
+        try:
+            result = job(params, emit, cancelled.is_set) or {}
+        except Cancelled as exc:
+            status, error, error_type = "cancelled", str(exc), "Cancelled"
+        else:
+            if result.get("status") in ("failed", "cancelled"):
+                status = result["status"]
+                error = str(result.get("error") or "")
+    except Exception as exc:
+        status, error, error_type = "failed", str(exc), type(exc).__name__
+        tb = traceback.format_exc()
+        print(tb, file=sys.stderr)
+    root.removeHandler(forward)
+    writer.send(
+        Done, status=status, result=result, error=error, error_type=error_type, traceback=tb
+    )
+    proto.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stderr.flush()
+    # Skip interpreter teardown: atexit hooks of native libraries can hang or crash
+    # after the result was already sent.
+    os._exit(code)

@@ -1,0 +1,690 @@
+"""A pool of worker processes, without Qt.
+
+Every job runs in a fresh ``python -m studio.workers.entry`` process (never a
+fork of the studio, which must not initialize CUDA). Jobs wait in a priority
+queue; each device is a lane with a number of slots (one per GPU, a
+configurable number for the CPU) under a global concurrency limit.
+
+The pool is the only writer to the store: one dispatcher thread applies the
+workers' messages in order, so the steps a run finished are saved even if its
+worker dies later. A worker that exits without its ``done`` message (segfault,
+OOM kill, ``os._exit``) ends its run as ``crashed``; one that outlives its
+timeout is cancelled, terminated, killed and ends as ``timed_out``; either way
+the exit code or signal and the last stderr lines are recorded.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import heapq
+import itertools
+import logging
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from studio.workers.devices import GpuInfo, detect_gpus
+from studio.workers.protocol import (
+    Cancel,
+    Done,
+    EventMessage,
+    Hello,
+    JobSpec,
+    LogMessage,
+    Message,
+    ProtocolError,
+    decode,
+)
+
+if TYPE_CHECKING:
+    from studio.store.repo import Repository
+
+log = logging.getLogger(__name__)
+
+JOB_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled", "crashed", "timed_out")
+FINAL = frozenset(JOB_STATUSES[2:])
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+LOG_TAIL_LINES = 60
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """How a job ended."""
+
+    job_id: str
+    kind: str
+    status: str
+    run_id: str | None = None
+    result: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+    error_type: str = ""
+    exit_code: int | None = None
+    signal: str = ""
+    log_tail: str = ""
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "succeeded"
+
+
+@dataclass(frozen=True)
+class JobUpdate:
+    """What listeners get: ``what`` is queued | started | event | log | finished."""
+
+    job_id: str
+    kind: str
+    what: str
+    status: str
+    run_id: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    outcome: JobOutcome | None = None
+
+
+@dataclass
+class _Lane:
+    name: str  # "cpu", "cuda:0", ...
+    env: dict[str, str]
+    slots: int
+    worker_device: str  # how the worker sees it
+    busy: int = 0
+
+
+@dataclass
+class _Job:
+    id: str
+    kind: str
+    params: dict[str, Any]
+    plugins: list[str]
+    device: str
+    priority: int
+    timeout_s: float | None
+    run_id: str | None
+    order: int
+    status: str = "queued"
+    lane: _Lane | None = None
+    proc: subprocess.Popen[str] | None = None
+    pid: int | None = None
+    submitted: float = field(default_factory=time.monotonic)
+    started: float | None = None
+    cancel_requested: bool = False
+    cancel_at: float | None = None
+    terminated_at: float | None = None
+    killed: bool = False
+    timed_out: bool = False
+    done: Done | None = None
+    stderr: collections.deque[str] = field(
+        default_factory=lambda: collections.deque(maxlen=LOG_TAIL_LINES)
+    )
+    outcome: JobOutcome | None = None
+    finished: threading.Event = field(default_factory=threading.Event)
+
+
+class JobHandle:
+    """What ``submit`` returns: wait for, cancel or look at one job."""
+
+    def __init__(self, pool: WorkerPool, job: _Job) -> None:
+        self._pool = pool
+        self._job = job
+
+    @property
+    def job_id(self) -> str:
+        return self._job.id
+
+    @property
+    def run_id(self) -> str | None:
+        return self._job.run_id
+
+    @property
+    def status(self) -> str:
+        return self._job.status
+
+    @property
+    def outcome(self) -> JobOutcome | None:
+        return self._job.outcome
+
+    def cancel(self, reason: str = "cancelled by the user") -> None:
+        self._pool.cancel(self._job.id, reason)
+
+    def wait(self, timeout: float | None = None) -> JobOutcome:
+        """Block until the job ended; raises TimeoutError after ``timeout`` seconds."""
+        if not self._job.finished.wait(timeout):
+            raise TimeoutError(f"job {self._job.id} still {self._job.status}")
+        assert self._job.outcome is not None
+        return self._job.outcome
+
+
+class WorkerPool:
+    """Runs jobs in worker processes; records run jobs into ``store`` when given.
+
+    ``devices``: GPUs to use (default: detected without CUDA); ``cpu_workers``:
+    concurrent CPU jobs; ``max_concurrency``: limit over all lanes.
+    ``cancel_grace_s``: time a cancelled job gets to stop on its own before it is
+    terminated; ``kill_grace_s``: time from terminate to kill.
+    """
+
+    def __init__(
+        self,
+        store: Repository | None = None,
+        *,
+        devices: Iterable[GpuInfo | str] | None = None,
+        cpu_workers: int = 1,
+        max_concurrency: int | None = None,
+        python: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cancel_grace_s: float = 5.0,
+        kill_grace_s: float = 3.0,
+        default_timeout_s: float | None = None,
+    ) -> None:
+        self.store = store
+        self.python = python or sys.executable
+        self.extra_env = dict(env or {})
+        self.cancel_grace_s = cancel_grace_s
+        self.kill_grace_s = kill_grace_s
+        self.default_timeout_s = default_timeout_s
+        gpus = detect_gpus() if devices is None else list(devices)
+        self.lanes: list[_Lane] = []
+        for i, g in enumerate(gpus):
+            vid = g.visible_id if isinstance(g, GpuInfo) else str(g)
+            self.lanes.append(_Lane(f"cuda:{i}", {"CUDA_VISIBLE_DEVICES": vid}, 1, "cuda:0"))
+        if cpu_workers > 0:
+            # Hide GPUs from CPU jobs so they cannot grab GPU memory by accident.
+            self.lanes.append(_Lane("cpu", {"CUDA_VISIBLE_DEVICES": ""}, cpu_workers, "cpu"))
+        if not self.lanes:
+            raise ValueError("the pool has no lanes: give cpu_workers >= 1 or a GPU")
+        self.max_concurrency = max_concurrency or sum(lane.slots for lane in self.lanes)
+        self._lock = threading.RLock()
+        self._wake = threading.Condition(self._lock)
+        self._queue: list[tuple[int, int, _Job]] = []
+        self._jobs: dict[str, _Job] = {}
+        self._running: set[str] = set()
+        self._order = itertools.count()
+        self._inbox: queue.Queue[tuple[str, _Job, Any]] = queue.Queue()
+        self._listeners: list[Callable[[JobUpdate], None]] = []
+        self._closed = False
+        self._dispatcher = threading.Thread(
+            target=self._dispatch, name="pool-dispatch", daemon=True
+        )
+        self._watchdog = threading.Thread(target=self._watch, name="pool-watchdog", daemon=True)
+        self._dispatcher.start()
+        self._watchdog.start()
+
+    # --- public API ------------------------------------------------------------------------
+
+    @property
+    def has_gpu(self) -> bool:
+        return any(lane.name.startswith("cuda") for lane in self.lanes)
+
+    def subscribe(self, listener: Callable[[JobUpdate], None]) -> Callable[[], None]:
+        """Call ``listener(update)`` for every job update (on the pool's dispatcher thread).
+        Returns a function that unsubscribes."""
+        with self._lock:
+            self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            with self._lock, contextlib.suppress(ValueError):
+                self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def submit(
+        self,
+        kind: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        device: str | None = None,
+        priority: int = 0,
+        timeout_s: float | None = None,
+        plugins: Iterable[str] = (),
+        record: bool | None = None,
+        run_id: str | None = None,
+        parent_run_id: str | None = None,
+        tags: Iterable[str] = (),
+        notes: str = "",
+        name: str = "",
+        model_source: str | None = None,
+        recipe: Mapping[str, Any] | None = None,
+    ) -> JobHandle:
+        """Queue a job. ``device``: None/"auto" (a GPU when there is one), "cpu", "cuda",
+        "cuda:N". Higher ``priority`` starts first. With a store, run jobs (kind
+        ``run_recipe``, or ``record=True``) get a run row, queued at once."""
+        if self._closed:
+            raise RuntimeError("the worker pool is shut down")
+        self._lane_for(device, check_only=True)
+        params = dict(params or {})
+        job_id = uuid.uuid4().hex
+        if record is None:
+            record = kind == "run_recipe"
+        if record and self.store is not None and run_id is None:
+            recipe_content = recipe
+            if recipe_content is None and isinstance(params.get("recipe"), Mapping):
+                recipe_content = params["recipe"]
+            run = self.store.create_run(
+                model_source=model_source or params.get("model"),
+                recipe=recipe_content,
+                kind=kind,
+                device=device or "",
+                parent_run_id=parent_run_id,
+                tags=tags,
+                notes=notes,
+                name=name,
+                job_params={"kind": kind, "params": params, "device": device},
+            )
+            run_id = run.id
+        job = _Job(
+            id=job_id,
+            kind=kind,
+            params=params,
+            plugins=[str(p) for p in plugins],
+            device=device or "auto",
+            priority=priority,
+            timeout_s=timeout_s if timeout_s is not None else self.default_timeout_s,
+            run_id=run_id,
+            order=next(self._order),
+        )
+        with self._lock:
+            self._jobs[job_id] = job
+            heapq.heappush(self._queue, (-priority, job.order, job))
+        self._post("queued", job, None)
+        self._schedule()
+        return JobHandle(self, job)
+
+    def cancel(self, job_id: str, reason: str = "cancelled by the user") -> None:
+        """Cancel cooperatively; terminate after ``cancel_grace_s``, kill after that."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None or job.status in FINAL:
+                return
+            if job.status == "queued":
+                self._queue = [e for e in self._queue if e[2] is not job]
+                heapq.heapify(self._queue)
+                job.cancel_requested = True
+                self._post("exit", job, None)
+                return
+            self._request_cancel(job, reason)
+
+    def jobs(self) -> list[dict[str, Any]]:
+        """A snapshot of queued and running jobs."""
+        with self._lock:
+            return [
+                {
+                    "job_id": j.id,
+                    "kind": j.kind,
+                    "status": j.status,
+                    "run_id": j.run_id,
+                    "device": j.lane.name if j.lane else j.device,
+                    "priority": j.priority,
+                    "pid": j.pid,
+                }
+                for j in self._jobs.values()
+                if j.status not in FINAL
+            ]
+
+    def shutdown(self, *, cancel: bool = True, timeout: float | None = 30.0) -> None:
+        """Stop accepting jobs; cancel (or let finish) the others and wait for them."""
+        with self._lock:
+            self._closed = True
+            pending = [j for j in self._jobs.values() if j.status not in FINAL]
+        if cancel:
+            for j in pending:
+                self.cancel(j.id, "the studio is shutting down")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for j in pending:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not j.finished.wait(left):
+                self._kill(j)
+                j.finished.wait(2.0)
+        self._inbox.put(("stop", None, None))  # type: ignore[arg-type]
+        self._dispatcher.join(timeout=5)
+        with self._wake:
+            self._wake.notify_all()
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # --- scheduling ------------------------------------------------------------------------
+
+    def _lane_for(self, device: str | None, *, check_only: bool = False) -> _Lane | None:
+        dev = (device or "auto").lower()
+        gpu_lanes = [lane for lane in self.lanes if lane.name.startswith("cuda")]
+        cpu_lanes = [lane for lane in self.lanes if lane.name == "cpu"]
+        if dev == "auto":
+            candidates = gpu_lanes or cpu_lanes
+        elif dev == "cpu":
+            candidates = cpu_lanes
+        elif dev == "cuda":
+            candidates = gpu_lanes
+        elif dev.startswith("cuda:"):
+            candidates = [lane for lane in gpu_lanes if lane.name == dev]
+        else:
+            raise ValueError(f"unknown device {device!r}: use auto, cpu, cuda or cuda:N")
+        if not candidates:
+            have = ", ".join(lane.name for lane in self.lanes)
+            hint = "; nvidia-smi -L finds no such GPU" if dev.startswith("cuda") else ""
+            raise ValueError(f"no worker lane for device {device!r} (this pool has: {have}){hint}")
+        if check_only:
+            return None
+        free = [lane for lane in candidates if lane.busy < lane.slots]
+        return min(free, key=lambda lane: lane.busy) if free else None
+
+    def _schedule(self) -> None:
+        to_start: list[_Job] = []
+        with self._lock:
+            waiting: list[tuple[int, int, _Job]] = []
+            while self._queue and len(self._running) < self.max_concurrency:
+                entry = heapq.heappop(self._queue)
+                job = entry[2]
+                lane = self._lane_for(job.device)
+                if lane is None:
+                    waiting.append(entry)
+                    continue
+                lane.busy += 1
+                job.lane = lane
+                job.status = "running"
+                job.started = time.monotonic()
+                self._running.add(job.id)
+                to_start.append(job)
+            for entry in waiting:
+                heapq.heappush(self._queue, entry)
+        for job in to_start:
+            threading.Thread(
+                target=self._supervise, args=(job,), name=f"job-{job.id[:8]}", daemon=True
+            ).start()
+
+    # --- one worker process ----------------------------------------------------------------
+
+    def _worker_env(self, job: _Job) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.extra_env)
+        assert job.lane is not None
+        env.update(job.lane.env)
+        env["PYTHONUNBUFFERED"] = "1"
+        env["PYTHONFAULTHANDLER"] = "1"
+        paths = [str(PROJECT_ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+        return env
+
+    def _worker_params(self, job: _Job) -> dict[str, Any]:
+        params = dict(job.params)
+        dev = str(params.get("device") or "")
+        # The worker sees only its GPU, as cuda:0.
+        if dev.startswith("cuda") and job.lane is not None:
+            params["device"] = job.lane.worker_device
+        return params
+
+    def _supervise(self, job: _Job) -> None:
+        assert job.lane is not None
+        self._post("started", job, None)
+        try:
+            proc = subprocess.Popen(
+                [self.python, "-m", "studio.workers.entry"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                encoding="utf-8",
+                errors="replace",
+                bufsize=1,
+                env=self._worker_env(job),
+                cwd=str(PROJECT_ROOT),
+                # Own session: Ctrl-C in a terminal reaches the parent only (which cancels
+                # cooperatively), and the whole process group can be killed at once.
+                start_new_session=True,
+            )
+        except OSError as exc:
+            job.stderr.append(f"could not start the worker: {exc}")
+            self._post("exit", job, None)
+            return
+        with self._lock:
+            job.proc = proc
+            job.pid = proc.pid
+            cancel_now = job.cancel_requested
+        spec = JobSpec(
+            job_id=job.id,
+            kind=job.kind,
+            params=self._worker_params(job),
+            plugins=job.plugins,
+            device=job.lane.worker_device,
+        )
+        self._send(job, spec)
+        if cancel_now:
+            self._send(job, Cancel(job_id=job.id, seq=1))
+        err_reader = threading.Thread(target=self._read_stderr, args=(job, proc), daemon=True)
+        err_reader.start()
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if not line.strip():
+                continue
+            try:
+                msg = decode(line)
+            except ProtocolError as exc:
+                job.stderr.append(f"[protocol] {exc}")
+                continue
+            self._post("msg", job, msg)
+        code = proc.wait()
+        err_reader.join(timeout=2.0)
+        with contextlib.suppress(OSError):
+            if proc.stdin:
+                proc.stdin.close()
+        self._post("exit", job, code)
+
+    def _read_stderr(self, job: _Job, proc: subprocess.Popen[str]) -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            job.stderr.append(line.rstrip("\n"))
+
+    def _send(self, job: _Job, msg: Message) -> None:
+        proc = job.proc
+        if proc is None or proc.stdin is None:
+            return
+        try:
+            proc.stdin.write(msg.to_line())
+            proc.stdin.flush()
+        except (OSError, ValueError):
+            pass  # the worker is gone; its exit is handled by the supervisor
+
+    def _request_cancel(self, job: _Job, reason: str) -> None:
+        if job.cancel_requested:
+            return
+        job.cancel_requested = True
+        job.cancel_at = time.monotonic()
+        self._send(job, Cancel(job_id=job.id, seq=1, reason=reason))
+        with self._wake:
+            self._wake.notify_all()
+
+    def _signal(self, job: _Job, sig: int) -> None:
+        proc = job.proc
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            if hasattr(os, "killpg"):
+                os.killpg(proc.pid, sig)
+            elif sig == getattr(signal, "SIGKILL", None):
+                proc.kill()
+            else:
+                proc.terminate()
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _kill(self, job: _Job) -> None:
+        job.killed = True
+        self._signal(job, getattr(signal, "SIGKILL", signal.SIGTERM))
+
+    def _watch(self) -> None:
+        """Timeouts and the cancel -> terminate -> kill escalation."""
+        while True:
+            with self._wake:
+                if self._closed and not self._running:
+                    return
+                self._wake.wait(0.05)
+                running = [self._jobs[i] for i in self._running]
+            now = time.monotonic()
+            for job in running:
+                if job.proc is None or job.proc.poll() is not None:
+                    continue
+                if (
+                    job.timeout_s is not None
+                    and job.started is not None
+                    and not job.timed_out
+                    and now - job.started > job.timeout_s
+                ):
+                    job.timed_out = True
+                    with self._lock:
+                        self._request_cancel(job, f"timed out after {job.timeout_s:g} s")
+                if job.cancel_at is not None:
+                    if job.terminated_at is None and now - job.cancel_at > self.cancel_grace_s:
+                        job.terminated_at = now
+                        self._signal(job, signal.SIGTERM)
+                    elif (
+                        job.terminated_at is not None
+                        and not job.killed
+                        and now - job.terminated_at > self.kill_grace_s
+                    ):
+                        self._kill(job)
+
+    # --- the dispatcher: the only place that writes to the store ---------------------------
+
+    def _post(self, what: str, job: _Job, payload: Any) -> None:
+        self._inbox.put((what, job, payload))
+
+    def _dispatch(self) -> None:
+        while True:
+            what, job, payload = self._inbox.get()
+            if what == "stop":
+                return
+            try:
+                self._handle(what, job, payload)
+            except Exception:
+                log.exception("worker pool: handling %s of job %s failed", what, job.id)
+                if what == "exit" and not job.finished.is_set():
+                    self._release(job)
+
+    def _store_call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        try:
+            fn(*args, **kwargs)
+        except Exception:
+            # A store problem must not stop the pool; the job result is still delivered.
+            log.exception("could not record to the store")
+
+    def _handle(self, what: str, job: _Job, payload: Any) -> None:
+        store = self.store if job.run_id else None
+        if what == "queued":
+            self._notify(JobUpdate(job.id, job.kind, "queued", job.status, job.run_id))
+        elif what == "started":
+            if store is not None:
+                self._store_call(store.set_status, job.run_id, "running")
+            data = {"device": job.lane.name if job.lane else ""}
+            self._notify(JobUpdate(job.id, job.kind, "started", "running", job.run_id, data))
+        elif what == "msg":
+            msg: Message = payload
+            if isinstance(msg, Hello):
+                job.pid = msg.pid
+            elif isinstance(msg, EventMessage):
+                if store is not None:
+                    self._store_call(store.record_event, job.run_id, msg.event)
+                self._notify(
+                    JobUpdate(job.id, job.kind, "event", job.status, job.run_id, msg.event)
+                )
+            elif isinstance(msg, LogMessage):
+                job.stderr.append(f"{msg.level.upper()} {msg.logger}: {msg.message}")
+                data = {"level": msg.level, "logger": msg.logger, "message": msg.message}
+                self._notify(JobUpdate(job.id, job.kind, "log", job.status, job.run_id, data))
+            elif isinstance(msg, Done):
+                job.done = msg
+        elif what == "exit":
+            self._finish(job, payload)
+
+    def _finish(self, job: _Job, code: int | None) -> None:
+        done = job.done
+        sig = ""
+        if code is not None and code < 0:
+            with contextlib.suppress(ValueError):
+                sig = signal.Signals(-code).name
+        if done is not None:
+            status = done.status
+            if job.timed_out and status == "cancelled":
+                status = "timed_out"
+            error, error_type = done.error, done.error_type
+        elif job.timed_out:
+            status, error_type = "timed_out", "Timeout"
+            error = f"the job ran past its timeout of {job.timeout_s:g} s and was stopped"
+        elif job.cancel_requested:
+            status, error, error_type = "cancelled", "cancelled by the user", "Cancelled"
+        else:
+            status, error_type = "crashed", "WorkerCrashed"
+            how = f"signal {sig}" if sig else f"exit code {code}"
+            if code is None:
+                how = "a worker that could not start"
+            error = f"the worker process died ({how}) before finishing the job"
+        if status not in FINAL:
+            status = "failed"
+        tail = "\n".join(job.stderr)
+        if done is not None and done.traceback and done.traceback not in tail:
+            tail = (tail + "\n" + done.traceback).strip()
+        outcome = JobOutcome(
+            job_id=job.id,
+            kind=job.kind,
+            status=status,
+            run_id=job.run_id,
+            result=dict(done.result) if done is not None else {},
+            error=error,
+            error_type=error_type,
+            exit_code=code,
+            signal=sig,
+            log_tail=tail,
+            duration_s=time.monotonic() - (job.started or job.submitted),
+        )
+        if job.run_id and self.store is not None:
+            keep_tail = status != "succeeded"
+            self._store_call(
+                self.store.set_status,
+                job.run_id,
+                status,
+                error=error or None,
+                error_type=error_type or None,
+                exit_code=code,
+                signal=sig or None,
+                log_tail=tail if keep_tail else None,
+            )
+        job.outcome = outcome
+        job.status = status
+        self._release(job)
+        self._notify(
+            JobUpdate(job.id, job.kind, "finished", status, job.run_id, outcome.result, outcome)
+        )
+
+    def _release(self, job: _Job) -> None:
+        with self._lock:
+            if job.id in self._running:
+                self._running.discard(job.id)
+                if job.lane is not None:
+                    job.lane.busy -= 1
+            if job.status not in FINAL:
+                job.status = "failed"
+            self._jobs.pop(job.id, None)
+        job.finished.set()
+        self._schedule()
+        with self._wake:
+            self._wake.notify_all()
+
+    def _notify(self, update: JobUpdate) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for fn in listeners:
+            try:
+                fn(update)
+            except Exception:
+                log.exception("worker pool listener failed")
