@@ -53,6 +53,8 @@ class LoadedModel:
             if isinstance(x, torch.Tensor):
                 if self.device != "cpu" and self.kind == "torch":
                     x = x.to(self.device)
+                if x.dim() == 4 and self.metadata.get("channels_last_inputs"):
+                    x = x.contiguous(memory_format=torch.channels_last)
                 cast = self.input_casts.get(name)
                 if cast and x.is_floating_point() and is_floating(cast):
                     x = x.to(torch_dtype(cast))

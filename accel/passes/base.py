@@ -1,0 +1,285 @@
+"""The pass contract and the pass registry.
+
+A pass is a class with a frozen pydantic ``Config`` (``extra="forbid"``, every
+field described, so the GUI builds its form from the JSON schema), a ``name``,
+a ``summary``, a ``category``, its ``requires`` (model kinds, CUDA, libraries),
+``apply(model, config, ctx) -> LoadedModel`` and ``to_script(config) ->
+ScriptStep`` (its own step as plain Python for script export).
+
+Pass modules live in ``accel/passes/`` and are found by scanning the package,
+so adding a pass means adding a module. Pass modules import only pydantic and
+this file at module level; heavy libraries (torchao, onnxruntime,
+torch_pruning, even torch) are imported inside ``apply`` so listing passes is
+cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from accel.errors import Cancelled, PassError
+
+if TYPE_CHECKING:
+    from accel.models.loaded import LoadedModel
+
+log = logging.getLogger(__name__)
+
+CATEGORIES = ("precision", "layout", "compile", "quantize", "prune", "export", "runtime", "test")
+
+
+class PassConfig(BaseModel):
+    """Base of every pass config: frozen, unknown keys are errors."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+@dataclass(frozen=True)
+class Requirements:
+    model_kinds: tuple[str, ...] = ("torch",)
+    cuda: bool = False
+    libraries: tuple[str, ...] = ()
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model_kinds": list(self.model_kinds), "cuda": self.cuda, "libraries": list(self.libraries), "note": self.note}
+
+
+@dataclass
+class ScriptStep:
+    """A pass's step as plain Python for the exported script.
+
+    ``code`` is a block of statements run at module level of the script. It reads and
+    rebinds the script's variables: ``model`` (torch module, when ``kind == "torch"``),
+    ``onnx_path`` and ``session`` (when ``kind == "onnx"``), ``kind``, ``inputs`` (dict
+    name -> tensor, the reference inputs), ``input_casts`` (dict name -> torch dtype
+    applied to floating inputs), ``device``, ``step_dir`` (Path of this step's output
+    folder, created), ``calibration_batches()`` (iterable of input dicts) and
+    ``make_session(path)`` (ORT session with the script's providers).
+    ``imports`` are import lines; ``helpers`` are top-level function definitions
+    (deduplicated by text across steps).
+    """
+
+    code: str
+    imports: list[str] = field(default_factory=list)
+    helpers: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PassContext:
+    """What a pass gets besides the model and its config."""
+
+    inputs: dict[str, Any]
+    device: str = "cpu"
+    work_dir: Path = Path(".")
+    step_index: int = 0
+    seed: int = 0
+    progress_cb: Callable[[float, str], None] | None = None
+    cancel_cb: Callable[[], bool] | None = None
+    # Data sources (accel.data.DataSource or None): calibration batches, labelled training
+    # data (QAT, fine-tuning), evaluation data. The runner builds them from the recipe.
+    calibration: Any = None
+    train_data: Any = None
+    eval_data: Any = None
+    original: LoadedModel | None = None
+    recipe: Any = None
+    details: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, float | None] = field(default_factory=dict)
+    artifacts: list[dict[str, Any]] = field(default_factory=list)
+
+    def progress(self, fraction: float, message: str = "") -> None:
+        if self.progress_cb is not None:
+            self.progress_cb(max(0.0, min(1.0, float(fraction))), message)
+
+    def check_cancelled(self) -> None:
+        if self.cancel_cb is not None and self.cancel_cb():
+            raise Cancelled("cancelled by the user")
+
+    def add_artifact(self, path: str | Path, kind: str) -> None:
+        self.artifacts.append({"kind": kind, "path": str(path)})
+
+    def warn(self, message: str) -> None:
+        log.warning(message)
+        self.details.setdefault("warnings", []).append(message)
+
+    def calibration_batches(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """Calibration input dicts: the recipe's data source, else synthetic from the spec."""
+        if self.calibration is not None:
+            batches = []
+            for i, b in enumerate(self.calibration.batches()):
+                if limit is not None and i >= limit:
+                    break
+                batches.append(b.inputs if hasattr(b, "inputs") else b)
+            return batches
+        if self.original is None:
+            return [self.inputs]
+        n = limit or 8
+        return [self.original.input_spec.sample(seed=1000 + i) for i in range(n)]
+
+
+class Pass:
+    """Base class of all passes (see module docstring)."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    category: ClassVar[str] = ""
+    Config: ClassVar[type[PassConfig]] = PassConfig
+    requires: ClassVar[Requirements] = Requirements()
+    # Kind of the model the pass produces; None means the same kind it received.
+    output_kind: ClassVar[str | None] = None
+
+    def apply(self, model: LoadedModel, config: PassConfig, ctx: PassContext) -> LoadedModel:
+        raise NotImplementedError
+
+    def to_script(self, config: PassConfig) -> ScriptStep:
+        raise NotImplementedError
+
+    # -- helpers shared by all passes ----------------------------------------------------
+    @classmethod
+    def parse_config(cls, params: dict[str, Any] | None) -> PassConfig:
+        return cls.Config.model_validate(params or {})
+
+    @classmethod
+    def describe(cls) -> dict[str, Any]:
+        """Name, summary, category, requirements and parameters (JSON schema) for UIs."""
+        schema = cls.Config.model_json_schema()
+        params = []
+        for fname, f in cls.Config.model_fields.items():
+            prop = schema.get("properties", {}).get(fname, {})
+            params.append(
+                {
+                    "name": fname,
+                    "type": _type_name(prop),
+                    "default": None if f.is_required() else _jsonable(f.get_default(call_default_factory=True)),
+                    "required": f.is_required(),
+                    "description": f.description or "",
+                    "choices": prop.get("enum") or _enum_choices(prop, schema),
+                }
+            )
+        return {
+            "name": cls.name,
+            "summary": cls.summary,
+            "category": cls.category,
+            "requires": cls.requires.to_dict(),
+            "output_kind": cls.output_kind,
+            "params": params,
+            "schema": schema,
+        }
+
+    def check_requirements(self, model: LoadedModel, device: str) -> None:
+        """Raise PassError when the model kind or the device does not fit."""
+        req = self.requires
+        if model.kind not in req.model_kinds:
+            kinds = " or ".join(req.model_kinds)
+            hint = " Add an export_onnx step before it." if "onnx" in req.model_kinds else ""
+            if "torch" in req.model_kinds and model.kind == "onnx":
+                hint = " Move this step before the export_onnx step."
+            raise PassError(f"{self.name} needs a {kinds} model, but the current model is {model.kind}.{hint}")
+        if req.cuda and not str(device).startswith("cuda"):
+            raise PassError(f"{self.name} needs a CUDA GPU; set the recipe's device to cuda:0 on a machine with a GPU.")
+        if req.cuda:
+            import torch
+
+            if not torch.cuda.is_available():
+                raise PassError(f"{self.name} needs CUDA, and no CUDA GPU is available on this machine.")
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, (str, int, float, bool)) or v is None:
+        return v
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    return getattr(v, "value", str(v))
+
+
+def _type_name(prop: dict[str, Any]) -> str:
+    if "type" in prop:
+        t = prop["type"]
+        if t == "array":
+            return f"list[{_type_name(prop.get('items', {}))}]"
+        return str(t)
+    if "anyOf" in prop:
+        return " | ".join(_type_name(p) for p in prop["anyOf"])
+    if "enum" in prop:
+        return "enum"
+    if "$ref" in prop:
+        return "enum"
+    return "any"
+
+
+def _enum_choices(prop: dict[str, Any], schema: dict[str, Any]) -> list[Any] | None:
+    refs = [prop] + list(prop.get("anyOf", []))
+    for p in refs:
+        if "enum" in p:
+            return list(p["enum"])
+        ref = p.get("$ref")
+        if ref:
+            target = schema.get("$defs", {}).get(ref.rsplit("/", 1)[-1], {})
+            if "enum" in target:
+                return list(target["enum"])
+    return None
+
+
+# -- registry -------------------------------------------------------------------------------
+
+_REGISTRY: dict[str, type[Pass]] = {}
+_SCANNED = False
+
+
+def register_pass(cls: type[Pass]) -> type[Pass]:
+    """Class decorator: add a pass to the registry (also used by plugins and tests)."""
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} has no name")
+    if cls.category not in CATEGORIES:
+        raise ValueError(f"{cls.__name__}: category {cls.category!r} not in {CATEGORIES}")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def _scan() -> None:
+    global _SCANNED
+    if _SCANNED:
+        return
+    import accel.passes as pkg
+
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if info.name.startswith("_") or info.name == "base":
+            continue
+        importlib.import_module(f"accel.passes.{info.name}")
+    _SCANNED = True
+
+
+def list_passes(include_test: bool = False) -> list[type[Pass]]:
+    """All registered passes, sorted by category then name."""
+    _scan()
+    order = {c: i for i, c in enumerate(CATEGORIES)}
+    return sorted(
+        (p for p in _REGISTRY.values() if include_test or p.category != "test"),
+        key=lambda p: (order.get(p.category, 99), p.name),
+    )
+
+
+def pass_names() -> list[str]:
+    _scan()
+    return sorted(_REGISTRY)
+
+
+def get_pass(name: str) -> type[Pass]:
+    _scan()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(_REGISTRY), n=3, cutoff=0.5)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise PassError(f"unknown pass {name!r}.{hint} Known passes: {', '.join(sorted(_REGISTRY))}") from None

@@ -1,0 +1,353 @@
+"""Run a recipe step by step: apply, benchmark, compare with the original, record.
+
+``run_recipe`` never prints; it reports through ``on_event`` (accel.events) and
+returns a RunResult. A failing step ends the run with its error and keeps the
+results of the steps before it. Cancellation is checked between steps and, via
+``PassContext.check_cancelled``, inside long loops.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from accel.errors import AccelError, Cancelled, PassError
+from accel.events import (
+    Event,
+    Log,
+    Progress,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    StepFinished,
+    StepStarted,
+)
+from accel.recipe import Recipe, load_recipe
+
+log = logging.getLogger(__name__)
+
+CancelLike = Callable[[], bool] | Any
+
+
+@dataclass
+class StepResult:
+    index: int
+    pass_name: str
+    label: str
+    params: dict[str, Any]
+    status: str
+    duration_s: float
+    metrics: dict[str, float | None] = field(default_factory=dict)
+    parity: dict[str, Any] | None = None
+    artifacts: list[dict[str, Any]] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass
+class RunResult:
+    status: str  # succeeded | failed | cancelled
+    run_dir: Path
+    recipe: Recipe
+    baseline: dict[str, float | None]
+    environment: dict[str, Any]
+    steps: list[StepResult] = field(default_factory=list)
+    error: str | None = None
+    duration_s: float = 0.0
+    model: Any = None  # the final LoadedModel (not serialisable; None after a failure)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "succeeded"
+
+
+def _cancel_fn(cancel: CancelLike) -> Callable[[], bool]:
+    if cancel is None:
+        return lambda: False
+    if hasattr(cancel, "is_set"):
+        return cancel.is_set
+    return cancel
+
+
+def default_run_dir(recipe: Recipe, root: str | Path | None = None) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in recipe.name)[:40]
+    return Path(root or "runs") / f"{stamp}-{safe}"
+
+
+def file_artifact(path: str | Path, kind: str) -> dict[str, Any]:
+    """An artifact record with size and sha256 (directories: total size, no hash)."""
+    import hashlib
+
+    p = Path(path)
+    rec: dict[str, Any] = {"kind": kind, "path": str(p.resolve()), "sha256": None, "bytes": None}
+    if p.is_file():
+        h = hashlib.sha256()
+        with open(p, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        rec["sha256"] = h.hexdigest()
+        rec["bytes"] = p.stat().st_size
+    elif p.is_dir():
+        rec["bytes"] = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+    return rec
+
+
+def to_float_outputs(outputs: Any) -> Any:
+    """Outputs moved to CPU; low-precision floats cast to float32 for comparison."""
+    import torch
+
+    if isinstance(outputs, torch.Tensor):
+        t = outputs.detach()
+        if t.is_quantized:
+            t = t.dequantize()
+        t = t.cpu()
+        if t.is_floating_point() and t.dtype != torch.float64:
+            t = t.float()
+        return t
+    if isinstance(outputs, (list, tuple)) and not hasattr(outputs, "_fields"):
+        return type(outputs)(to_float_outputs(o) for o in outputs)
+    if isinstance(outputs, dict):
+        return {k: to_float_outputs(v) for k, v in outputs.items()}
+    return outputs
+
+
+def normalize_outputs(outputs: Any) -> Any:
+    """ONNX returns a tuple even for one output; unwrap single-element tuples on both sides."""
+    outputs = to_float_outputs(outputs)
+    if isinstance(outputs, (list, tuple)) and len(outputs) == 1:
+        return outputs[0]
+    return outputs
+
+
+def measure(model: Any, inputs: dict[str, Any], recipe: Recipe, device: str) -> dict[str, float | None]:
+    from accel.bench import benchmark
+
+    b = recipe.benchmark
+    res = benchmark(model, inputs, device=device, warmup=b.warmup, iters=b.iters, threads=b.threads)
+    metrics = dict(res.metrics())
+    metrics["size_bytes"] = float(getattr(model, "size_bytes", 0) or metrics.get("size_bytes") or 0) or None
+    metrics["num_params"] = float(getattr(model, "num_params", 0) or 0) or None
+    return metrics
+
+
+def run_recipe(
+    recipe: Recipe | str | Path | dict[str, Any],
+    on_event: Callable[[Event], None] | None = None,
+    cancel: CancelLike = None,
+    *,
+    out_dir: str | Path | None = None,
+    model_source: str | None = None,
+    device: str | None = None,
+) -> RunResult:
+    """Execute ``recipe`` and return its results (see module docstring)."""
+    import torch
+
+    from accel.bench import environment_info
+    from accel.models import load_model
+    from accel.parity import Tolerances, compare
+    from accel.passes import PassContext, get_pass
+
+    t_run = time.perf_counter()
+    emit = on_event or (lambda e: None)
+    is_cancelled = _cancel_fn(cancel)
+    recipe = load_recipe(recipe)
+    if model_source:
+        recipe = recipe.model_copy(update={"model": recipe.model.model_copy(update={"source": model_source})})
+    if device:
+        recipe = recipe.model_copy(update={"device": device})
+    device = recipe.device
+    run_dir = Path(out_dir) if out_dir else default_run_dir(recipe)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "recipe.json").write_text(__import__("json").dumps(recipe.to_dict(), indent=2))
+    env = environment_info(device=device)
+    result = RunResult("failed", run_dir, recipe, {}, env)
+
+    def fail(exc: BaseException, index: int | None) -> RunResult:
+        msg = str(exc) if isinstance(exc, AccelError) else f"{type(exc).__name__}: {exc}"
+        result.status, result.error = "failed", msg
+        result.duration_s = time.perf_counter() - t_run
+        emit(RunFailed(error=msg, error_type=type(exc).__name__, index=index,
+                       traceback="" if isinstance(exc, AccelError) else traceback.format_exc()))
+        return result
+
+    def cancelled() -> RunResult:
+        result.status = "cancelled"
+        result.duration_s = time.perf_counter() - t_run
+        emit(RunFinished(status="cancelled", duration_s=result.duration_s, summary=_summary(result)))
+        return result
+
+    torch.manual_seed(recipe.seed)
+    # -- the original model, its reference outputs and baseline benchmark -------------------
+    try:
+        emit(Progress(index=-1, fraction=0.0, message=f"loading {recipe.model.source}"))
+        original = load_model(
+            recipe.model.source, recipe.model.input_spec, trust_pickle=recipe.model.trust_pickle, device=device
+        )
+        inputs = original.input_spec.sample(seed=recipe.seed, dims=recipe.benchmark.dims or None)
+        data = _build_data(recipe, original)
+        emit(Progress(index=-1, fraction=0.3, message="reference outputs"))
+        reference = normalize_outputs(original.forward(inputs))
+        torch.save(reference, run_dir / "reference_outputs.pt")
+        if is_cancelled():
+            return cancelled()
+        emit(Progress(index=-1, fraction=0.5, message="benchmarking the original model"))
+        baseline = measure(original, inputs, recipe, device)
+        baseline_acc = _accuracy(original, data, recipe) if data.get("eval") is not None else None
+        if baseline_acc is not None:
+            baseline["accuracy"] = baseline_acc
+    except Exception as exc:  # noqa: BLE001 - reported as RunFailed with its message
+        return fail(exc, None)
+    result.baseline = baseline
+    enabled = recipe.enabled_steps()
+    emit(RunStarted(
+        run_dir=str(run_dir.resolve()), model_source=recipe.model.source, model_kind=original.kind,
+        device=device, recipe=recipe.to_dict(), environment=env, num_steps=len(enabled), baseline=baseline,
+    ))
+
+    # Passes may change the module they get in place; keep the original intact for passes
+    # that need it (sensitivity, QAT) by handing the first step a copy.
+    current = _copy_model(original)
+    for index, step in enabled:
+        if is_cancelled():
+            return cancelled()
+        emit(StepStarted(index=index, pass_name=step.pass_name, params=step.params))
+        t0 = time.perf_counter()
+        step_dir = run_dir / f"step_{index:02d}_{step.pass_name}"
+        step_dir.mkdir(parents=True, exist_ok=True)
+        ctx = PassContext(
+            inputs=inputs, device=device, work_dir=step_dir, step_index=index, seed=recipe.seed,
+            progress_cb=lambda f, m, i=index: emit(Progress(index=i, fraction=f, message=m)),
+            cancel_cb=is_cancelled, calibration=data.get("calibration"), train_data=data.get("train"),
+            eval_data=data.get("eval"), original=original, recipe=recipe,
+        )
+        try:
+            pass_cls = get_pass(step.pass_name)
+            p = pass_cls()
+            config = pass_cls.parse_config(step.params)
+            p.check_requirements(current, device)
+            torch.manual_seed(recipe.seed)
+            new_model = p.apply(current, config, ctx)
+            if new_model is None:
+                raise PassError(f"{step.pass_name} returned no model (a bug in the pass)")
+            ctx.check_cancelled()
+            emit(Progress(index=index, fraction=0.9, message="checking parity"))
+            outputs = normalize_outputs(new_model.forward(inputs))
+            torch.save(outputs, step_dir / "outputs.pt")
+            report = compare(reference, outputs, Tolerances(**_tol(recipe.gates_for(step))))
+            (step_dir / "parity.json").write_text(__import__("json").dumps(report.to_dict(), indent=2))
+            emit(Progress(index=index, fraction=0.95, message="benchmarking"))
+            metrics = measure(new_model, inputs, recipe, device)
+            metrics.update(ctx.metrics)
+            if baseline.get("latency_p50_ms") and metrics.get("latency_p50_ms"):
+                metrics["speedup"] = baseline["latency_p50_ms"] / metrics["latency_p50_ms"]
+            status = "succeeded" if report.passed else "gate_failed"
+            if data.get("eval") is not None:
+                acc = _accuracy(new_model, data, recipe)
+                metrics["accuracy"] = acc
+                drop = recipe.gates_for(step).max_accuracy_drop
+                if acc is not None and baseline_acc is not None:
+                    metrics["accuracy_drop"] = baseline_acc - acc
+                    if drop is not None and baseline_acc - acc > drop:
+                        status = "gate_failed"
+                        ctx.warn(f"accuracy dropped {baseline_acc - acc:.4f} > max_accuracy_drop {drop}")
+            artifacts = [file_artifact(a["path"], a["kind"]) for a in ctx.artifacts]
+            artifacts.append(file_artifact(step_dir / "outputs.pt", "outputs"))
+            artifacts.append(file_artifact(step_dir / "parity.json", "parity_report"))
+        except Cancelled:
+            return cancelled()
+        except Exception as exc:  # noqa: BLE001 - a failing step ends the run with its message
+            duration = time.perf_counter() - t0
+            msg = str(exc) if isinstance(exc, AccelError) else f"{step.pass_name} failed: {type(exc).__name__}: {exc}"
+            if not isinstance(exc, AccelError):
+                log.debug("pass %s crashed", step.pass_name, exc_info=True)
+            sr = StepResult(index, step.pass_name, step.label, step.params, "failed", duration,
+                            details=ctx.details, error=msg)
+            result.steps.append(sr)
+            emit(StepFinished(index=index, pass_name=step.pass_name, status="failed", duration_s=duration,
+                              metrics={}, parity=None, artifacts=[], details=_jsonable(ctx.details), error=msg))
+            return fail(PassError(f"step {index + 1} ({step.label}): {msg}"), index)
+        duration = time.perf_counter() - t0
+        sr = StepResult(index, step.pass_name, step.label, step.params, status, duration, metrics,
+                        report.to_dict(), artifacts, _jsonable(ctx.details))
+        result.steps.append(sr)
+        emit(StepFinished(index=index, pass_name=step.pass_name, status=status, duration_s=duration,
+                          metrics=metrics, parity=report.to_dict(), artifacts=artifacts,
+                          details=sr.details))
+        if status == "gate_failed":
+            why = report.first_failure or "accuracy gate"
+            emit(Log(level="warning", message=f"step {index + 1} ({step.label}) failed its gate: {why}", index=index))
+            if recipe.on_gate_fail == "stop":
+                result.model = new_model
+                return fail(PassError(f"step {index + 1} ({step.label}) failed its parity gate: {why}"), index)
+        current = new_model
+
+    result.status = "succeeded"
+    result.model = current
+    result.duration_s = time.perf_counter() - t_run
+    emit(RunFinished(status="succeeded", duration_s=result.duration_s, summary=_summary(result)))
+    return result
+
+
+def _copy_model(model: Any) -> Any:
+    import copy
+
+    if model.kind != "torch":
+        return model.replace()
+    try:
+        return model.replace(module=copy.deepcopy(model.module))
+    except Exception:  # noqa: BLE001 - some scripted modules cannot be copied; reload instead
+        from accel.models import load_model
+
+        return load_model(model.source, model.input_spec, device=model.device, validate=False)
+
+
+def _tol(g: Any) -> dict[str, Any]:
+    return {"rtol": g.rtol, "atol": g.atol, "min_cosine": g.min_cosine, "min_top1": g.min_top1}
+
+
+def _summary(result: RunResult) -> dict[str, Any]:
+    last = next((s for s in reversed(result.steps) if s.status in ("succeeded", "gate_failed")), None)
+    return {
+        "steps": len(result.steps),
+        "final_speedup": (last.metrics.get("speedup") if last else None),
+        "final_latency_p50_ms": (last.metrics.get("latency_p50_ms") if last else None),
+        "baseline_latency_p50_ms": result.baseline.get("latency_p50_ms"),
+    }
+
+
+def _jsonable(v: Any) -> Any:
+    import json
+
+    try:
+        json.dumps(v)
+        return v
+    except TypeError:
+        return json.loads(json.dumps(v, default=str))
+
+
+def _build_data(recipe: Recipe, model: Any) -> dict[str, Any]:
+    """Data sources named by the recipe (validated before any work starts)."""
+    d = recipe.data
+    if not (d.calibration or d.train or d.eval):
+        return {}
+    from accel.data import make_data_source
+
+    out: dict[str, Any] = {}
+    for key in ("calibration", "train", "eval"):
+        spec = getattr(d, key)
+        if spec:
+            out[key] = make_data_source(spec, model.input_spec, seed=recipe.seed, require_labels=key != "calibration")
+    return out
+
+
+def _accuracy(model: Any, data: dict[str, Any], recipe: Recipe) -> float | None:
+    from accel.data import evaluate_accuracy
+
+    return evaluate_accuracy(model, data["eval"], recipe.data.metric)

@@ -1,0 +1,101 @@
+"""Live console view of a run, fed with runner event dicts (in-process or from a worker)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, TextIO
+
+from studio.commands._table import fmt_bytes, fmt_ms, fmt_num, render_table
+
+
+class RunPrinter:
+    """Prints one line per finished step, a progress bar on long steps, then a summary table."""
+
+    def __init__(self, stream: TextIO | None = None, steps_total: int | None = None):
+        self.out = stream or sys.stdout
+        self.tty = self.out.isatty()
+        self.baseline: dict[str, Any] = {}
+        self.rows: list[dict[str, Any]] = []
+        self.total = steps_total
+        self.status: str | None = None
+        self.error: str | None = None
+        self.run_dir: str | None = None
+        self._bar_shown = False
+
+    def on_event(self, e: dict[str, Any]) -> None:
+        kind = e.get("event")
+        if kind == "run_started":
+            self.baseline = e.get("baseline", {})
+            self.total = e.get("num_steps")
+            self.run_dir = e.get("run_dir")
+            env = e.get("environment", {})
+            self._line(
+                f"model {e['model_source']} ({e['model_kind']}) on {e['device']}"
+                f" | torch {env.get('torch', '?')} | {env.get('cpu', env.get('cpu_name', ''))}"
+            )
+            self._line(f"  0  {'original':<22} {fmt_ms(self.baseline.get('latency_p50_ms')):>9} ms    1.00x")
+        elif kind == "step_started":
+            self._step_label = e["pass_name"]
+        elif kind == "progress":
+            if self.tty and e.get("index", -1) >= 0:
+                frac = float(e.get("fraction", 0))
+                bar = "#" * int(frac * 20)
+                self.out.write(f"\r     {e.get('message', '')[:40]:<40} [{bar:<20}] {frac * 100:3.0f}%")
+                self.out.flush()
+                self._bar_shown = True
+        elif kind == "log":
+            if e.get("level") in ("warning", "error"):
+                self._line(f"     {e['level']}: {e['message']}")
+        elif kind == "step_finished":
+            self.rows.append(e)
+            m = e.get("metrics") or {}
+            parity = e.get("parity") or {}
+            verdict = {"succeeded": "pass", "gate_failed": "FAIL", "failed": "ERROR"}.get(e["status"], e["status"])
+            line = (
+                f"{e['index'] + 1:>3}  {e['pass_name']:<22} {fmt_ms(m.get('latency_p50_ms')):>9} ms"
+                f"  {fmt_num(m.get('speedup'), 2):>5}x  {verdict:<5} {_worst(parity)}"
+            )
+            if e.get("error"):
+                line += f"\n     {e['error']}"
+            self._line(line)
+        elif kind == "run_finished":
+            self.status = e["status"]
+        elif kind == "run_failed":
+            self.status = "failed"
+            self.error = e.get("error")
+
+    def summary(self) -> str:
+        rows = [["0", "original", fmt_ms(self.baseline.get("latency_p50_ms")), fmt_ms(self.baseline.get("latency_p90_ms")),
+                 "1.00x", fmt_bytes(self.baseline.get("size_bytes")), "-", "-"]]
+        for e in self.rows:
+            m = e.get("metrics") or {}
+            parity = e.get("parity") or {}
+            rows.append([
+                str(e["index"] + 1), e["pass_name"], fmt_ms(m.get("latency_p50_ms")), fmt_ms(m.get("latency_p90_ms")),
+                (fmt_num(m.get("speedup"), 2) + "x") if m.get("speedup") else "-", fmt_bytes(m.get("size_bytes")),
+                {"succeeded": "pass", "gate_failed": "FAIL", "failed": "error"}.get(e["status"], e["status"]),
+                _worst(parity) if parity else (e.get("error") or "")[:60],
+            ])
+        return render_table(["#", "step", "p50 ms", "p90 ms", "speedup", "size", "parity", "worst metric"], rows, "rlrrrrll")
+
+    def _line(self, text: str) -> None:
+        if self._bar_shown:
+            self.out.write("\r" + " " * 80 + "\r")
+            self._bar_shown = False
+        self.out.write(text + "\n")
+        self.out.flush()
+
+
+def _worst(parity: dict[str, Any]) -> str:
+    """The worst output's max abs error and cosine, e.g. 'max_abs=3.1e-03 cos=0.99991'."""
+    outs = parity.get("outputs") or []
+    if not outs:
+        return ""
+    max_abs = max((o.get("max_abs") or 0.0) for o in outs)
+    cos_vals = [o.get("cosine") for o in outs if o.get("cosine") is not None]
+    text = f"max_abs={max_abs:.2e}"
+    if cos_vals:
+        text += f" cos={min(cos_vals):.5f}"
+    if parity.get("first_failure"):
+        text += f" ({parity['first_failure']})"
+    return text
