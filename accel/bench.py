@@ -246,23 +246,41 @@ def _module_size_bytes(module: Any) -> int:
     return total
 
 
+# ONNX element types whose numpy dtype we cast floating inputs to (an fp16-converted model
+# takes fp16 inputs while the recipe's inputs stay fp32).
+_ORT_FLOAT_TYPES = {
+    "tensor(float16)": "float16",
+    "tensor(float)": "float32",
+    "tensor(double)": "float64",
+}
+
+
 def _ort_feed(session: Any, inputs: Any) -> dict[str, Any]:
-    names = [i.name for i in session.get_inputs()]
+    metas = list(session.get_inputs())
+    names = [m.name for m in metas]
     if isinstance(inputs, Mapping) and set(inputs) == set(names):
-        return {name: _to_numpy(inputs[name]) for name in names}
-    values = _as_positional(inputs)
-    if len(values) != len(names):
-        raise AccelError(
-            f"the ONNX model expects {len(names)} inputs {names}, got {len(values)}; "
-            "pass a dict keyed by those names or a tuple in that order"
-        )
-    if isinstance(inputs, Mapping):
-        log.warning(
-            "input names %s do not match the ONNX inputs %s; feeding by position",
-            list(inputs),
-            names,
-        )
-    return {name: _to_numpy(v) for name, v in zip(names, values)}
+        values = [inputs[name] for name in names]
+    else:
+        values = list(_as_positional(inputs))
+        if len(values) != len(names):
+            raise AccelError(
+                f"the ONNX model expects {len(names)} inputs {names}, got {len(values)}; "
+                "pass a dict keyed by those names or a tuple in that order"
+            )
+        if isinstance(inputs, Mapping):
+            log.warning(
+                "input names %s do not match the ONNX inputs %s; feeding by position",
+                list(inputs),
+                names,
+            )
+    feed = {}
+    for meta, value in zip(metas, values):
+        arr = _to_numpy(value)
+        want = _ORT_FLOAT_TYPES.get(getattr(meta, "type", ""))
+        if want is not None and arr.dtype.kind == "f" and arr.dtype != want:
+            arr = arr.astype(want)
+        feed[meta.name] = arr
+    return feed
 
 
 def _ort_session_threads(session: Any) -> int | None:
@@ -351,16 +369,20 @@ def _prepare(model: Any, inputs: Any, device: str, threads: int | None) -> _Prep
     if _is_ort_session(model):
         return _prepare_ort(lambda: model, inputs, None)
     if _is_loaded_model(model):
-        size = getattr(model, "size_bytes", None)
+        size = getattr(model, "size_bytes", None) or None  # 0 means "not computed"
+        prepare = getattr(model, "prepare_inputs", None)
+        casts = getattr(model, "input_casts", None)
+        if callable(prepare) and isinstance(inputs, Mapping):
+            inputs, casts = prepare(inputs), None  # the model's own device moves and casts
         if model.kind == "onnx" and callable(getattr(model, "session", None)):
             onnx_path = getattr(model, "onnx_path", None)
             if size is None and onnx_path is not None and Path(onnx_path).is_file():
                 size = Path(onnx_path).stat().st_size
-            fed = _move_inputs(inputs, "cpu", getattr(model, "input_casts", None))
+            fed = _move_inputs(inputs, "cpu", casts)
             return _prepare_ort(model.session, fed, size)
         module = getattr(model, "module", None)
         if model.kind == "torch" and module is not None:
-            moved = _move_inputs(inputs, device, getattr(model, "input_casts", None))
+            moved = _move_inputs(inputs, device, casts)
             args = _as_positional(moved)
             if size is None:
                 size = _module_size_bytes(module)

@@ -296,3 +296,41 @@ def test_environment_info_is_cheap_and_does_not_init_cuda():
     assert env["python"].count(".") == 2
     assert environment_info()["onnxruntime"]  # onnxruntime or onnxruntime-gpu
     assert not torch.cuda.is_initialized()
+
+
+def test_real_loaded_model_torch_and_onnx(onnx_path):
+    from accel.models import load_model
+
+    mlp = load_model("zoo:mlp")
+    inputs = mlp.example_inputs(batch=2)
+    r = benchmark(mlp, inputs, warmup=1, iters=3, threads=1)
+    assert r.runner == "torch"
+    assert r.size_bytes == mlp.size_bytes
+    assert r.batch_size == 2
+
+    tiny = load_model(str(onnx_path), "x:float32[batch,8]")
+    assert tiny.kind == "onnx"
+    r = benchmark(tiny, {"x": torch.randn(4, 8)}, warmup=1, iters=3)
+    assert r.runner == "onnxruntime"
+    assert r.batch_size == 4
+    assert r.size_bytes > 0
+
+
+def test_fp32_inputs_cast_to_fp16_onnx_inputs(tmp_path):
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "ident16",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["n", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, ["n", 3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    path = tmp_path / "ident16.onnx"
+    onnx.save(model, str(path))
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    # Without the cast ORT would reject float32 input for a float16 graph input.
+    r = benchmark(sess, {"x": torch.randn(6, 3)}, warmup=0, iters=2)
+    assert r.batch_size == 6 and r.iters == 2
