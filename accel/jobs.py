@@ -145,10 +145,87 @@ def analyze_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict
     return _to_dict(result)
 
 
+def model_info(model: Any) -> dict[str, Any]:
+    """JSON facts about a ``LoadedModel`` for people (the studio's Model panel)."""
+    info: dict[str, Any] = {
+        "source": model.source,
+        "kind": model.kind,
+        "format": model.format,
+        "input_spec": str(model.input_spec),
+        "inputs": [
+            {"name": t.name, "shape": list(t.shape), "dtype": t.dtype}
+            for t in model.input_spec.inputs
+        ],
+        "num_params": int(model.num_params),
+        "size_bytes": int(model.size_bytes),
+        "content_hash": model.content_hash,
+        "device": model.device,
+        "onnx_path": str(model.onnx_path) if model.onnx_path else None,
+        "class_name": type(model.module).__name__ if model.module is not None else "",
+    }
+    if model.module is not None:
+        dtypes: dict[str, int] = {}
+        for p in model.module.parameters():
+            key = str(p.dtype).removeprefix("torch.")
+            dtypes[key] = dtypes.get(key, 0) + p.numel()
+        info["param_dtypes"] = dtypes
+    return info
+
+
+def inspect_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
+    """params: ``model`` (source), optional ``input_spec``, ``trust_pickle``, ``graph``
+    (default True). Returns ``{"info": model_info, "graph": Graph.to_dict() | None,
+    "graph_error": str | None}``: a model whose graph cannot be built still opens."""
+    from accel.models import InputSpec, load_model
+
+    spec = params.get("input_spec")
+    if spec is not None:
+        spec = InputSpec.parse(spec) if isinstance(spec, str) else InputSpec.from_dict(spec)
+    emit({"event": "progress", "index": -1, "fraction": 0.1, "message": "loading the model"})
+    model = load_model(params["model"], spec, trust_pickle=bool(params.get("trust_pickle")))
+    out: dict[str, Any] = {"info": model_info(model), "graph": None, "graph_error": None}
+    if params.get("graph", True) and not cancel():
+        emit({"event": "progress", "index": -1, "fraction": 0.5, "message": "building the graph"})
+        try:
+            from accel.graph import graph_from_model
+
+            out["graph"] = graph_from_model(model).to_dict()
+        except Exception as exc:  # the model still opens; the view says why there is no graph
+            log.warning("no graph for %s: %s", params["model"], exc)
+            out["graph_error"] = f"{type(exc).__name__}: {exc}"
+    return out
+
+
+def export_onnx_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
+    """params: ``model``, optional ``input_spec``, ``out`` (.onnx path). An ONNX model
+    returns its own file. Returns ``{"path": str}``."""
+    import torch
+
+    from accel.models import InputSpec, load_model
+
+    spec = params.get("input_spec")
+    if spec is not None:
+        spec = InputSpec.parse(spec) if isinstance(spec, str) else InputSpec.from_dict(spec)
+    model = load_model(params["model"], spec, trust_pickle=bool(params.get("trust_pickle")))
+    if model.kind == "onnx":
+        return {"path": str(model.onnx_path)}
+    out = Path(params["out"])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    inputs = model.prepare_inputs(model.example_inputs())
+    emit({"event": "progress", "index": -1, "fraction": 0.3, "message": "exporting to ONNX"})
+    with torch.inference_mode(False), torch.no_grad():
+        torch.onnx.export(
+            model.module, tuple(inputs.values()), str(out), input_names=list(inputs), dynamo=True
+        )
+    return {"path": str(out)}
+
+
 JOBS: dict[str, Job] = {
     "run_recipe": run_recipe_job,
     "profile": profile_job,
     "analyze": analyze_job,
+    "inspect": inspect_job,
+    "export_onnx": export_onnx_job,
 }
 
 

@@ -1,0 +1,316 @@
+"""Services: the worker pool, the store and the controllers the panels call.
+
+Every panel gets ``(state: AppState, services: Services, parent=None)``. Panels read
+``state`` and call the controller methods here; results land in ``state`` (which
+emits its change signals) and in the signals below. Everything heavy runs in
+worker processes (``studio.workers``) or Python threads: no controller method
+blocks the GUI thread.
+
+Controllers:
+- ``open_model(source, input_spec=None)``: job ``inspect`` -> ``state.set_model`` and
+  ``state.set_graph``; failures -> ``state.modelFailed`` and ``jobFailed``.
+- ``profile_current()``: job ``profile`` -> ``state.set_profile`` (also stored in the db).
+- ``run_recipe(recipe=None)``: job ``run_recipe`` on ``state.recipe`` by default; the pool
+  records it in the store; ``runQueued(job_id, run_id)`` then ``runFinished(job_id, outcome)``.
+- ``export_onnx()``: job ``export_onnx`` of the current torch model (for Netron).
+- ``cancel(job_id)``.
+
+Signals of the pool itself (every job, every event) are on ``services.bridge``
+(``studio.workers.qt_bridge.PoolBridge``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+from studio.state import AppState
+from studio.workers import JobOutcome, WorkerPool
+from studio.workers.qt_bridge import PoolBridge
+
+log = logging.getLogger(__name__)
+
+
+def _outcome_message(outcome: JobOutcome | None) -> str:
+    if outcome is None:
+        return "the job was cancelled before it started"
+    msg = outcome.error or outcome.status
+    if outcome.status == "crashed" and outcome.log_tail:
+        msg += "\n\n" + "\n".join(outcome.log_tail.splitlines()[-8:])
+    return msg
+
+
+class Services(QObject):
+    """Worker pool + store + controllers. Create one per window (tests create their own)."""
+
+    modelOpened = Signal(str)  # source: state.model_info and state.graph are set
+    profileReady = Signal()  # state.profile is set
+    onnxExported = Signal(str)  # path of the ONNX export of the current model
+    runQueued = Signal(str, str)  # job_id, run_id ("" without a store)
+    runFinished = Signal(str, object)  # job_id, JobOutcome
+    jobFailed = Signal(str, str)  # job kind, message for the user
+    jobProgress = Signal(str, str, float, str)  # job_id, kind, fraction, message
+    busyChanged = Signal(int)  # jobs queued or running
+
+    def __init__(
+        self,
+        state: AppState,
+        *,
+        db: str | None = None,
+        pool: WorkerPool | None = None,
+        repo: Any = None,
+        open_store: bool = True,
+        cpu_workers: int = 2,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.state = state
+        self.db = db
+        self.repo = repo
+        if self.repo is None and open_store:
+            try:
+                from studio.store import Repository
+
+                self.repo = Repository.open(db)
+            except Exception as exc:  # the studio still opens models without a database
+                log.exception("could not open the database %s", db)
+                state.status.emit(f"database unavailable: {exc}")
+        self._owns_pool = pool is None
+        # No GPU detection in the GUI process: the pool's detect_gpus uses nvidia-smi only.
+        self.pool = pool or WorkerPool(self.repo, cpu_workers=cpu_workers)
+        self.bridge = PoolBridge(self.pool, self)
+        self.bridge.busyChanged.connect(self.busyChanged)
+        self.bridge.jobEvent.connect(self._on_event)
+        self.bridge.jobFinished.connect(self._on_finished)
+        self._kinds: dict[str, str] = {}  # job_id -> controller ("open", "profile", ...)
+        self._context: dict[str, dict[str, Any]] = {}
+        self._latest: dict[str, str] = {}  # controller -> newest job id (older results dropped)
+
+    # -- facts for the status bar ---------------------------------------------------------
+    @property
+    def db_path(self) -> str:
+        """The database file (or URL) in use; "" when there is none."""
+        if self.repo is None:
+            return ""
+        try:
+            from studio.store.db import sqlite_path
+
+            p = sqlite_path(self.repo.url)
+            return str(p) if p is not None else self.repo.url
+        except Exception:
+            return str(getattr(self.repo, "url", ""))
+
+    @property
+    def device(self) -> str:
+        lanes = [lane.name for lane in self.pool.lanes]
+        return ", ".join(lanes)
+
+    @property
+    def busy(self) -> int:
+        return self.bridge.busy
+
+    def data_dir(self) -> Path:
+        try:
+            from studio.store.db import data_dir
+
+            d = Path(data_dir())
+        except Exception:
+            d = Path.home() / ".accel-studio"
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    # -- controllers ----------------------------------------------------------------------
+    def _submit(self, controller: str, kind: str, params: dict[str, Any], **kw: Any) -> str:
+        handle = self.pool.submit(kind, params, **kw)
+        self._kinds[handle.job_id] = controller
+        self._latest[controller] = handle.job_id
+        return handle.job_id
+
+    def open_model(self, source: str, input_spec: str | None = None) -> str:
+        """Load ``source`` in a worker: model info + graph land in ``state``. Returns the job id."""
+        source = source.strip()
+        params: dict[str, Any] = {"model": source}
+        if input_spec:
+            params["input_spec"] = input_spec
+        job_id = self._submit("open", "inspect", params, device="cpu", priority=10)
+        self._context[job_id] = {"source": source, "input_spec": input_spec}
+        self.state.modelLoading.emit(source)
+        self.state.status.emit(f"opening {source}…")
+        return job_id
+
+    def profile_current(self, **profile_kwargs: Any) -> str | None:
+        """Profile the current model in a worker; the result lands in ``state.profile``."""
+        st = self.state
+        if not st.model_source:
+            self.jobFailed.emit("profile", "open a model first")
+            return None
+        trace = self.data_dir() / "traces" / "last_profile_trace.json"
+        trace.parent.mkdir(parents=True, exist_ok=True)
+        params: dict[str, Any] = {"model": st.model_source, "trace_path": str(trace)}
+        if st.input_spec:
+            params["input_spec"] = st.input_spec
+        params.update(profile_kwargs)
+        job_id = self._submit("profile", "profile", params, device="cpu", priority=5)
+        self._context[job_id] = {"source": st.model_source, "input_spec": st.input_spec}
+        st.status.emit(f"profiling {st.model_source}…")
+        return job_id
+
+    def run_recipe(self, recipe: Any = None, **submit_kwargs: Any) -> str:
+        """Run ``recipe`` (default: ``state.recipe``) in a worker; the pool records it."""
+        recipe = recipe if recipe is not None else self.state.recipe
+        data = recipe.to_dict() if hasattr(recipe, "to_dict") else dict(recipe)
+        source = (data.get("model") or {}).get("source") or self.state.model_source
+        handle = self.pool.submit(
+            "run_recipe",
+            {"recipe": data},
+            model_source=source,
+            recipe=data,
+            name=str(data.get("name") or ""),
+            **submit_kwargs,
+        )
+        self._kinds[handle.job_id] = "run"
+        self.runQueued.emit(handle.job_id, handle.run_id or "")
+        if handle.run_id:
+            self.state.current_run_id = handle.run_id
+            self.state.currentRunChanged.emit(handle.run_id)
+        self.state.runsChanged.emit()
+        self.state.status.emit(f"running recipe {data.get('name') or ''}…")
+        return handle.job_id
+
+    def export_onnx(self) -> str | None:
+        """Export the current torch model to ONNX in a worker (for Netron)."""
+        st = self.state
+        if not st.model_source:
+            return None
+        out = self.data_dir() / "exports" / f"{_safe_name(st.model_source)}.onnx"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        params: dict[str, Any] = {"model": st.model_source, "out": str(out)}
+        if st.input_spec:
+            params["input_spec"] = st.input_spec
+        job_id = self._submit("export", "export_onnx", params, device="cpu")
+        self._context[job_id] = {"source": st.model_source}
+        st.status.emit("exporting to ONNX…")
+        return job_id
+
+    def cancel(self, job_id: str) -> None:
+        self.pool.cancel(job_id)
+
+    # -- results --------------------------------------------------------------------------
+    def _on_event(self, job_id: str, event: dict) -> None:
+        kind = self._kinds.get(job_id)
+        if kind is None:
+            return
+        if event.get("event") == "progress":
+            self.jobProgress.emit(
+                job_id, kind, float(event.get("fraction") or 0.0), str(event.get("message") or "")
+            )
+        if kind == "run":
+            self.state.runsChanged.emit()
+
+    def _on_finished(self, job_id: str, outcome: JobOutcome | None) -> None:
+        kind = self._kinds.pop(job_id, None)
+        ctx = self._context.pop(job_id, {})
+        if kind is None:
+            return
+        if kind == "run":
+            self.runFinished.emit(job_id, outcome)
+            self.state.runsChanged.emit()
+            status = outcome.status if outcome else "cancelled"
+            self.state.status.emit(f"run {status}")
+            return
+        if self._latest.get(kind) != job_id:
+            return  # a newer request of the same kind superseded this one
+        if outcome is None or not outcome.ok:
+            msg = _outcome_message(outcome)
+            if kind == "open":
+                self.state.modelFailed.emit(f"could not open {ctx.get('source')}: {msg}")
+            self.jobFailed.emit(kind, msg)
+            self.state.status.emit(f"{kind} failed: {msg.splitlines()[0] if msg else ''}")
+            return
+        result = outcome.result
+        if kind == "open":
+            self._apply_open(ctx, result)
+        elif kind == "profile":
+            if ctx.get("source") != self.state.model_source:
+                return  # the model changed while profiling
+            from accel.profile import ModelProfile
+
+            prof = ModelProfile.from_dict(result)
+            self.state.set_profile(prof)
+            self.profileReady.emit()
+            self.state.status.emit(
+                f"profiled {ctx.get('source')}: {prof.total_ms:.2f} ms per forward"
+            )
+            self._record_profile(prof, ctx)
+        elif kind == "export":
+            path = str(result.get("path") or "")
+            self.state.model_info = {**self.state.model_info, "onnx_export": path}
+            self.onnxExported.emit(path)
+            self.state.status.emit(f"exported {path}")
+
+    def _apply_open(self, ctx: dict[str, Any], result: dict[str, Any]) -> None:
+        from accel.graph import Graph
+
+        info = dict(result.get("info") or {})
+        if result.get("graph_error"):
+            info["graph_error"] = result["graph_error"]
+        source = ctx["source"]
+        self.state.set_model(source, info, info.get("input_spec") or ctx.get("input_spec"))
+        graph = result.get("graph")
+        self.state.set_graph(Graph.from_dict(graph) if graph else None)
+        self.modelOpened.emit(source)
+        self.state.status.emit(f"opened {source}")
+
+    def _record_profile(self, prof: Any, ctx: dict[str, Any]) -> None:
+        repo = self.repo
+        if repo is None:
+            return
+        info = self.state.model_info
+        rows = [
+            {
+                "name": r.name,
+                "op_type": r.type,
+                "time_ms": r.self_ms,
+                "percent": 100.0 * r.share,
+                "flops": r.flops,
+                "params": r.params,
+                "memory_bytes": r.output_bytes,
+                "inclusive_ms": r.inclusive_ms,
+            }
+            for r in prof.rows
+        ]
+
+        def work() -> None:
+            try:
+                repo.record_profile(
+                    rows,
+                    model_source=ctx.get("source"),
+                    model_kind=info.get("kind", prof.kind),
+                    model_hash=info.get("content_hash", ""),
+                    input_spec=info.get("input_spec") or "",
+                    device=prof.device,
+                    summary={"total_ms": prof.total_ms, "total_flops": prof.total_flops},
+                )
+            except Exception:
+                log.exception("could not store the profile")
+
+        # SQLite writes can wait on a busy lock: never on the GUI thread.
+        threading.Thread(target=work, name="record-profile", daemon=True).start()
+
+    # -- lifetime -------------------------------------------------------------------------
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Cancel running jobs, stop the pool (when it is ours) and close the store."""
+        self.bridge.close()
+        if self._owns_pool:
+            self.pool.shutdown(cancel=True, timeout=timeout)
+        if self.repo is not None and hasattr(self.repo, "close"):
+            self.repo.close()
+
+
+def _safe_name(source: str) -> str:
+    keep = "".join(c if c.isalnum() or c in "-_." else "_" for c in source)
+    return keep.strip("._")[-80:] or "model"
