@@ -23,7 +23,7 @@ import platformdirs
 from filelock import FileLock
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.pool import NullPool
+from sqlalchemy.pool import StaticPool
 
 log = logging.getLogger(__name__)
 
@@ -78,12 +78,15 @@ def make_engine(url: str, *, foreign_keys: bool = True) -> Engine:
     """An engine with the studio's connection settings (no migrations)."""
     u = make_url(url)
     if u.get_backend_name() == "sqlite":
-        # NullPool: each session gets its own connection, closed afterwards, so no
-        # connection outlives a fork and WAL checkpoints are not held back.
+        # Pooled connections: closing the last connection of a WAL database checkpoints
+        # and deletes the WAL file, which costs an fsync per transaction.
+        kw: dict[str, object] = {}
+        if sqlite_path(url) is None:
+            kw["poolclass"] = StaticPool  # in-memory: one shared connection
         engine = create_engine(
             url,
-            poolclass=NullPool,
             connect_args={"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
+            **kw,
         )
         _install_sqlite_hooks(engine, foreign_keys=foreign_keys)
         return engine
