@@ -28,6 +28,7 @@ from accel.events import (
     StepFinished,
     StepStarted,
 )
+from accel.errors import RecipeError
 from accel.recipe import Recipe, load_recipe
 
 log = logging.getLogger(__name__)
@@ -158,6 +159,10 @@ def run_recipe(
     emit = on_event or (lambda e: None)
     is_cancelled = _cancel_fn(cancel)
     recipe = load_recipe(recipe)
+    if not recipe.enabled_steps():
+        raise RecipeError(
+            "the recipe has no enabled steps; add at least one step (see `studio passes`)"
+        )
     if model_source:
         recipe = recipe.model_copy(update={"model": recipe.model.model_copy(update={"source": model_source})})
     if device:

@@ -1,0 +1,37 @@
+# Two commands on a fresh machine: `make run` and `make test`. Both create .venv when it
+# is missing and install the project (with its dev tools) into it.
+PYTHON ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The torch build to install first. Empty: whatever `torch>=2.6` resolves to (the normal
+# dependency). CI sets TORCH_SPEC=torch==2.13.0, a CPU build that lies on local disk here.
+TORCH_SPEC ?=
+PYTEST_ARGS ?=
+
+.PHONY: run test lint venv clean bench screenshots
+
+$(BIN)/studio: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	if [ -n "$(TORCH_SPEC)" ]; then $(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"; fi
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(BIN)/studio
+
+venv: $(BIN)/studio
+
+run: venv
+	$(BIN)/studio
+
+lint: venv
+	$(BIN)/ruff check accel studio tests bench
+	$(BIN)/ruff format --check accel studio tests bench
+	$(BIN)/lint-imports
+
+test: lint
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: venv
+	for f in bench/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
