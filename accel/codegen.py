@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 import textwrap
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from accel.errors import RecipeError
@@ -164,7 +164,12 @@ def _spec_code(spec: InputSpec, fn_name: str = "make_inputs") -> str:
         "    out = {}",
     ]
     for t in spec.inputs:
-        shape = "(" + ", ".join(f"dims[{d!r}]" if isinstance(d, str) else str(d) for d in t.shape) + ("," if len(t.shape) == 1 else "") + ")"
+        shape = (
+            "("
+            + ", ".join(f"dims[{d!r}]" if isinstance(d, str) else str(d) for d in t.shape)
+            + ("," if len(t.shape) == 1 else "")
+            + ")"
+        )
         if t.dtype == "bool":
             expr = f"torch.randint(0, 2, {shape}, generator=gen).bool()"
         elif is_floating(t.dtype):
@@ -218,7 +223,12 @@ def _model_code(recipe: Recipe, spec: InputSpec) -> tuple[list[str], str, str]:
             ]
         stmt += ["model = model.eval()", 'kind = "torch"']
     elif target.lower().endswith(".onnx"):
-        stmt = [f"onnx_path = Path({target!r})", 'kind = "onnx"', "model = None", "session = make_session(onnx_path)"]
+        stmt = [
+            f"onnx_path = Path({target!r})",
+            'kind = "onnx"',
+            "model = None",
+            "session = make_session(onnx_path)",
+        ]
     elif target.lower().endswith(".pt2"):
         stmt = [f"model = torch.export.load({target!r}).module()", 'kind = "torch"']
     elif target.lower().endswith((".pt", ".ts", ".jit", ".pth")) and ":" not in target:
@@ -238,7 +248,9 @@ def _model_code(recipe: Recipe, spec: InputSpec) -> tuple[list[str], str, str]:
             stmt = [f"model = {fn}({kw}).eval()"]
         stmt.append('kind = "torch"')
     if weights:
-        stmt.append(f"model.load_state_dict(torch.load({weights!r}, map_location='cpu', weights_only=True))")
+        stmt.append(
+            f"model.load_state_dict(torch.load({weights!r}, map_location='cpu', weights_only=True))"
+        )
     stmt.append("if kind == 'torch':\n    model = model.to(device)")
     return imports, defs, "\n".join(stmt)
 
@@ -282,7 +294,7 @@ def recipe_to_script(recipe: Recipe | dict[str, Any] | str) -> str:
         )
     g = recipe.gates
     b = recipe.benchmark
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     seed = recipe.seed
     dims = dict(b.dims)
     parts = [

@@ -27,31 +27,51 @@ class _Strict(BaseModel):
 
 
 class ModelRef(_Strict):
-    source: str = Field(description="model source: zoo:NAME, file.onnx, model.pt2, pkg.mod:factory, ...")
-    input_spec: str | None = Field(None, description="input spec, e.g. 'x:float32[batch,3,224,224]'; default: the model's own")
-    trust_pickle: bool = Field(False, description="allow full unpickling of .pt files (runs code in the file)")
+    source: str = Field(
+        description="model source: zoo:NAME, file.onnx, model.pt2, pkg.mod:factory, ..."
+    )
+    input_spec: str | None = Field(
+        None, description="input spec, e.g. 'x:float32[batch,3,224,224]'; default: the model's own"
+    )
+    trust_pickle: bool = Field(
+        False, description="allow full unpickling of .pt files (runs code in the file)"
+    )
 
 
 class Gates(_Strict):
     rtol: float = Field(1e-3, ge=0, description="relative tolerance of allclose")
     atol: float = Field(1e-4, ge=0, description="absolute tolerance of allclose")
-    min_cosine: float | None = Field(0.999, ge=-1, le=1, description="an output also passes with cosine similarity at least this")
-    min_top1: float | None = Field(None, ge=0, le=1, description="minimum top-1 agreement for logits outputs")
-    max_accuracy_drop: float | None = Field(None, ge=0, le=1, description="maximum accuracy drop vs the original (needs eval data)")
+    min_cosine: float | None = Field(
+        0.999, ge=-1, le=1, description="an output also passes with cosine similarity at least this"
+    )
+    min_top1: float | None = Field(
+        None, ge=0, le=1, description="minimum top-1 agreement for logits outputs"
+    )
+    max_accuracy_drop: float | None = Field(
+        None, ge=0, le=1, description="maximum accuracy drop vs the original (needs eval data)"
+    )
 
 
 class BenchSettings(_Strict):
     warmup: int = Field(5, ge=0, description="untimed iterations before timing")
     iters: int = Field(30, ge=1, description="timed iterations")
-    threads: int | None = Field(None, ge=1, description="torch / ORT intra-op threads (default: library default)")
-    dims: dict[str, int] = Field(default_factory=dict, description="symbolic dim values for benchmarking, e.g. {batch: 8}")
+    threads: int | None = Field(
+        None, ge=1, description="torch / ORT intra-op threads (default: library default)"
+    )
+    dims: dict[str, int] = Field(
+        default_factory=dict, description="symbolic dim values for benchmarking, e.g. {batch: 8}"
+    )
 
 
 class DataConfig(_Strict):
-    calibration: str | None = Field(None, description="calibration data: 'synthetic', file.npz, file.pt or pkg.mod:function")
+    calibration: str | None = Field(
+        None, description="calibration data: 'synthetic', file.npz, file.pt or pkg.mod:function"
+    )
     calibration_batches: int = Field(8, ge=1, description="calibration batches to use")
     train: str | None = Field(None, description="labelled data for QAT / fine-tuning (same forms)")
-    eval: str | None = Field(None, description="labelled evaluation data; enables accuracy per step")
+    eval: str | None = Field(
+        None, description="labelled evaluation data; enables accuracy per step"
+    )
     metric: str = Field("top1", description="'top1' or pkg.mod:function(outputs, labels) -> float")
 
 
@@ -60,7 +80,9 @@ class Step(_Strict):
     params: dict[str, Any] = Field(default_factory=dict)
     enabled: bool = True
     name: str | None = Field(None, description="label shown in tables (default: the pass name)")
-    gates: Gates | None = Field(None, description="gates for this step only (default: the recipe's)")
+    gates: Gates | None = Field(
+        None, description="gates for this step only (default: the recipe's)"
+    )
 
     @property
     def label(self) -> str:
@@ -102,6 +124,7 @@ class Recipe(_Strict):
 
 
 # -- migrations -----------------------------------------------------------------------------
+
 
 def _v0_to_v1(d: dict[str, Any]) -> dict[str, Any]:
     """v0 (no schema_version): ``model`` was a string and steps lived under ``passes``
@@ -147,6 +170,7 @@ def migrate(d: Mapping[str, Any]) -> dict[str, Any]:
 
 # -- load / save / validate -----------------------------------------------------------------
 
+
 def read_recipe_file(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
@@ -160,13 +184,19 @@ def read_recipe_file(path: str | Path) -> dict[str, Any]:
 
             data = yaml.safe_load(text)
     except Exception as exc:
-        raise RecipeError(f"{p}: not valid {'JSON' if p.suffix.lower() == '.json' else 'YAML'}: {exc}") from None
+        raise RecipeError(
+            f"{p}: not valid {'JSON' if p.suffix.lower() == '.json' else 'YAML'}: {exc}"
+        ) from None
     if not isinstance(data, Mapping):
-        raise RecipeError(f"{p}: a recipe is a mapping with model, steps, gates...; got {type(data).__name__}")
+        raise RecipeError(
+            f"{p}: a recipe is a mapping with model, steps, gates...; got {type(data).__name__}"
+        )
     return dict(data)
 
 
-def load_recipe(source: str | Path | Mapping[str, Any] | Recipe, *, check_passes: bool = True) -> Recipe:
+def load_recipe(
+    source: str | Path | Mapping[str, Any] | Recipe, *, check_passes: bool = True
+) -> Recipe:
     """Read (path or dict), migrate and validate a recipe."""
     if isinstance(source, Recipe):
         data = source.to_dict()
@@ -194,7 +224,11 @@ def validate_steps(recipe: Recipe) -> None:
             cls = get_pass(step.pass_name)
         except PassError:
             close = difflib.get_close_matches(step.pass_name, pass_names(), n=3, cutoff=0.5)
-            hint = f" Did you mean: {', '.join(close)}?" if close else f" Known passes: {', '.join(pass_names())}"
+            hint = (
+                f" Did you mean: {', '.join(close)}?"
+                if close
+                else f" Known passes: {', '.join(pass_names())}"
+            )
             raise RecipeError(f"{where}: unknown pass {step.pass_name!r}.{hint}") from None
         try:
             cls.parse_config(step.params)
@@ -230,7 +264,9 @@ def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
         ann = f.annotation
         args = getattr(ann, "__args__", None)
         candidates = [ann, *(args or [])]
-        current = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        current = next(
+            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
+        )
         if current is None:
             return []
     return [f.alias or n for n, f in current.model_fields.items()]

@@ -13,11 +13,11 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from accel.errors import AccelError, Cancelled, PassError
+from accel.errors import AccelError, Cancelled, PassError, RecipeError
 from accel.events import (
     Event,
     Log,
@@ -28,7 +28,6 @@ from accel.events import (
     StepFinished,
     StepStarted,
 )
-from accel.errors import RecipeError
 from accel.recipe import Recipe, load_recipe
 
 log = logging.getLogger(__name__)
@@ -77,7 +76,7 @@ def _cancel_fn(cancel: CancelLike) -> Callable[[], bool]:
 
 
 def default_run_dir(recipe: Recipe, root: str | Path | None = None) -> Path:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S-%f")
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in recipe.name)[:40]
     return Path(root or "runs") / f"{stamp}-{safe}"
 
@@ -127,13 +126,17 @@ def normalize_outputs(outputs: Any) -> Any:
     return outputs
 
 
-def measure(model: Any, inputs: dict[str, Any], recipe: Recipe, device: str) -> dict[str, float | None]:
+def measure(
+    model: Any, inputs: dict[str, Any], recipe: Recipe, device: str
+) -> dict[str, float | None]:
     from accel.bench import benchmark
 
     b = recipe.benchmark
     res = benchmark(model, inputs, device=device, warmup=b.warmup, iters=b.iters, threads=b.threads)
     metrics = dict(res.metrics())
-    metrics["size_bytes"] = float(getattr(model, "size_bytes", 0) or metrics.get("size_bytes") or 0) or None
+    metrics["size_bytes"] = (
+        float(getattr(model, "size_bytes", 0) or metrics.get("size_bytes") or 0) or None
+    )
     metrics["num_params"] = float(getattr(model, "num_params", 0) or 0) or None
     return metrics
 
@@ -164,7 +167,9 @@ def run_recipe(
             "the recipe has no enabled steps; add at least one step (see `studio passes`)"
         )
     if model_source:
-        recipe = recipe.model_copy(update={"model": recipe.model.model_copy(update={"source": model_source})})
+        recipe = recipe.model_copy(
+            update={"model": recipe.model.model_copy(update={"source": model_source})}
+        )
     if device:
         recipe = recipe.model_copy(update={"device": device})
     device = recipe.device
@@ -178,14 +183,22 @@ def run_recipe(
         msg = str(exc) if isinstance(exc, AccelError) else f"{type(exc).__name__}: {exc}"
         result.status, result.error = "failed", msg
         result.duration_s = time.perf_counter() - t_run
-        emit(RunFailed(error=msg, error_type=type(exc).__name__, index=index,
-                       traceback="" if isinstance(exc, AccelError) else traceback.format_exc()))
+        emit(
+            RunFailed(
+                error=msg,
+                error_type=type(exc).__name__,
+                index=index,
+                traceback="" if isinstance(exc, AccelError) else traceback.format_exc(),
+            )
+        )
         return result
 
     def cancelled() -> RunResult:
         result.status = "cancelled"
         result.duration_s = time.perf_counter() - t_run
-        emit(RunFinished(status="cancelled", duration_s=result.duration_s, summary=_summary(result)))
+        emit(
+            RunFinished(status="cancelled", duration_s=result.duration_s, summary=_summary(result))
+        )
         return result
 
     torch.manual_seed(recipe.seed)
@@ -193,7 +206,10 @@ def run_recipe(
     try:
         emit(Progress(index=-1, fraction=0.0, message=f"loading {recipe.model.source}"))
         original = load_model(
-            recipe.model.source, recipe.model.input_spec, trust_pickle=recipe.model.trust_pickle, device=device
+            recipe.model.source,
+            recipe.model.input_spec,
+            trust_pickle=recipe.model.trust_pickle,
+            device=device,
         )
         inputs = original.input_spec.sample(seed=recipe.seed, dims=recipe.benchmark.dims or None)
         data = _build_data(recipe, original)
@@ -211,10 +227,18 @@ def run_recipe(
         return fail(exc, None)
     result.baseline = baseline
     enabled = recipe.enabled_steps()
-    emit(RunStarted(
-        run_dir=str(run_dir.resolve()), model_source=recipe.model.source, model_kind=original.kind,
-        device=device, recipe=recipe.to_dict(), environment=env, num_steps=len(enabled), baseline=baseline,
-    ))
+    emit(
+        RunStarted(
+            run_dir=str(run_dir.resolve()),
+            model_source=recipe.model.source,
+            model_kind=original.kind,
+            device=device,
+            recipe=recipe.to_dict(),
+            environment=env,
+            num_steps=len(enabled),
+            baseline=baseline,
+        )
+    )
 
     # Passes may change the module they get in place; keep the original intact for passes
     # that need it (sensitivity, QAT) by handing the first step a copy.
@@ -227,10 +251,18 @@ def run_recipe(
         step_dir = run_dir / f"step_{index:02d}_{step.pass_name}"
         step_dir.mkdir(parents=True, exist_ok=True)
         ctx = PassContext(
-            inputs=inputs, device=device, work_dir=step_dir, step_index=index, seed=recipe.seed,
+            inputs=inputs,
+            device=device,
+            work_dir=step_dir,
+            step_index=index,
+            seed=recipe.seed,
             progress_cb=lambda f, m, i=index: emit(Progress(index=i, fraction=f, message=m)),
-            cancel_cb=is_cancelled, calibration=data.get("calibration"), train_data=data.get("train"),
-            eval_data=data.get("eval"), original=original, recipe=recipe,
+            cancel_cb=is_cancelled,
+            calibration=data.get("calibration"),
+            train_data=data.get("train"),
+            eval_data=data.get("eval"),
+            original=original,
+            recipe=recipe,
         )
         try:
             pass_cls = get_pass(step.pass_name)
@@ -246,7 +278,9 @@ def run_recipe(
             outputs = normalize_outputs(new_model.forward(inputs))
             torch.save(outputs, step_dir / "outputs.pt")
             report = compare(reference, outputs, Tolerances(**_tol(recipe.gates_for(step))))
-            (step_dir / "parity.json").write_text(__import__("json").dumps(report.to_dict(), indent=2))
+            (step_dir / "parity.json").write_text(
+                __import__("json").dumps(report.to_dict(), indent=2)
+            )
             emit(Progress(index=index, fraction=0.95, message="benchmarking"))
             metrics = measure(new_model, inputs, recipe, device)
             metrics.update(ctx.metrics)
@@ -261,7 +295,9 @@ def run_recipe(
                     metrics["accuracy_drop"] = baseline_acc - acc
                     if drop is not None and baseline_acc - acc > drop:
                         status = "gate_failed"
-                        ctx.warn(f"accuracy dropped {baseline_acc - acc:.4f} > max_accuracy_drop {drop}")
+                        ctx.warn(
+                            f"accuracy dropped {baseline_acc - acc:.4f} > max_accuracy_drop {drop}"
+                        )
             artifacts = [file_artifact(a["path"], a["kind"]) for a in ctx.artifacts]
             artifacts.append(file_artifact(step_dir / "outputs.pt", "outputs"))
             artifacts.append(file_artifact(step_dir / "parity.json", "parity_report"))
@@ -269,28 +305,79 @@ def run_recipe(
             return cancelled()
         except Exception as exc:  # noqa: BLE001 - a failing step ends the run with its message
             duration = time.perf_counter() - t0
-            msg = str(exc) if isinstance(exc, AccelError) else f"{step.pass_name} failed: {type(exc).__name__}: {exc}"
+            msg = (
+                str(exc)
+                if isinstance(exc, AccelError)
+                else f"{step.pass_name} failed: {type(exc).__name__}: {exc}"
+            )
             if not isinstance(exc, AccelError):
                 log.debug("pass %s crashed", step.pass_name, exc_info=True)
-            sr = StepResult(index, step.pass_name, step.label, step.params, "failed", duration,
-                            details=ctx.details, error=msg)
+            sr = StepResult(
+                index,
+                step.pass_name,
+                step.label,
+                step.params,
+                "failed",
+                duration,
+                details=ctx.details,
+                error=msg,
+            )
             result.steps.append(sr)
-            emit(StepFinished(index=index, pass_name=step.pass_name, status="failed", duration_s=duration,
-                              metrics={}, parity=None, artifacts=[], details=_jsonable(ctx.details), error=msg))
+            emit(
+                StepFinished(
+                    index=index,
+                    pass_name=step.pass_name,
+                    status="failed",
+                    duration_s=duration,
+                    metrics={},
+                    parity=None,
+                    artifacts=[],
+                    details=_jsonable(ctx.details),
+                    error=msg,
+                )
+            )
             return fail(PassError(f"step {index + 1} ({step.label}): {msg}"), index)
         duration = time.perf_counter() - t0
-        sr = StepResult(index, step.pass_name, step.label, step.params, status, duration, metrics,
-                        report.to_dict(), artifacts, _jsonable(ctx.details))
+        sr = StepResult(
+            index,
+            step.pass_name,
+            step.label,
+            step.params,
+            status,
+            duration,
+            metrics,
+            report.to_dict(),
+            artifacts,
+            _jsonable(ctx.details),
+        )
         result.steps.append(sr)
-        emit(StepFinished(index=index, pass_name=step.pass_name, status=status, duration_s=duration,
-                          metrics=metrics, parity=report.to_dict(), artifacts=artifacts,
-                          details=sr.details))
+        emit(
+            StepFinished(
+                index=index,
+                pass_name=step.pass_name,
+                status=status,
+                duration_s=duration,
+                metrics=metrics,
+                parity=report.to_dict(),
+                artifacts=artifacts,
+                details=sr.details,
+            )
+        )
         if status == "gate_failed":
             why = report.first_failure or "accuracy gate"
-            emit(Log(level="warning", message=f"step {index + 1} ({step.label}) failed its gate: {why}", index=index))
+            emit(
+                Log(
+                    level="warning",
+                    message=f"step {index + 1} ({step.label}) failed its gate: {why}",
+                    index=index,
+                )
+            )
             if recipe.on_gate_fail == "stop":
                 result.model = new_model
-                return fail(PassError(f"step {index + 1} ({step.label}) failed its parity gate: {why}"), index)
+                return fail(
+                    PassError(f"step {index + 1} ({step.label}) failed its parity gate: {why}"),
+                    index,
+                )
         current = new_model
 
     result.status = "succeeded"
@@ -318,7 +405,9 @@ def _tol(g: Any) -> dict[str, Any]:
 
 
 def _summary(result: RunResult) -> dict[str, Any]:
-    last = next((s for s in reversed(result.steps) if s.status in ("succeeded", "gate_failed")), None)
+    last = next(
+        (s for s in reversed(result.steps) if s.status in ("succeeded", "gate_failed")), None
+    )
     return {
         "steps": len(result.steps),
         "final_speedup": (last.metrics.get("speedup") if last else None),
@@ -348,7 +437,9 @@ def _build_data(recipe: Recipe, model: Any) -> dict[str, Any]:
     for key in ("calibration", "train", "eval"):
         spec = getattr(d, key)
         if spec:
-            out[key] = make_data_source(spec, model.input_spec, seed=recipe.seed, require_labels=key != "calibration")
+            out[key] = make_data_source(
+                spec, model.input_spec, seed=recipe.seed, require_labels=key != "calibration"
+            )
     return out
 
 

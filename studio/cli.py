@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.command is None:
         args.command = "gui"
-        if "gui" not in parser._subparsers._group_actions[0].choices:  # noqa: SLF001
+        if "gui" not in parser._subparsers._group_actions[0].choices:
             parser.print_help()
             return 0
         args = parser.parse_args(["gui", *(argv or sys.argv[1:])])

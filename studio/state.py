@@ -56,7 +56,9 @@ class AppState(QObject):
         self.profile = None
         self.layer_parity = {}
         self.selected = ""
-        model = self.recipe.model.model_copy(update={"source": source, "input_spec": self.input_spec})
+        model = self.recipe.model.model_copy(
+            update={"source": source, "input_spec": self.input_spec}
+        )
         self.recipe = self.recipe.model_copy(update={"model": model})
         self.modelChanged.emit()
         self.recipeChanged.emit()
@@ -75,7 +77,9 @@ class AppState(QObject):
         self.recipe_path = path
         self.recipeChanged.emit()
 
-    def add_step(self, pass_name: str, params: dict[str, Any] | None = None, index: int | None = None) -> int:
+    def add_step(
+        self, pass_name: str, params: dict[str, Any] | None = None, index: int | None = None
+    ) -> int:
         """Append (or insert) a step; returns its index. Records a click as a recipe step."""
         steps = list(self.recipe.steps)
         step = Step.model_validate({"pass": pass_name, "params": params or {}})

@@ -5,7 +5,17 @@ from accel.models.inputs import Dim, InputSpec, TensorSpec
 from accel.models.loaded import LoadedModel
 from accel.models.sources import load_model, torch_stats
 
-__all__ = ["Dim", "InputSpec", "InputSpecError", "LoadedModel", "ModelLoadError", "TensorSpec", "ZOO", "load_model", "torch_stats"]
+__all__ = [
+    "Dim",
+    "InputSpec",
+    "InputSpecError",
+    "LoadedModel",
+    "ModelLoadError",
+    "TensorSpec",
+    "ZOO",
+    "load_model",
+    "torch_stats",
+]
 
 
 def __getattr__(name: str):

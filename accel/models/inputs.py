@@ -22,7 +22,18 @@ from accel.errors import InputSpecError
 if TYPE_CHECKING:
     import torch
 
-DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool")
+DTYPES = (
+    "float32",
+    "float16",
+    "bfloat16",
+    "float64",
+    "int64",
+    "int32",
+    "int16",
+    "int8",
+    "uint8",
+    "bool",
+)
 _ALIASES = {
     "float": "float32",
     "fp32": "float32",
@@ -117,7 +128,9 @@ class InputSpec:
 
     def __post_init__(self) -> None:
         if not self.inputs:
-            raise InputSpecError("an input spec needs at least one tensor, e.g. 'x:float32[batch,16]'")
+            raise InputSpecError(
+                "an input spec needs at least one tensor, e.g. 'x:float32[batch,16]'"
+            )
         names = [t.name for t in self.inputs]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
@@ -147,7 +160,9 @@ class InputSpec:
             part = part.strip()
             if not part:
                 continue
-            m_dim = re.fullmatch(rf"({_NAME})\s*=\s*(\d+)(?:\s*\.\.\s*(\d+))?(?:\s*:\s*(\d+))?", part)
+            m_dim = re.fullmatch(
+                rf"({_NAME})\s*=\s*(\d+)(?:\s*\.\.\s*(\d+))?(?:\s*:\s*(\d+))?", part
+            )
             if m_dim:
                 name, a, b, c = m_dim.groups()
                 if b is None:  # name=default
@@ -197,7 +212,9 @@ class InputSpec:
             lo = float(low) if low is not None else None
             hi = float(high) if high is not None else None
             if lo is not None and hi is not None and hi <= lo:
-                raise InputSpecError(_point(text, start, f"{name}: empty value range {low}..{high}"))
+                raise InputSpecError(
+                    _point(text, start, f"{name}: empty value range {low}..{high}")
+                )
             tensors.append(TensorSpec(name, tuple(shape), dtype, lo, hi))
         if not tensors:
             raise InputSpecError("no tensors in input spec; expected e.g. 'x:float32[batch,16]'")
@@ -216,10 +233,18 @@ class InputSpec:
     def to_dict(self) -> dict[str, Any]:
         return {
             "inputs": [
-                {"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "low": t.low, "high": t.high}
+                {
+                    "name": t.name,
+                    "shape": list(t.shape),
+                    "dtype": t.dtype,
+                    "low": t.low,
+                    "high": t.high,
+                }
                 for t in self.inputs
             ],
-            "dims": {k: {"default": d.default, "min": d.min, "max": d.max} for k, d in self.dims.items()},
+            "dims": {
+                k: {"default": d.default, "min": d.min, "max": d.max} for k, d in self.dims.items()
+            },
         }
 
     @classmethod
@@ -228,18 +253,26 @@ class InputSpec:
             inputs = tuple(
                 TensorSpec(
                     str(t["name"]),
-                    tuple(int(s) if isinstance(s, int) or str(s).isdigit() else str(s) for s in t["shape"]),
+                    tuple(
+                        int(s) if isinstance(s, int) or str(s).isdigit() else str(s)
+                        for s in t["shape"]
+                    ),
                     normalize_dtype(t.get("dtype", "float32")),
                     t.get("low"),
                     t.get("high"),
                 )
                 for t in d["inputs"]
             )
-            dims = {k: Dim(int(v["default"]), int(v.get("min", 1)), int(v.get("max", 64))) for k, v in d.get("dims", {}).items()}
+            dims = {
+                k: Dim(int(v["default"]), int(v.get("min", 1)), int(v.get("max", 64)))
+                for k, v in d.get("dims", {}).items()
+            }
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, InputSpecError):
                 raise
-            raise InputSpecError(f"malformed input spec mapping ({exc}); expected {{inputs: [{{name, shape, dtype}}], dims: {{...}}}}") from None
+            raise InputSpecError(
+                f"malformed input spec mapping ({exc}); expected {{inputs: [{{name, shape, dtype}}], dims: {{...}}}}"
+            ) from None
         return cls(inputs, dims)
 
     def __str__(self) -> str:
@@ -256,7 +289,9 @@ class InputSpec:
     def dynamic_dims(self) -> list[str]:
         return list(self.dims)
 
-    def concrete_shape(self, t: TensorSpec, dims: Mapping[str, int] | None = None) -> tuple[int, ...]:
+    def concrete_shape(
+        self, t: TensorSpec, dims: Mapping[str, int] | None = None
+    ) -> tuple[int, ...]:
         dims = dict(dims or {})
         out = []
         for d in t.shape:
@@ -272,13 +307,17 @@ class InputSpec:
         dims = dict(self.dims)
         for k, v in defaults.items():
             if k not in dims:
-                raise InputSpecError(f"no symbolic dim {k!r}; the spec has {', '.join(dims) or 'none'}")
+                raise InputSpecError(
+                    f"no symbolic dim {k!r}; the spec has {', '.join(dims) or 'none'}"
+                )
             d = dims[k]
             dims[k] = Dim(int(v), min(d.min, int(v)), max(d.max, int(v)))
         return InputSpec(self.inputs, dims)
 
     # -- data ----------------------------------------------------------------------------
-    def sample(self, seed: int = 0, dims: Mapping[str, int] | None = None) -> dict[str, torch.Tensor]:
+    def sample(
+        self, seed: int = 0, dims: Mapping[str, int] | None = None
+    ) -> dict[str, torch.Tensor]:
         """Deterministic sample inputs (same seed, same tensors)."""
         import torch
 

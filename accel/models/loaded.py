@@ -68,7 +68,9 @@ class LoadedModel:
         if self._session is None:
             from accel.models.onnx_io import create_session
 
-            self._session = create_session(self.onnx_path, self.providers, self.session_options, self.device)
+            self._session = create_session(
+                self.onnx_path, self.providers, self.session_options, self.device
+            )
         return self._session
 
     def forward(self, inputs: Mapping[str, Any]) -> Any:

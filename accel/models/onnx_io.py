@@ -36,7 +36,12 @@ def check_external_data(path: Path) -> list[Path]:
             continue
         info = {e.key: e.value for e in t.external_data}
         loc = info.get("location", "")
-        if not loc or Path(loc).is_absolute() or loc.startswith(("/", "\\")) or ".." in Path(loc).parts:
+        if (
+            not loc
+            or Path(loc).is_absolute()
+            or loc.startswith(("/", "\\"))
+            or ".." in Path(loc).parts
+        ):
             raise ModelLoadError(
                 f"{path}: tensor {t.name!r} points to external data {loc!r} outside the model's folder; "
                 "refused. Keep external data files next to the .onnx file with relative names."
@@ -48,7 +53,9 @@ def check_external_data(path: Path) -> list[Path]:
                 "(a link?); refused. Copy the data file into the model's folder."
             )
         if not target.is_file():
-            raise ModelLoadError(f"{path}: external data file {loc!r} for tensor {t.name!r} is missing")
+            raise ModelLoadError(
+                f"{path}: external data file {loc!r} for tensor {t.name!r} is missing"
+            )
         if target not in files:
             files.append(target)
     return files
@@ -74,7 +81,11 @@ def spec_from_onnx(path: Path) -> InputSpec:
             if d.HasField("dim_value") and d.dim_value > 0:
                 shape.append(int(d.dim_value))
             else:
-                name = d.dim_param if d.HasField("dim_param") and d.dim_param else f"{_safe(inp.name)}_dim{i}"
+                name = (
+                    d.dim_param
+                    if d.HasField("dim_param") and d.dim_param
+                    else f"{_safe(inp.name)}_dim{i}"
+                )
                 name = _safe(name)
                 shape.append(name)
         low = high = None
@@ -91,7 +102,9 @@ def _safe(name: str) -> str:
     return s if s and not s[0].isdigit() else f"d_{s}"
 
 
-def create_session(path: Path | None, providers: list[str] | None, options: dict[str, Any], device: str) -> Any:
+def create_session(
+    path: Path | None, providers: list[str] | None, options: dict[str, Any], device: str
+) -> Any:
     """Create an ORT session; CPU unless the device or providers say otherwise."""
     import onnxruntime as ort
 
@@ -118,7 +131,11 @@ def create_session(path: Path | None, providers: list[str] | None, options: dict
             so.profile_file_prefix = str(options["profile_prefix"])
     so.log_severity_level = 3
     if not providers:
-        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if device.startswith("cuda") else ["CPUExecutionProvider"]
+        providers = (
+            ["CUDAExecutionProvider", "CPUExecutionProvider"]
+            if device.startswith("cuda")
+            else ["CPUExecutionProvider"]
+        )
     available = set(ort.get_available_providers())
     chosen = [p for p in providers if p in available] or ["CPUExecutionProvider"]
     try:

@@ -34,7 +34,9 @@ from accel.models.loaded import LoadedModel
 
 log = logging.getLogger(__name__)
 
-_SOURCE_RE = re.compile(r"^(?P<target>[^()@]+?)(?:\((?P<kwargs>.*)\))?(?:@(?P<weights>[^@]+))?$", re.S)
+_SOURCE_RE = re.compile(
+    r"^(?P<target>[^()@]+?)(?:\((?P<kwargs>.*)\))?(?:@(?P<weights>[^@]+))?$", re.S
+)
 
 
 def load_model(
@@ -52,7 +54,9 @@ def load_model(
     """
     source = str(source).strip()
     if not source:
-        raise ModelLoadError("empty model source; give e.g. 'zoo:resnet', 'model.onnx' or 'pkg.mod:factory'")
+        raise ModelLoadError(
+            "empty model source; give e.g. 'zoo:resnet', 'model.onnx' or 'pkg.mod:factory'"
+        )
     try:
         spec = InputSpec.coerce(input_spec)
     except InputSpecError as exc:
@@ -82,7 +86,9 @@ def load_model(
                 f"model source {source!r} not found. Give a file (.onnx, .pt, .ts, .pt2), "
                 "a zoo model (zoo:mlp, zoo:resnet, zoo:transformer, zoo:lstm) or a factory (pkg.mod:factory)."
             )
-        raise ModelLoadError(f"unsupported model file type {suffix!r} for {source!r}; use .onnx, .pt, .ts or .pt2")
+        raise ModelLoadError(
+            f"unsupported model file type {suffix!r} for {source!r}; use .onnx, .pt, .ts or .pt2"
+        )
 
     if weights:
         _load_state_dict(lm, Path(weights), trust_pickle)
@@ -100,6 +106,7 @@ def load_model(
 
 # -- helpers ------------------------------------------------------------------------------
 
+
 def _parse_kwargs(text: str, source: str) -> dict[str, Any]:
     try:
         call = ast.parse(f"f({text})", mode="eval").body
@@ -114,11 +121,15 @@ def _parse_kwargs(text: str, source: str) -> dict[str, Any]:
         ) from None
 
 
-def _load_zoo(name: str, kwargs: dict[str, Any], spec: InputSpec | None, source: str) -> LoadedModel:
+def _load_zoo(
+    name: str, kwargs: dict[str, Any], spec: InputSpec | None, source: str
+) -> LoadedModel:
     from accel.models.zoo import ZOO, build_zoo_model
 
     if name not in ZOO:
-        raise ModelLoadError(f"unknown zoo model {name!r}; valid: {', '.join('zoo:' + n for n in ZOO)}")
+        raise ModelLoadError(
+            f"unknown zoo model {name!r}; valid: {', '.join('zoo:' + n for n in ZOO)}"
+        )
     try:
         module = build_zoo_model(name, **kwargs)
     except TypeError as exc:
@@ -136,7 +147,9 @@ def _load_zoo(name: str, kwargs: dict[str, Any], spec: InputSpec | None, source:
 def _import_factory(target: str, source: str) -> Any:
     mod_part, _, func_name = target.rpartition(":")
     if not mod_part or not func_name:
-        raise ModelLoadError(f"factory source {source!r} must look like 'file.py:factory' or 'pkg.mod:factory'")
+        raise ModelLoadError(
+            f"factory source {source!r} must look like 'file.py:factory' or 'pkg.mod:factory'"
+        )
     if mod_part.endswith(".py") or "/" in mod_part or "\\" in mod_part:
         file = Path(mod_part)
         if not file.is_file():
@@ -160,15 +173,21 @@ def _import_factory(target: str, source: str) -> Any:
                 f"cannot import module {mod_part!r} for {source!r} ({exc}); is it installed or on PYTHONPATH?"
             ) from None
         except Exception as exc:
-            raise ModelLoadError(f"importing {mod_part} failed: {type(exc).__name__}: {exc}") from exc
+            raise ModelLoadError(
+                f"importing {mod_part} failed: {type(exc).__name__}: {exc}"
+            ) from exc
     fn = getattr(module, func_name, None)
     if fn is None or not callable(fn):
         names = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))]
-        raise ModelLoadError(f"{mod_part} has no callable {func_name!r}; callables there: {', '.join(names[:20])}")
+        raise ModelLoadError(
+            f"{mod_part} has no callable {func_name!r}; callables there: {', '.join(names[:20])}"
+        )
     return fn
 
 
-def _load_factory(target: str, kwargs: dict[str, Any], spec: InputSpec | None, source: str) -> LoadedModel:
+def _load_factory(
+    target: str, kwargs: dict[str, Any], spec: InputSpec | None, source: str
+) -> LoadedModel:
     import torch
 
     fn = _import_factory(target, source)
@@ -179,7 +198,9 @@ def _load_factory(target: str, kwargs: dict[str, Any], spec: InputSpec | None, s
             f"factory {target} raised {type(exc).__name__}: {exc}. Fix the factory or its arguments."
         ) from exc
     if not isinstance(module, torch.nn.Module):
-        raise ModelLoadError(f"factory {target} returned {type(module).__name__}, expected a torch.nn.Module")
+        raise ModelLoadError(
+            f"factory {target} returned {type(module).__name__}, expected a torch.nn.Module"
+        )
     if spec is None:
         spec = _spec_from_attr(module, fn)
     if spec is None:
@@ -187,7 +208,9 @@ def _load_factory(target: str, kwargs: dict[str, Any], spec: InputSpec | None, s
             f"{source}: no input spec. Give one, e.g. --input 'x:float32[batch,3,224,224]', "
             "or set an `input_spec` string attribute on the model or the factory."
         )
-    return LoadedModel(source=source, kind="torch", input_spec=spec, module=module.eval(), format="factory")
+    return LoadedModel(
+        source=source, kind="torch", input_spec=spec, module=module.eval(), format="factory"
+    )
 
 
 def _spec_from_attr(*objs: Any) -> InputSpec | None:
@@ -197,7 +220,9 @@ def _spec_from_attr(*objs: Any) -> InputSpec | None:
             try:
                 return InputSpec.coerce(s)
             except InputSpecError as exc:
-                raise ModelLoadError(f"the model's input_spec attribute is invalid: {exc}") from None
+                raise ModelLoadError(
+                    f"the model's input_spec attribute is invalid: {exc}"
+                ) from None
     return None
 
 
@@ -219,7 +244,9 @@ def _is_torchscript(path: Path) -> bool:
     return any(n.split("/", 1)[-1].startswith(("code/", "constants.pkl")) for n in names)
 
 
-def _load_torch_file(path: Path, spec: InputSpec | None, source: str, trust_pickle: bool) -> LoadedModel:
+def _load_torch_file(
+    path: Path, spec: InputSpec | None, source: str, trust_pickle: bool
+) -> LoadedModel:
     import torch
 
     _require_file(path)
@@ -233,8 +260,12 @@ def _load_torch_file(path: Path, spec: InputSpec | None, source: str, trust_pick
             ) from None
         spec = spec or _spec_from_attr(module)
         if spec is None:
-            raise ModelLoadError(f"{path}: TorchScript files carry no input spec; give one with --input")
-        return LoadedModel(source=source, kind="torch", input_spec=spec, module=module.eval(), format="torchscript")
+            raise ModelLoadError(
+                f"{path}: TorchScript files carry no input spec; give one with --input"
+            )
+        return LoadedModel(
+            source=source, kind="torch", input_spec=spec, module=module.eval(), format="torchscript"
+        )
     if not zipfile.is_zipfile(path):
         raise ModelLoadError(
             f"{path} is neither a TorchScript archive nor a torch.save file (corrupt or truncated?)"
@@ -253,12 +284,16 @@ def _load_torch_file(path: Path, spec: InputSpec | None, source: str, trust_pick
         try:
             obj = torch.load(path, map_location="cpu", weights_only=False)
         except Exception as exc2:
-            raise ModelLoadError(f"{path}: unpickling failed: {type(exc2).__name__}: {exc2}") from None
+            raise ModelLoadError(
+                f"{path}: unpickling failed: {type(exc2).__name__}: {exc2}"
+            ) from None
     if isinstance(obj, torch.nn.Module):
         spec = spec or _spec_from_attr(obj)
         if spec is None:
             raise ModelLoadError(f"{path}: give an input spec with --input")
-        return LoadedModel(source=source, kind="torch", input_spec=spec, module=obj.eval(), format="pickle")
+        return LoadedModel(
+            source=source, kind="torch", input_spec=spec, module=obj.eval(), format="pickle"
+        )
     if isinstance(obj, Mapping):
         raise ModelLoadError(
             f"{path} holds a state_dict (weights only), not a model. Give the architecture too: "
@@ -281,7 +316,11 @@ def _load_exported(path: Path, spec: InputSpec | None, source: str) -> LoadedMod
     if spec is None:
         spec = _spec_from_exported(ep)
     return LoadedModel(
-        source=source, kind="torch", input_spec=spec, module=ep.module(), format="exported_program",
+        source=source,
+        kind="torch",
+        input_spec=spec,
+        module=ep.module(),
+        format="exported_program",
         metadata={"exported_program": True},
     )
 
@@ -301,9 +340,15 @@ def _spec_from_exported(ep: Any) -> InputSpec:
             continue
         shape: list[int | str] = []
         for d in val.shape:
-            shape.append(int(d) if isinstance(d, int) or str(d).isdigit() else ("batch" if not shape else f"d{len(shape)}"))
+            shape.append(
+                int(d)
+                if isinstance(d, int) or str(d).isdigit()
+                else ("batch" if not shape else f"d{len(shape)}")
+            )
         dtype = str(val.dtype).replace("torch.", "")
-        low, high = (0.0, 100.0) if not val.dtype.is_floating_point and dtype != "bool" else (None, None)
+        low, high = (
+            (0.0, 100.0) if not val.dtype.is_floating_point and dtype != "bool" else (None, None)
+        )
         tensors.append(TensorSpec(node.name, tuple(shape), dtype, low, high))
     return InputSpec(tuple(tensors))
 
@@ -337,9 +382,19 @@ def _load_onnx(path: Path, spec: InputSpec | None, source: str) -> LoadedModel:
             n *= d
         n_params += n
     return LoadedModel(
-        source=source, kind="onnx", input_spec=spec, onnx_path=path, num_params=n_params,
-        size_bytes=size, content_hash=h.hexdigest(), format="onnx",
-        metadata={"opset": max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=None)},
+        source=source,
+        kind="onnx",
+        input_spec=spec,
+        onnx_path=path,
+        num_params=n_params,
+        size_bytes=size,
+        content_hash=h.hexdigest(),
+        format="onnx",
+        metadata={
+            "opset": max(
+                (o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=None
+            )
+        },
     )
 
 
@@ -347,7 +402,9 @@ def _load_state_dict(lm: LoadedModel, path: Path, trust_pickle: bool) -> None:
     import torch
 
     if lm.kind != "torch" or lm.format in ("torchscript", "exported_program"):
-        raise ModelLoadError("a state_dict (@weights) can only be applied to a factory or zoo model")
+        raise ModelLoadError(
+            "a state_dict (@weights) can only be applied to a factory or zoo model"
+        )
     _require_file(path)
     try:
         sd = torch.load(path, map_location="cpu", weights_only=not trust_pickle)

@@ -25,7 +25,9 @@ def load_tensor_file(path: str | Path) -> dict[str, torch.Tensor]:
             with np.load(p, allow_pickle=False) as z:
                 return {k: torch.from_numpy(np.array(z[k])) for k in z.files}
         except ValueError as exc:
-            raise DataError(f"{p}: cannot read .npz ({exc}); object arrays are not allowed") from None
+            raise DataError(
+                f"{p}: cannot read .npz ({exc}); object arrays are not allowed"
+            ) from None
         except Exception as exc:
             raise DataError(f"{p}: not a valid .npz file ({exc})") from None
     if suffix in (".pt", ".pth", ".bin"):
@@ -42,5 +44,7 @@ def load_tensor_file(path: str | Path) -> dict[str, torch.Tensor]:
             return {f"input{i}": t for i, t in enumerate(obj)}
         if isinstance(obj, dict) and all(isinstance(t, torch.Tensor) for t in obj.values()):
             return {str(k): v for k, v in obj.items()}
-        raise DataError(f"{p}: expected a tensor, a list of tensors or a dict of tensors, got {type(obj).__name__}")
+        raise DataError(
+            f"{p}: expected a tensor, a list of tensors or a dict of tensors, got {type(obj).__name__}"
+        )
     raise DataError(f"{p}: unsupported data file type {suffix!r}; use .npz or a tensor-only .pt")

@@ -53,7 +53,9 @@ class BasicBlock(nn.Module):
 class SmallResNet(nn.Module):
     """A small ResNet: conv/BN/ReLU basic blocks with residuals, 3x64x64 in, 10 classes."""
 
-    def __init__(self, widths: tuple[int, ...] = (32, 64, 128), blocks: int = 2, num_classes: int = 10):
+    def __init__(
+        self, widths: tuple[int, ...] = (32, 64, 128), blocks: int = 2, num_classes: int = 10
+    ):
         super().__init__()
         self.stem = nn.Sequential(
             nn.Conv2d(3, widths[0], 3, 1, 1, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU()
@@ -144,7 +146,9 @@ class MiniBert(nn.Module):
 class LSTMClassifier(nn.Module):
     """Embedding + LSTM text classifier (last hidden state -> classes)."""
 
-    def __init__(self, vocab_size: int = 5000, embed: int = 128, hidden: int = 256, num_classes: int = 4):
+    def __init__(
+        self, vocab_size: int = 5000, embed: int = 128, hidden: int = 256, num_classes: int = 4
+    ):
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, embed)
         self.lstm = nn.LSTM(embed, hidden, batch_first=True)
@@ -190,7 +194,12 @@ def _build(entry_name: str, **kwargs: Any) -> nn.Module:
 ZOO: dict[str, ZooEntry] = {
     e.name: e
     for e in (
-        ZooEntry("mlp", "MLP: Linear 1024-1024-1024-10 with ReLU", MLP, "x:float32[batch,1024]; batch=1..256:8"),
+        ZooEntry(
+            "mlp",
+            "MLP: Linear 1024-1024-1024-10 with ReLU",
+            MLP,
+            "x:float32[batch,1024]; batch=1..256:8",
+        ),
         ZooEntry(
             "resnet",
             "Small ResNet (3 stages of basic blocks, BatchNorm, residuals), 3x64x64 input, 10 classes",

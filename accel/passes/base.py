@@ -49,7 +49,12 @@ class Requirements:
     note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model_kinds": list(self.model_kinds), "cuda": self.cuda, "libraries": list(self.libraries), "note": self.note}
+        return {
+            "model_kinds": list(self.model_kinds),
+            "cuda": self.cuda,
+            "libraries": list(self.libraries),
+            "note": self.note,
+        }
 
 
 @dataclass
@@ -157,7 +162,9 @@ class Pass:
                 {
                     "name": fname,
                     "type": _type_name(prop),
-                    "default": None if f.is_required() else _jsonable(f.get_default(call_default_factory=True)),
+                    "default": None
+                    if f.is_required()
+                    else _jsonable(f.get_default(call_default_factory=True)),
                     "required": f.is_required(),
                     "description": f.description or "",
                     "choices": prop.get("enum") or _enum_choices(prop, schema),
@@ -181,14 +188,20 @@ class Pass:
             hint = " Add an export_onnx step before it." if "onnx" in req.model_kinds else ""
             if "torch" in req.model_kinds and model.kind == "onnx":
                 hint = " Move this step before the export_onnx step."
-            raise PassError(f"{self.name} needs a {kinds} model, but the current model is {model.kind}.{hint}")
+            raise PassError(
+                f"{self.name} needs a {kinds} model, but the current model is {model.kind}.{hint}"
+            )
         if req.cuda and not str(device).startswith("cuda"):
-            raise PassError(f"{self.name} needs a CUDA GPU; set the recipe's device to cuda:0 on a machine with a GPU.")
+            raise PassError(
+                f"{self.name} needs a CUDA GPU; set the recipe's device to cuda:0 on a machine with a GPU."
+            )
         if req.cuda:
             import torch
 
             if not torch.cuda.is_available():
-                raise PassError(f"{self.name} needs CUDA, and no CUDA GPU is available on this machine.")
+                raise PassError(
+                    f"{self.name} needs CUDA, and no CUDA GPU is available on this machine."
+                )
 
 
 def _jsonable(v: Any) -> Any:
@@ -282,4 +295,6 @@ def get_pass(name: str) -> type[Pass]:
 
         close = difflib.get_close_matches(name, list(_REGISTRY), n=3, cutoff=0.5)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise PassError(f"unknown pass {name!r}.{hint} Known passes: {', '.join(sorted(_REGISTRY))}") from None
+        raise PassError(
+            f"unknown pass {name!r}.{hint} Known passes: {', '.join(sorted(_REGISTRY))}"
+        ) from None

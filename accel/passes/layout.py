@@ -13,7 +13,9 @@ if TYPE_CHECKING:
 
 
 class ChannelsLastConfig(PassConfig):
-    convert_inputs: bool = Field(True, description="also feed 4-D inputs in channels_last memory format")
+    convert_inputs: bool = Field(
+        True, description="also feed 4-D inputs in channels_last memory format"
+    )
 
 
 @register_pass
@@ -24,7 +26,9 @@ class ChannelsLast(Pass):
     Config = ChannelsLastConfig
     requires = Requirements(model_kinds=("torch",), note="useful for models with 2-D convolutions")
 
-    def apply(self, model: LoadedModel, config: ChannelsLastConfig, ctx: PassContext) -> LoadedModel:
+    def apply(
+        self, model: LoadedModel, config: ChannelsLastConfig, ctx: PassContext
+    ) -> LoadedModel:
         import torch
 
         from accel.errors import PassError

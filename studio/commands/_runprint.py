@@ -33,14 +33,18 @@ class RunPrinter:
                 f"model {e['model_source']} ({e['model_kind']}) on {e['device']}"
                 f" | torch {env.get('torch', '?')} | {env.get('cpu', env.get('cpu_name', ''))}"
             )
-            self._line(f"  0  {'original':<22} {fmt_ms(self.baseline.get('latency_p50_ms')):>9} ms    1.00x")
+            self._line(
+                f"  0  {'original':<22} {fmt_ms(self.baseline.get('latency_p50_ms')):>9} ms    1.00x"
+            )
         elif kind == "step_started":
             self._step_label = e["pass_name"]
         elif kind == "progress":
             if self.tty and e.get("index", -1) >= 0:
                 frac = float(e.get("fraction", 0))
                 bar = "#" * int(frac * 20)
-                self.out.write(f"\r     {e.get('message', '')[:40]:<40} [{bar:<20}] {frac * 100:3.0f}%")
+                self.out.write(
+                    f"\r     {e.get('message', '')[:40]:<40} [{bar:<20}] {frac * 100:3.0f}%"
+                )
                 self.out.flush()
                 self._bar_shown = True
         elif kind == "log":
@@ -50,7 +54,9 @@ class RunPrinter:
             self.rows.append(e)
             m = e.get("metrics") or {}
             parity = e.get("parity") or {}
-            verdict = {"succeeded": "pass", "gate_failed": "FAIL", "failed": "ERROR"}.get(e["status"], e["status"])
+            verdict = {"succeeded": "pass", "gate_failed": "FAIL", "failed": "ERROR"}.get(
+                e["status"], e["status"]
+            )
             line = (
                 f"{e['index'] + 1:>3}  {e['pass_name']:<22} {fmt_ms(m.get('latency_p50_ms')):>9} ms"
                 f"  {fmt_num(m.get('speedup'), 2):>5}x  {verdict:<5} {_worst(parity)}"
@@ -65,18 +71,40 @@ class RunPrinter:
             self.error = e.get("error")
 
     def summary(self) -> str:
-        rows = [["0", "original", fmt_ms(self.baseline.get("latency_p50_ms")), fmt_ms(self.baseline.get("latency_p90_ms")),
-                 "1.00x", fmt_bytes(self.baseline.get("size_bytes")), "-", "-"]]
+        rows = [
+            [
+                "0",
+                "original",
+                fmt_ms(self.baseline.get("latency_p50_ms")),
+                fmt_ms(self.baseline.get("latency_p90_ms")),
+                "1.00x",
+                fmt_bytes(self.baseline.get("size_bytes")),
+                "-",
+                "-",
+            ]
+        ]
         for e in self.rows:
             m = e.get("metrics") or {}
             parity = e.get("parity") or {}
-            rows.append([
-                str(e["index"] + 1), e["pass_name"], fmt_ms(m.get("latency_p50_ms")), fmt_ms(m.get("latency_p90_ms")),
-                (fmt_num(m.get("speedup"), 2) + "x") if m.get("speedup") else "-", fmt_bytes(m.get("size_bytes")),
-                {"succeeded": "pass", "gate_failed": "FAIL", "failed": "error"}.get(e["status"], e["status"]),
-                _worst(parity) if parity else (e.get("error") or "")[:60],
-            ])
-        return render_table(["#", "step", "p50 ms", "p90 ms", "speedup", "size", "parity", "worst metric"], rows, "rlrrrrll")
+            rows.append(
+                [
+                    str(e["index"] + 1),
+                    e["pass_name"],
+                    fmt_ms(m.get("latency_p50_ms")),
+                    fmt_ms(m.get("latency_p90_ms")),
+                    (fmt_num(m.get("speedup"), 2) + "x") if m.get("speedup") else "-",
+                    fmt_bytes(m.get("size_bytes")),
+                    {"succeeded": "pass", "gate_failed": "FAIL", "failed": "error"}.get(
+                        e["status"], e["status"]
+                    ),
+                    _worst(parity) if parity else (e.get("error") or "")[:60],
+                ]
+            )
+        return render_table(
+            ["#", "step", "p50 ms", "p90 ms", "speedup", "size", "parity", "worst metric"],
+            rows,
+            "rlrrrrll",
+        )
 
     def _line(self, text: str) -> None:
         if self._bar_shown:

@@ -45,11 +45,17 @@ def fmt_num(v: Any, digits: int = 3) -> str:
             return "0"
         if abs(v) >= 1e4 or abs(v) < 1e-3:
             return f"{v:.{digits}g}"
-        return f"{v:.{digits}f}".rstrip("0").rstrip(".") if "." in f"{v:.{digits}f}" else f"{v:.{digits}f}"
+        return (
+            f"{v:.{digits}f}".rstrip("0").rstrip(".")
+            if "." in f"{v:.{digits}f}"
+            else f"{v:.{digits}f}"
+        )
     return str(v)
 
 
-def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None) -> str:
+def render_table(
+    headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None
+) -> str:
     """Aligned table; ``align`` is one char per column: 'l' or 'r' (default: numbers right)."""
     cells = [[str(c) for c in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
@@ -60,7 +66,9 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: s
         )
     out = []
     for j, r in enumerate(cells):
-        line = "  ".join(c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(r, widths, align))
+        line = "  ".join(
+            c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(r, widths, align)
+        )
         out.append(line.rstrip())
         if j == 0:
             out.append("  ".join("-" * w for w in widths))

@@ -21,11 +21,16 @@ def run(args: argparse.Namespace) -> int:
 
     recipe = load_recipe(args.recipe)
     if args.model:
-        recipe = recipe.model_copy(update={"model": recipe.model.model_copy(update={"source": args.model})})
+        recipe = recipe.model_copy(
+            update={"model": recipe.model.model_copy(update={"source": args.model})}
+        )
     script = recipe_to_script(recipe)
     if args.output:
         Path(args.output).write_text(script, encoding="utf-8")
-        print(f"wrote {args.output} ({len(script.splitlines())} lines); run it with: python {args.output} --out results/", file=sys.stderr)
+        print(
+            f"wrote {args.output} ({len(script.splitlines())} lines); run it with: python {args.output} --out results/",
+            file=sys.stderr,
+        )
     else:
         sys.stdout.write(script)
     return 0

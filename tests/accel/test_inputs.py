@@ -82,7 +82,11 @@ def test_validate_and_load_real_inputs(tmp_path):
 
 
 @given(
-    dims=st.lists(st.one_of(st.integers(1, 64), st.sampled_from(["batch", "seq", "h"])), min_size=1, max_size=4),
+    dims=st.lists(
+        st.one_of(st.integers(1, 64), st.sampled_from(["batch", "seq", "h"])),
+        min_size=1,
+        max_size=4,
+    ),
     dtype=st.sampled_from(["float32", "float16", "int64", "int32", "bool"]),
 )
 def test_parse_str_roundtrip_property(dims, dtype):

@@ -41,7 +41,11 @@ def test_zoo_specs_match_the_issue():
     t = load_model("zoo:transformer").input_spec
     assert t.inputs[0].dtype == "int64" and t.dynamic_dims() == ["batch", "seq"]
     mlp = load_model("zoo:mlp").module
-    assert [m.out_features for m in mlp.modules() if isinstance(m, torch.nn.Linear)] == [1024, 1024, 10]
+    assert [m.out_features for m in mlp.modules() if isinstance(m, torch.nn.Linear)] == [
+        1024,
+        1024,
+        10,
+    ]
 
 
 def test_zoo_kwargs_and_unknown_name():
@@ -116,7 +120,9 @@ def test_exported_program(tmp_path):
 
 
 def _export_onnx(module, x, path: Path, **kw):
-    torch.onnx.export(module, (x,), str(path), input_names=["x"], output_names=["y"], dynamo=False, **kw)
+    torch.onnx.export(
+        module, (x,), str(path), input_names=["x"], output_names=["y"], dynamo=False, **kw
+    )
 
 
 def test_onnx_model_runs_and_infers_spec(tmp_path):
@@ -138,8 +144,14 @@ def _onnx_with_external_data(folder: Path, location: str) -> Path:
     p = folder / "ext.onnx"
     _export_onnx(m, torch.randn(1, 4), p)
     proto = onnx.load(str(p))
-    onnx.save_model(proto, str(p), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location="weights.bin", size_threshold=0)
+    onnx.save_model(
+        proto,
+        str(p),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="weights.bin",
+        size_threshold=0,
+    )
     proto = onnx.load(str(p), load_external_data=False)
     for init in proto.graph.initializer:
         for e in init.external_data:

@@ -18,7 +18,13 @@ def _write(tmp_path, data, name="r.yaml"):
 
 
 def test_unknown_pass_names_the_step_and_closest(tmp_path):
-    p = _write(tmp_path, {"model": {"source": "zoo:mlp"}, "steps": [{"pass": "channels_last"}, {"pass": "chanels_last"}]})
+    p = _write(
+        tmp_path,
+        {
+            "model": {"source": "zoo:mlp"},
+            "steps": [{"pass": "channels_last"}, {"pass": "chanels_last"}],
+        },
+    )
     with pytest.raises(RecipeError) as e:
         load_recipe(p)
     msg = str(e.value)
@@ -27,7 +33,13 @@ def test_unknown_pass_names_the_step_and_closest(tmp_path):
 
 
 def test_unknown_param_names_field_and_closest(tmp_path):
-    p = _write(tmp_path, {"model": {"source": "zoo:resnet"}, "steps": [{"pass": "channels_last", "params": {"convert_input": False}}]})
+    p = _write(
+        tmp_path,
+        {
+            "model": {"source": "zoo:resnet"},
+            "steps": [{"pass": "channels_last", "params": {"convert_input": False}}],
+        },
+    )
     with pytest.raises(RecipeError) as e:
         load_recipe(p)
     assert "step 1 (channels_last)" in str(e.value)
@@ -35,7 +47,13 @@ def test_unknown_param_names_field_and_closest(tmp_path):
 
 
 def test_wrong_type_and_missing_model(tmp_path):
-    p = _write(tmp_path, {"model": {"source": "zoo:resnet"}, "steps": [{"pass": "channels_last", "params": {"convert_inputs": "maybe"}}]})
+    p = _write(
+        tmp_path,
+        {
+            "model": {"source": "zoo:resnet"},
+            "steps": [{"pass": "channels_last", "params": {"convert_inputs": "maybe"}}],
+        },
+    )
     with pytest.raises(RecipeError, match=r"field 'convert_inputs'.*got 'maybe'"):
         load_recipe(p)
     p = _write(tmp_path, {"schema_version": SCHEMA_VERSION, "steps": []})
@@ -61,11 +79,17 @@ def test_not_a_mapping_and_bad_yaml(tmp_path):
 
 
 def test_old_schema_versions_are_migrated(tmp_path):
-    v0 = {"model": "zoo:resnet", "input": "x:float32[batch,3,64,64]", "passes": [{"type": "channels_last", "options": {"convert_inputs": False}}]}
+    v0 = {
+        "model": "zoo:resnet",
+        "input": "x:float32[batch,3,64,64]",
+        "passes": [{"type": "channels_last", "options": {"convert_inputs": False}}],
+    }
     r = load_recipe(_write(tmp_path, v0))
     assert r.schema_version == SCHEMA_VERSION
     assert r.model.source == "zoo:resnet" and r.model.input_spec.startswith("x:float32")
-    assert r.steps[0].pass_name == "channels_last" and r.steps[0].params == {"convert_inputs": False}
+    assert r.steps[0].pass_name == "channels_last" and r.steps[0].params == {
+        "convert_inputs": False
+    }
     v1 = {"schema_version": 1, "model": {"source": "zoo:mlp"}, "parity": {"atol": 0.5}}
     assert load_recipe(v1).gates.atol == 0.5
     with pytest.raises(RecipeError, match="newer than this studio"):
@@ -74,8 +98,15 @@ def test_old_schema_versions_are_migrated(tmp_path):
 
 @pytest.mark.parametrize("suffix", [".yaml", ".json"])
 def test_save_load_roundtrip(tmp_path, suffix):
-    r = load_recipe({"name": "x", "model": {"source": "zoo:resnet"}, "steps": [{"pass": "channels_last", "enabled": False}],
-                     "gates": {"min_top1": 0.9}, "benchmark": {"dims": {"batch": 4}}})
+    r = load_recipe(
+        {
+            "name": "x",
+            "model": {"source": "zoo:resnet"},
+            "steps": [{"pass": "channels_last", "enabled": False}],
+            "gates": {"min_top1": 0.9},
+            "benchmark": {"dims": {"batch": 4}},
+        }
+    )
     p = save_recipe(r, tmp_path / f"r{suffix}")
     again = load_recipe(p)
     assert again == r and again.content_hash() == r.content_hash()

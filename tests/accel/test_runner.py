@@ -37,17 +37,26 @@ class _Noise(Pass):
         return model
 
     def to_script(self, config):
-        return ScriptStep(code=f"[m for m in model.modules() if isinstance(m, nn.Linear)][-1].bias.data += {config.scale}")
+        return ScriptStep(
+            code=f"[m for m in model.modules() if isinstance(m, nn.Linear)][-1].bias.data += {config.scale}"
+        )
 
 
 def _recipe(*steps, **extra):
-    return {"name": "t", "model": {"source": "zoo:mlp"}, "benchmark": {"warmup": 1, "iters": 3},
-            "steps": [{"pass": "test_noise", "params": s} for s in steps], **extra}
+    return {
+        "name": "t",
+        "model": {"source": "zoo:mlp"},
+        "benchmark": {"warmup": 1, "iters": 3},
+        "steps": [{"pass": "test_noise", "params": s} for s in steps],
+        **extra,
+    }
 
 
 def test_events_metrics_and_parity(tmp_path):
     events = []
-    res = run_recipe(_recipe({"scale": 0.0}, {"scale": 0.25}), on_event=events.append, out_dir=tmp_path / "run")
+    res = run_recipe(
+        _recipe({"scale": 0.0}, {"scale": 0.25}), on_event=events.append, out_dir=tmp_path / "run"
+    )
     kinds = [e.kind for e in events]
     assert kinds[0] == "progress" and "run_started" in kinds and kinds[-1] == "run_finished"
     assert kinds.count("step_started") == 2 and kinds.count("step_finished") == 2
@@ -74,7 +83,11 @@ def test_gate_stop_ends_the_run_and_keeps_results(tmp_path):
 
 def test_failing_step_keeps_earlier_results(tmp_path):
     events = []
-    res = run_recipe(_recipe({"scale": 0.0}, {"fail": True}, {"scale": 0.0}), on_event=events.append, out_dir=tmp_path)
+    res = run_recipe(
+        _recipe({"scale": 0.0}, {"fail": True}, {"scale": 0.0}),
+        on_event=events.append,
+        out_dir=tmp_path,
+    )
     assert res.status == "failed"
     assert [s.status for s in res.steps] == ["succeeded", "failed"]
     assert "set fail: false" in res.steps[1].error
@@ -115,5 +128,8 @@ def test_pass_on_wrong_model_kind_says_what_to_do(tmp_path):
     onnx_path = tmp_path / "m.onnx"
     m = torch.nn.Linear(4, 2).eval()
     torch.onnx.export(m, (torch.randn(1, 4),), str(onnx_path), input_names=["x"], dynamo=False)
-    res = run_recipe({"model": {"source": str(onnx_path)}, "steps": [{"pass": "test_noise"}]}, out_dir=tmp_path / "r")
+    res = run_recipe(
+        {"model": {"source": str(onnx_path)}, "steps": [{"pass": "test_noise"}]},
+        out_dir=tmp_path / "r",
+    )
     assert res.status == "failed" and "Move this step before the export_onnx step" in res.error
