@@ -31,6 +31,10 @@ def inject(fault: str) -> None:
     elif fault == "hang":
         while True:  # ignores cancellation on purpose
             time.sleep(0.05)
+    elif fault == "unkillable":  # ignores cancel and SIGTERM: only SIGKILL stops it
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        while True:
+            time.sleep(0.05)
     elif fault == "raise":
         raise RuntimeError("injected failure")
     elif fault:
