@@ -1,0 +1,351 @@
+"""ONNX Runtime quantization passes: dynamic (weights int8, activations at run time) and
+static (activations calibrated on data), QDQ or QOperator format.
+
+Both write a new ONNX file under the step's work folder and return the model pointing at
+it. ``exclude`` keeps named nodes (glob patterns) in float: the mixed-precision fallback
+for layers that lose too much accuracy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import logging
+import textwrap
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field
+
+from accel.passes.base import Pass, PassConfig, PassContext, Requirements, ScriptStep, register_pass
+
+if TYPE_CHECKING:
+    from accel.models.loaded import LoadedModel
+
+log = logging.getLogger(__name__)
+
+# Dynamic quantization of Conv gives ConvInteger, which ORT's CPU provider runs slower than
+# float Conv; the useful default covers matrix multiplies and recurrent layers.
+DYNAMIC_DEFAULT_OPS = ("MatMul", "Attention", "LSTM")
+
+_QTYPES = {"int8": "QInt8", "uint8": "QUInt8", "int16": "QInt16", "uint16": "QUInt16"}
+_CALIB = {"minmax": "MinMax", "percentile": "Percentile", "entropy": "Entropy"}
+
+ExtraValue = bool | int | float | str
+
+
+class _CommonConfig(PassConfig):
+    per_channel: bool = Field(
+        False,
+        description="one scale per output channel of each weight (better accuracy for Conv/MatMul)",
+    )
+    reduce_range: bool = Field(
+        False, description="7-bit weights; avoids int overflow on CPUs without VNNI"
+    )
+    weight_type: Literal["int8", "uint8"] = Field(
+        "int8", description="integer type of quantized weights"
+    )
+    op_types: list[str] | None = Field(
+        None,
+        description="op types to quantize (default: all the quantizer supports; dynamic: MatMul, Attention, LSTM)",
+    )
+    exclude_op_types: list[str] = Field(
+        default_factory=list,
+        description="op types to keep in float, e.g. [Gather, LayerNormalization]",
+    )
+    exclude: list[str] = Field(
+        default_factory=list,
+        description="ONNX node names or glob patterns to keep in float (mixed precision), e.g. ['/classifier/*']",
+    )
+    preprocess: bool = Field(
+        True,
+        description="run quant_pre_process (shape inference + graph cleanup) before quantizing",
+    )
+    extra_options: dict[str, ExtraValue] = Field(
+        default_factory=dict,
+        description="ORT quantizer extra_options, e.g. {ActivationSymmetric: true, CalibPercentile: 99.99}",
+    )
+
+
+class QuantizeOnnxDynamicConfig(_CommonConfig):
+    gemm_to_matmul: bool = Field(
+        True,
+        description="rewrite Gemm (Linear on 2-D inputs) as MatMul + Add so it gets quantized too",
+    )
+
+
+class QuantizeOnnxStaticConfig(_CommonConfig):
+    per_channel: bool = Field(
+        True,
+        description="one scale per output channel of each weight (better accuracy for Conv/MatMul)",
+    )
+    quant_format: Literal["qdq", "qoperator"] = Field(
+        "qdq",
+        description="QDQ (QuantizeLinear/DequantizeLinear pairs) or QOperator (QLinearConv, ...)",
+    )
+    activation_type: Literal["int8", "uint8", "int16", "uint16"] = Field(
+        "int8", description="integer type of quantized activations"
+    )
+    calibration_method: Literal["minmax", "percentile", "entropy"] = Field(
+        "minmax", description="how activation ranges are chosen"
+    )
+    calibration_batches: int | None = Field(
+        None,
+        ge=1,
+        description="calibration batches (default: the recipe's data.calibration_batches)",
+    )
+
+
+def _enum(name: str, value: str) -> str:
+    return f"{name}.{value}"
+
+
+def _op_types(config: _CommonConfig, mode: str, present: list[str]) -> list[str] | None:
+    """The op_types_to_quantize list (None: the quantizer's default)."""
+    if config.op_types is not None:
+        base = list(config.op_types)
+    elif mode == "dynamic":
+        base = list(DYNAMIC_DEFAULT_OPS)
+    elif config.exclude_op_types:
+        from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+
+        fmt = getattr(config, "quant_format", "qdq")
+        base = sorted(QDQRegistry if fmt == "qdq" else QLinearOpsRegistry)
+    else:
+        return None
+    return [t for t in base if t not in set(config.exclude_op_types)]
+
+
+class _QuantizeOnnx(Pass):
+    category = "quantize"
+    requires = Requirements(model_kinds=("onnx",), libraries=("onnxruntime", "onnx"))
+    mode = "dynamic"
+
+    def _out_name(self, config: Any) -> str:
+        return f"model_int8_{self.mode}.onnx"
+
+    def apply(self, model: LoadedModel, config: Any, ctx: PassContext) -> LoadedModel:
+        from onnxruntime.quantization import (
+            CalibrationMethod,
+            QuantFormat,
+            QuantType,
+            quantize_dynamic,
+            quantize_static,
+        )
+
+        from accel.errors import AccelError, PassError
+        from accel.models import load_model
+        from accel.passes import _onnx_quant_helpers as h
+
+        work = Path(ctx.work_dir)
+        work.mkdir(parents=True, exist_ok=True)
+        src = Path(model.onnx_path)
+        if config.preprocess:
+            from onnxruntime.quantization.shape_inference import quant_pre_process
+
+            ctx.progress(0.02, "pre-processing (shape inference)")
+            pre = work / "model_preprocessed.onnx"
+            try:
+                quant_pre_process(str(src), str(pre))
+            except Exception as exc:  # noqa: BLE001 - ORT/onnx raise many types here
+                raise PassError(
+                    f"quant_pre_process (shape inference) failed on this model: {type(exc).__name__}: "
+                    f"{str(exc).splitlines()[0] if str(exc) else ''}. Set preprocess: false to quantize without it."
+                ) from None
+            src = pre
+        if self.mode == "dynamic" and config.gemm_to_matmul:
+            rewritten = work / "model_matmul.onnx"
+            n = h.gemm_to_matmul(src, rewritten)
+            ctx.details["gemm_rewritten"] = n
+            src = rewritten
+        exclude, unmatched = h.onnx_nodes_matching(src, config.exclude)
+        if unmatched:
+            sample = h.onnx_nodes_matching(src, ["*"])[0][:8]
+            raise PassError(
+                f"exclude pattern(s) {unmatched} match no node of the model. Node names look like "
+                f"{sample}; use glob patterns such as '/classifier/*'."
+            )
+        present = h.onnx_op_types(src)
+        op_types = _op_types(config, self.mode, present)
+        ctx.details.update(
+            {
+                "backend": "onnxruntime.quantization",
+                "mode": self.mode,
+                "excluded_nodes": exclude,
+                "op_types": op_types,
+            }
+        )
+        out = work / self._out_name(config)
+        extra = dict(config.extra_options)
+        ctx.check_cancelled()
+        # The quantizer prints progress (entropy histograms...) to stdout, which a worker may use
+        # for its protocol; keep it in the log instead.
+        captured = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(captured):
+                if self.mode == "dynamic":
+                    ctx.progress(0.2, "quantizing weights")
+                    quantize_dynamic(
+                        str(src),
+                        str(out),
+                        op_types_to_quantize=op_types,
+                        per_channel=config.per_channel,
+                        reduce_range=config.reduce_range,
+                        weight_type=getattr(QuantType, _QTYPES[config.weight_type]),
+                        nodes_to_exclude=exclude,
+                        extra_options=extra,
+                    )
+                else:
+                    n = config.calibration_batches
+                    if n is None:
+                        n = (
+                            getattr(getattr(ctx.recipe, "data", None), "calibration_batches", None)
+                            or 8
+                        )
+                    batches = [model.prepare_inputs(b) for b in ctx.calibration_batches(n)]
+                    if not batches:
+                        raise PassError(
+                            "no calibration batches: check the recipe's data.calibration source"
+                        )
+
+                    def on_batch(i: int, total: int) -> None:
+                        ctx.check_cancelled()
+                        ctx.progress(
+                            0.1 + 0.8 * i / max(total, 1), f"calibration batch {i}/{total}"
+                        )
+
+                    reader = h.BatchCalibrationReader(src, batches, on_batch)
+                    ctx.details.update(
+                        {
+                            "calibration_method": config.calibration_method,
+                            "calibration_batches": len(batches),
+                            "quant_format": config.quant_format,
+                        }
+                    )
+                    quantize_static(
+                        str(src),
+                        str(out),
+                        reader,
+                        quant_format=getattr(
+                            QuantFormat, "QDQ" if config.quant_format == "qdq" else "QOperator"
+                        ),
+                        op_types_to_quantize=op_types,
+                        per_channel=config.per_channel,
+                        reduce_range=config.reduce_range,
+                        activation_type=getattr(QuantType, _QTYPES[config.activation_type]),
+                        weight_type=getattr(QuantType, _QTYPES[config.weight_type]),
+                        nodes_to_exclude=exclude,
+                        calibrate_method=getattr(
+                            CalibrationMethod, _CALIB[config.calibration_method]
+                        ),
+                        extra_options=extra,
+                    )
+        except AccelError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - report the quantizer's failure with what to change
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise PassError(
+                f"ONNX Runtime {self.mode} quantization failed: {type(exc).__name__}: {first}. Try excluding the "
+                "failing op type (exclude_op_types) or node (exclude), or preprocess: false."
+            ) from None
+        finally:
+            if captured.getvalue().strip():
+                log.debug("quantizer output:\n%s", captured.getvalue())
+        counts = h.quantized_op_counts(out)
+        ctx.details["quantized_ops"] = counts
+        if not counts:
+            ctx.warn(
+                f"nothing was quantized (op types tried: {op_types or 'quantizer default'}; the model has "
+                f"{present}). Check op_types / exclude."
+            )
+        ctx.add_artifact(out, "onnx")
+        ctx.progress(0.95, "loading the quantized model")
+        q = load_model(str(out), model.input_spec, device=model.device)
+        ctx.metrics["size_bytes_before"] = float(model.size_bytes or 0) or None
+        ctx.metrics["size_bytes_after"] = float(q.size_bytes)
+        metadata = {**model.metadata, "quantization": {"mode": self.mode, "ops": counts}}
+        return model.replace(
+            onnx_path=out,
+            num_params=q.num_params,
+            size_bytes=q.size_bytes,
+            content_hash=q.content_hash,
+            metadata=metadata,
+        )
+
+    # -- script export -----------------------------------------------------------------------
+    def to_script(self, config: Any) -> ScriptStep:
+        from accel.passes import _onnx_quant_helpers as h
+
+        imports = [
+            "from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType"
+        ]
+        helpers = [
+            inspect.getsource(h.onnx_nodes_matching),
+            inspect.getsource(h.BatchCalibrationReader),
+        ]
+        lines = ["src_path = onnx_path"]
+        if config.preprocess:
+            imports.append("from onnxruntime.quantization.shape_inference import quant_pre_process")
+            lines += [
+                "# Shape inference and graph cleanup, as ONNX Runtime recommends before quantizing.",
+                'quant_pre_process(str(src_path), str(step_dir / "model_preprocessed.onnx"))',
+                'src_path = step_dir / "model_preprocessed.onnx"',
+            ]
+        if self.mode == "dynamic" and config.gemm_to_matmul:
+            helpers.append(inspect.getsource(h.gemm_to_matmul))
+            lines += [
+                "# The dynamic quantizer skips Gemm; rewrite Gemm as MatMul + Add so Linear layers get quantized.",
+                'gemm_to_matmul(src_path, step_dir / "model_matmul.onnx")',
+                'src_path = step_dir / "model_matmul.onnx"',
+            ]
+        lines.append(
+            f"exclude = onnx_nodes_matching(src_path, {list(config.exclude)!r})[0]  # kept in float"
+        )
+        op_types = _op_types(config, self.mode, [])
+        out = self._out_name(config)
+        common = [
+            f"op_types_to_quantize={op_types!r}",
+            f"per_channel={config.per_channel!r}",
+            f"reduce_range={config.reduce_range!r}",
+            f"weight_type=QuantType.{_QTYPES[config.weight_type]}",
+            "nodes_to_exclude=exclude",
+            f"extra_options={dict(config.extra_options)!r}",
+        ]
+        if self.mode == "dynamic":
+            imports.append("from onnxruntime.quantization import quantize_dynamic")
+            args = ["str(src_path)", f'str(step_dir / "{out}")', *common]
+            lines.append("quantize_dynamic(\n" + "".join(f"    {a},\n" for a in args) + ")")
+        else:
+            imports.append("from onnxruntime.quantization import quantize_static")
+            n = config.calibration_batches or ""
+            fmt = "QDQ" if config.quant_format == "qdq" else "QOperator"
+            args = [
+                "str(src_path)",
+                f'str(step_dir / "{out}")',
+                f"BatchCalibrationReader(src_path, calibration_batches({n}))",
+                f"quant_format=QuantFormat.{fmt}",
+                f"activation_type=QuantType.{_QTYPES[config.activation_type]}",
+                f"calibrate_method=CalibrationMethod.{_CALIB[config.calibration_method]}",
+                *common,
+            ]
+            lines.append("quantize_static(\n" + "".join(f"    {a},\n" for a in args) + ")")
+        lines += [f'onnx_path = step_dir / "{out}"', "session = make_session(onnx_path)"]
+        code = "\n".join(lines) + "\n"
+        return ScriptStep(code=code, imports=imports, helpers=[textwrap.dedent(x) for x in helpers])
+
+
+@register_pass
+class QuantizeOnnxDynamic(_QuantizeOnnx):
+    name = "quantize_onnx_dynamic"
+    summary = "ONNX Runtime dynamic int8 quantization: int8 weights, activations quantized on the fly (MatMul, LSTM)."
+    Config = QuantizeOnnxDynamicConfig
+    mode = "dynamic"
+
+
+@register_pass
+class QuantizeOnnxStatic(_QuantizeOnnx):
+    name = "quantize_onnx_static"
+    summary = "ONNX Runtime static int8 quantization (QDQ or QOperator) with activation ranges calibrated on data."
+    Config = QuantizeOnnxStaticConfig
+    mode = "static"
