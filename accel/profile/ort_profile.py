@@ -283,9 +283,10 @@ def profile_onnx(
         params=sum(r.params for r in rows),
     )
     rows.insert(0, root)
+    sum_self = sum(r.self_ms for r in rows)
     for r in rows:
-        r.share = r.self_ms / total_ms if total_ms > 0 else 0.0
-        r.inclusive_share = r.inclusive_ms / total_ms if total_ms > 0 else 0.0
+        r.share = r.self_ms / sum_self if sum_self > 0 else 0.0
+        r.inclusive_share = r.inclusive_ms / sum_self if sum_self > 0 else 0.0
 
     op_rows: list[OpRow] = []
     if ops:

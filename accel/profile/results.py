@@ -34,8 +34,8 @@ class LayerProfile:
     parent: str | None = None  # module path of the parent; None for the root
     inclusive_ms: float = 0.0
     self_ms: float = 0.0
-    share: float = 0.0  # self_ms / total_ms: shares of all rows add up to ~1
-    inclusive_share: float = 0.0  # inclusive_ms / total_ms
+    share: float = 0.0  # self_ms / sum of all rows' self_ms: shares add up to 1
+    inclusive_share: float = 0.0  # inclusive_ms / the same sum
     calls: int = 0  # calls per forward pass
     flops: int | None = None  # inclusive FLOPs per forward pass (None: unknown)
     self_flops: int | None = None
@@ -92,10 +92,13 @@ class ModelProfile:
     """Per-layer and per-operator profile of one model on one device.
 
     ``total_ms`` is the median time of the profiled forward (hooked, with the
-    measured hook cost removed on CPU); ``plain_forward_ms`` the median of the
-    same forward without any hook; ``overhead_ratio`` = hooked wall time of a
-    forward / plain forward time (1.0 = no overhead); ``coverage`` = sum of
-    the rows' self times / plain forward time (1.0 = the rows explain all of it).
+    measured hook cost removed on CPU); rows' times are per-row medians, so on a
+    noisy machine their sum can differ from ``total_ms`` (shares use the sum).
+    ``plain_forward_ms`` is the median of the
+    same forward without any hook. Plain and profiled forwards alternate, and
+    the ratios are medians of per-pair ratios: ``overhead_ratio`` = hooked wall
+    time / plain time (1.0 = no overhead); ``coverage`` = summed self times of
+    the rows / plain time (1.0 = the rows explain exactly the plain forward).
     """
 
     kind: str  # "torch" | "onnx"

@@ -86,6 +86,12 @@ def _time_call(call: Callable[[], Any], cuda: bool) -> float:
     return (perf_ns() - t0) / 1e6
 
 
+def _pair_ratio(num: list[float], den: list[float]) -> float:
+    """Median of ``num[i] / den[i]`` (NaN without data)."""
+    ratios = [a / b for a, b in zip(num, den) if b > 0]
+    return median(ratios) if ratios else math.nan
+
+
 def _rnn_flops(mod: nn.Module, args: tuple) -> int | None:
     """Matmul FLOPs of an nn.LSTM / GRU / RNN call (FlopCounterMode counts none for them)."""
     if not args or not isinstance(args[0], torch.Tensor):
@@ -108,6 +114,24 @@ def _rnn_flops(mod: nn.Module, args: tuple) -> int | None:
     return int(total * steps * batch)
 
 
+def _sdpa_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    """FLOPs of the fused ``aten.scaled_dot_product_attention`` (QK^T and AV matmuls).
+
+    FlopCounterMode only knows the CUDA kernels (flash, efficient, cudnn); on CPU
+    the fused op decomposes to ``_scaled_dot_product_flash_attention_for_cpu``.
+    """
+    batch = math.prod(query_shape[:-2])
+    s_q, d = query_shape[-2], query_shape[-1]
+    s_k, d_v = key_shape[-2], value_shape[-1]
+    return 2 * batch * s_q * s_k * d + 2 * batch * s_q * s_k * d_v
+
+
+def _sdpa_mapping() -> dict[Any, Any]:
+    aten = torch.ops.aten
+    names = ("scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu")
+    return {getattr(aten, n): _sdpa_flops for n in names if hasattr(aten, n)}
+
+
 class _InfoPass:
     """FLOPs, bytes in/out and (CUDA) peak memory per module, from one forward."""
 
@@ -117,7 +141,7 @@ class _InfoPass:
         self.root = root
         self.device = device
         self.cuda = device.startswith("cuda")
-        self.counter = FlopCounterMode(display=False)
+        self.counter = FlopCounterMode(display=False, custom_mapping=_sdpa_mapping())
         self.stack: list[dict[str, Any]] = []
         self.flops: dict[str, int] = {}
         self.self_flops: dict[str, int] = {}
@@ -382,11 +406,13 @@ def profile_torch(
         if flops is not None and moved > 0:
             row.intensity = flops / moved
         rows.append(row)
-    for r in rows:
-        r.share = r.self_ms / total_ms if total_ms > 0 else 0.0
-        r.inclusive_share = r.inclusive_ms / total_ms if total_ms > 0 else 0.0
-    hooked_ms = median(hooked_wall) if hooked_wall else plain_ms
+    # Shares divide by the sum of the (median) self times, so they add up to 1 even when a
+    # noisy machine makes the median of the parts differ from the median of the whole.
     sum_self = sum(r.self_ms for r in rows)
+    for r in rows:
+        r.share = r.self_ms / sum_self if sum_self > 0 else 0.0
+        r.inclusive_share = r.inclusive_ms / sum_self if sum_self > 0 else 0.0
+    hooked_ms = median(hooked_wall) if hooked_wall else plain_ms
     if cuda:
         notes.append("layer times are GPU times between CUDA events recorded in the hooks")
     elif compensate:
@@ -404,8 +430,9 @@ def profile_torch(
         total_ms=total_ms,
         plain_forward_ms=plain_ms,
         hooked_forward_ms=hooked_ms,
-        overhead_ratio=hooked_ms / plain_ms if plain_ms > 0 else math.nan,
-        coverage=sum_self / plain_ms if plain_ms > 0 else math.nan,
+        # Ratios of interleaved pairs, so drift and load cancel out as much as they can.
+        overhead_ratio=_pair_ratio(hooked_wall, plain),
+        coverage=_pair_ratio([a.top for a in per_iter], plain) if hooked else 1.0,
         hook_cost_us=hook_cost_ns / 1e3,
         total_flops=root_flops if root_flops is not None else info.counter.get_total_flops(),
         iters=iters,

@@ -1,0 +1,379 @@
+"""Tests for accel.profile: per-module times, FLOPs, op attribution, ONNX per-node profile."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from accel.errors import Cancelled
+from accel.models import load_model
+from accel.profile import LayerProfile, ModelProfile, OpRow, profile_model, profile_module
+from accel.profile.hooks import aggregate
+
+ZOO_SOURCES = ["zoo:mlp", "zoo:resnet", "zoo:transformer", "zoo:lstm"]
+
+
+def _fast(loaded, **kw):
+    kw.setdefault("iters", 3)
+    kw.setdefault("warmup", 1)
+    kw.setdefault("threads", 1)  # one thread suffers far less from a busy shared machine
+    return profile_model(loaded, **kw)
+
+
+# -- call-tree aggregation (the arithmetic every pass relies on) -------------------------------
+
+
+def test_aggregate_self_is_inclusive_minus_children_and_removes_hook_cost():
+    # root(10) -> a(6) -> b(2); root -> b(1) again (shared module, called twice)
+    calls = [["", 0, 0, -1], ["a", 0, 0, 0], ["b", 0, 0, 1], ["b", 0, 0, 0]]
+    agg = aggregate(calls, [10.0, 6.0, 2.0, 1.0])
+    assert agg.inclusive == {"": 10.0, "a": 6.0, "b": 3.0}
+    assert agg.self == {"": 3.0, "a": 4.0, "b": 3.0}
+    assert agg.calls == {"": 1, "a": 1, "b": 2}
+    assert agg.top == 10.0
+    # hook cost 0.5 per nested hooked call: root has 3 nested calls, a has 1.
+    agg = aggregate(calls, [10.0, 6.0, 2.0, 1.0], per_child_cost=0.5)
+    assert agg.inclusive == {"": 8.5, "a": 5.5, "b": 3.0}
+    assert agg.self == {"": 2.0, "a": 3.5, "b": 3.0}
+    assert sum(agg.self.values()) == pytest.approx(agg.top)
+
+
+class _FakeClock:
+    def __init__(self):
+        self.t = 0
+
+    def __call__(self) -> int:
+        return self.t
+
+
+class _Work(nn.Module):
+    """Advances the fake clock by ``ns`` of its own work, then runs its children."""
+
+    def __init__(self, clock, ns, *children):
+        super().__init__()
+        self.clock, self.ns = clock, ns
+        self.kids = nn.ModuleList(children)
+
+    def forward(self, x):
+        self.clock.t += self.ns
+        for k in self.kids:
+            x = k(x)
+        return x
+
+
+def test_times_with_a_fake_clock_add_up_exactly(monkeypatch):
+    from accel.profile import hooks, torch_profile
+
+    clock = _FakeClock()
+    monkeypatch.setattr(hooks, "perf_ns", clock)
+    monkeypatch.setattr(torch_profile, "perf_ns", clock)
+    b = _Work(clock, 50)
+    model = _Work(clock, 100, _Work(clock, 1000, _Work(clock, 300)), b, b)  # b called twice
+    prof = profile_module(model, torch.zeros(1), iters=3, warmup=1, ops=False)
+    ms = 1e-6
+    assert prof.hook_cost_us == 0.0  # the fake clock does not see the hooks
+    assert prof.plain_forward_ms == pytest.approx(1500 * ms)
+    assert prof.total_ms == pytest.approx(1500 * ms)
+    assert prof.coverage == pytest.approx(1.0)
+    assert prof.overhead_ratio == pytest.approx(1.0)
+    rows = prof.by_name()
+    # ModuleLists are rows too (never called); b's second path is a duplicate
+    assert set(rows) == {
+        "",
+        "kids",
+        "kids.0",
+        "kids.0.kids",
+        "kids.0.kids.0",
+        "kids.0.kids.0.kids",
+        "kids.1",
+        "kids.1.kids",
+    }
+    assert rows["kids"].calls == 0 and rows["kids"].self_ms == 0.0
+    assert rows[""].self_ms == pytest.approx(100 * ms)
+    assert rows[""].inclusive_ms == pytest.approx(1500 * ms)
+    assert rows["kids.0"].self_ms == pytest.approx(1000 * ms)
+    assert rows["kids.0"].inclusive_ms == pytest.approx(1300 * ms)
+    assert rows["kids.0.kids.0"].self_ms == pytest.approx(300 * ms)
+    assert rows["kids.1"].self_ms == pytest.approx(100 * ms)
+    assert rows["kids.1"].calls == 2
+    assert rows["kids.0"].share == pytest.approx(1000 / 1500)
+    assert rows["kids.0"].inclusive_share == pytest.approx(1300 / 1500)
+    assert rows["kids.0.kids.0"].parent == "kids.0.kids"  # the module tree, ModuleList included
+
+
+# -- plain modules -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_linear_flops_params_bytes_and_intensity(batch):
+    model = nn.Sequential(nn.Linear(1024, 1024), nn.ReLU()).eval()
+    x = torch.randn(batch, 1024)
+    prof = profile_module(model, x, iters=2, warmup=1, ops=False)
+    lin = prof.row("0")
+    assert lin.type == "Linear"
+    assert lin.flops == 2 * batch * 1024 * 1024
+    assert lin.self_flops == lin.flops
+    assert prof.row("").flops == lin.flops  # ReLU adds no counted FLOPs
+    assert prof.row("").self_flops == 0
+    assert prof.total_flops == lin.flops
+    assert lin.params == 1024 * 1024 + 1024
+    assert lin.param_bytes == 4 * (1024 * 1024 + 1024)
+    assert lin.input_bytes == 4 * batch * 1024
+    assert lin.output_bytes == 4 * batch * 1024
+    assert lin.intensity == pytest.approx(lin.flops / (lin.param_bytes + 8 * batch * 1024))
+    assert lin.flops_per_s == pytest.approx(lin.flops / (lin.inclusive_ms / 1e3))
+    assert lin.peak_mem_bytes is None  # CPU
+    assert prof.ops == []
+
+
+class Shared(nn.Module):
+    """Calls ``act`` twice and a module that is not its child (``other``), through a helper."""
+
+    def __init__(self, other: nn.Module):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+        self.act = nn.ReLU()
+        self._other = [other]  # not registered: not a child
+
+    def forward(self, x):
+        x = self.act(self.fc(x))
+        x = self._other[0](x)
+        return self.act(x)
+
+
+def test_calls_counted_and_unregistered_callee_time_stays_in_caller():
+    other = nn.Linear(16, 16)
+    model = Shared(other).eval()
+    prof = profile_module(model, torch.randn(2, 16), iters=2, warmup=1, ops=False)
+    names = {r.name for r in prof.rows}
+    assert names == {"", "fc", "act"}
+    assert prof.row("act").calls == 2
+    assert prof.row("fc").calls == 1
+    assert prof.row("").calls == 1
+    # other's FLOPs are the root's own
+    assert prof.row("").self_flops == 2 * 2 * 16 * 16
+    assert prof.row("").flops == 2 * (2 * 2 * 16 * 16)
+
+
+def test_lstm_flops_estimated():
+    model = nn.LSTM(8, 16, num_layers=2, batch_first=True).eval()
+    prof = profile_module(model, torch.randn(3, 5, 8), iters=1, warmup=0, ops=False)
+    per_step = 2 * 4 * 16 * (8 + 16) + 2 * 4 * 16 * (16 + 16)
+    assert prof.row("").flops == per_step * 5 * 3
+    assert any("estimated" in n for n in prof.notes)
+
+
+# -- the zoo ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module", params=ZOO_SOURCES)
+def zoo_profile(request, tmp_path_factory):
+    loaded = load_model(request.param)
+    trace = tmp_path_factory.mktemp("trace") / "trace.json"
+    return loaded, _fast(loaded, iters=5, trace_path=trace)
+
+
+def test_zoo_rows_cover_every_module_with_its_parameters(zoo_profile):
+    loaded, prof = zoo_profile
+    mods = dict(loaded.module.named_modules())
+    assert [r.name for r in prof.rows] == list(mods)
+    for r in prof.rows:
+        m = mods[r.name]
+        assert r.type == type(m).__name__
+        assert r.params == sum(p.numel() for p in m.parameters())
+        assert r.depth == (0 if r.name == "" else r.name.count(".") + 1)
+        if r.name:
+            assert r.parent in mods
+            assert r.parent == r.name.rpartition(".")[0]
+    assert prof.row("").params == loaded.num_params
+    assert prof.row("").calls == 1
+
+
+def test_zoo_times_add_up(zoo_profile):
+    _, prof = zoo_profile
+    root = prof.row("")
+    assert sum(r.share for r in prof.rows) == pytest.approx(1.0)
+    for r in prof.rows:
+        assert r.self_ms >= 0
+        if r.calls:
+            assert r.inclusive_ms >= r.self_ms - 1e-9
+    assert 0 < sum(r.self_ms for r in prof.rows) <= root.inclusive_ms * 10
+
+
+def test_zoo_module_times_add_up_to_plain_forward(zoo_profile):
+    """Generous bounds, retried: other jobs share this 2-core machine and a preempted
+    forward can take 10x longer. The precise figure is in bench/bench_profiler.py; the
+    exact arithmetic is checked with a fake clock above."""
+    loaded, prof = zoo_profile
+    for _attempt in range(3):
+        if 0.5 < prof.coverage < 2 and 0.5 < prof.overhead_ratio < 3:
+            break
+        prof = _fast(loaded, iters=9, ops=False)
+    assert 0.5 < prof.coverage < 2
+    assert 0.5 < prof.overhead_ratio < 3
+
+
+def test_zoo_flops_and_intensity(zoo_profile):
+    loaded, prof = zoo_profile
+    root = prof.row("")
+    assert root.flops and root.flops > 0
+    assert sum(r.self_flops or 0 for r in prof.rows) == root.flops
+    for r in prof.rows:
+        if r.flops:
+            assert r.intensity == pytest.approx(r.flops / r.bytes_moved)
+    if loaded.source == "zoo:mlp":
+        b = loaded.example_inputs()["x"].shape[0]
+        assert prof.row("fc1").flops == 2 * b * 1024 * 1024
+        assert prof.row("fc3").flops == 2 * b * 1024 * 10
+    if loaded.source == "zoo:lstm":
+        b, s = loaded.example_inputs()["tokens"].shape
+        assert prof.row("lstm").flops == 2 * 4 * 256 * (128 + 256) * b * s
+    if loaded.source == "zoo:transformer":
+        b, s = loaded.example_inputs()["input_ids"].shape
+        att = prof.row("layers.0.attention")
+        # the module's own code is scaled_dot_product_attention: QK^T and AV
+        assert att.self_flops == 2 * 2 * b * s * s * 256
+        assert prof.row("layers.0.attention.query").flops == 2 * b * s * 256 * 256
+
+
+def test_zoo_ops_attributed_to_innermost_module(zoo_profile):
+    loaded, prof = zoo_profile
+    assert prof.ops and prof.op_iters >= 1
+    paths = {r.name for r in prof.rows}
+    for o in prof.ops:
+        assert o.module is None or o.module in paths
+        assert o.calls >= 1
+    mods = dict(loaded.module.named_modules())
+    heavy = [
+        o
+        for o in prof.ops
+        if o.name in ("aten::addmm", "aten::mm", "aten::mkldnn_convolution", "aten::convolution")
+    ]
+    assert heavy
+    for o in heavy:
+        # a matmul / convolution runs inside a Linear / Conv / LSTM leaf, never in a container
+        assert type(mods[o.module]).__name__ in ("Linear", "Conv2d", "LSTM"), o
+    if loaded.source == "zoo:mlp":
+        addmm = {o.module for o in prof.ops if o.name == "aten::addmm"}
+        assert addmm == {"fc1", "fc2", "fc3"}
+    if loaded.source == "zoo:transformer":
+        sdpa = [o for o in prof.ops if o.name == "aten::scaled_dot_product_attention"]
+        assert {o.module for o in sdpa} == {f"layers.{i}.attention" for i in range(4)}
+
+
+def test_zoo_trace_is_chrome_json_with_module_scopes(zoo_profile):
+    _, prof = zoo_profile
+    data = json.loads(open(prof.trace_path).read())
+    events = data["traceEvents"]
+    names = {e.get("name") for e in events}
+    assert "<root> [" + prof.row("").type + "]" in names
+    assert any(n and n.startswith("aten::") for n in names)
+
+
+def test_zoo_round_trips_through_json(zoo_profile):
+    _, prof = zoo_profile
+    back = ModelProfile.from_dict(json.loads(json.dumps(prof.to_dict())))
+    assert back == prof
+    assert isinstance(back.rows[0], LayerProfile)
+    assert isinstance(back.ops[0], OpRow)
+
+
+# -- progress / cancel / device ----------------------------------------------------------------
+
+
+def test_progress_is_monotonic_and_cancel_stops():
+    loaded = load_model("zoo:mlp")
+    seen: list[float] = []
+    _fast(loaded, ops=True, progress=lambda f, m: seen.append(f))
+    assert seen and seen[-1] == pytest.approx(1.0)
+    assert all(b >= a - 1e-12 for a, b in zip(seen, seen[1:]))
+    n = {"calls": 0}
+
+    def cancel():
+        n["calls"] += 1
+        return n["calls"] > 2
+
+    with pytest.raises(Cancelled):
+        _fast(loaded, iters=10, cancel=cancel)
+
+
+def test_from_dict_ignores_unknown_keys():
+    d = LayerProfile(name="fc", type="Linear").to_dict() | {"new_field": 1}
+    assert LayerProfile.from_dict(d).name == "fc"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_events_and_peak_memory():
+    loaded = load_model("zoo:mlp")
+    prof = _fast(loaded, device="cuda:0")
+    assert prof.timing == "cuda_events"
+    assert prof.row("fc1").peak_mem_bytes is not None
+    assert prof.row("fc1").peak_mem_bytes >= prof.row("fc1").output_bytes
+    assert next(loaded.module.parameters()).device.type == "cpu"  # moved back
+
+
+# -- ONNX ---------------------------------------------------------------------------------------
+
+
+class TinyMLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(32, 64)
+        self.act = nn.ReLU()
+        self.fc2 = nn.Linear(64, 8)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+@pytest.fixture(scope="module")
+def onnx_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("onnx") / "tiny.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            TinyMLP().eval(),
+            (torch.randn(2, 32),),
+            str(path),
+            input_names=["x"],
+            output_names=["y"],
+            dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
+            dynamo=False,
+        )
+    return path
+
+
+@pytest.mark.parametrize("level", ["disabled", "all"])
+def test_onnx_per_node_profile(onnx_file, tmp_path, level):
+    loaded = load_model(str(onnx_file))
+    loaded = loaded.replace(session_options={"graph_optimization_level": level})
+    inputs = {"x": torch.randn(5, 32)}
+    trace = tmp_path / "ort_trace.json"
+    prof = profile_model(loaded, inputs, iters=4, warmup=2, trace_path=trace)
+    assert prof.kind == "onnx" and prof.timing == "onnxruntime"
+    assert prof.iters == 4  # warm-up runs dropped
+    root = prof.row("")
+    nodes = prof.rows[1:]
+    assert root.inclusive_ms == pytest.approx(prof.total_ms)
+    assert sum(r.self_ms for r in prof.rows) == pytest.approx(prof.total_ms, rel=1e-6)
+    gemms = [r for r in nodes if "Gemm" in r.type]
+    assert len(gemms) == 2
+    assert sorted(r.flops for r in gemms) == sorted([2 * 5 * 32 * 64, 2 * 5 * 64 * 8])
+    assert sorted(r.params for r in gemms) == sorted([32 * 64 + 64, 64 * 8 + 8])
+    assert root.params == 32 * 64 + 64 + 64 * 8 + 8
+    assert all(r.calls == 1 for r in nodes)
+    if level == "disabled":  # the file's own node names, which the graph view uses
+        assert {r.name for r in nodes} == {"/fc1/Gemm", "/act/Relu", "/fc2/Gemm"}
+        assert prof.row("/fc2/Gemm").output_bytes == 5 * 8 * 4
+    op_types = {o.name: o for o in prof.ops}
+    assert sum(o.calls for o in prof.ops) == len(nodes)
+    assert sum(o.self_cpu_ms for o in prof.ops) == pytest.approx(sum(r.self_ms for r in nodes))
+    assert any("Gemm" in t for t in op_types)
+    data = json.loads(trace.read_text())
+    assert any(e.get("name") == "model_run" for e in data["traceEvents"])
+    assert ModelProfile.from_dict(json.loads(json.dumps(prof.to_dict()))) == prof
