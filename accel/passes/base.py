@@ -246,6 +246,9 @@ def _enum_choices(prop: dict[str, Any], schema: dict[str, Any]) -> list[Any] | N
 
 _REGISTRY: dict[str, type[Pass]] = {}
 _SCANNED = False
+# Pass modules that failed to import: module name -> error. A broken pass module must not
+# take the whole registry (and the studio) down; it is logged and listed here instead.
+SCAN_ERRORS: dict[str, str] = {}
 
 
 def register_pass(cls: type[Pass]) -> type[Pass]:
@@ -267,7 +270,11 @@ def _scan() -> None:
     for info in pkgutil.iter_modules(pkg.__path__):
         if info.name.startswith("_") or info.name == "base":
             continue
-        importlib.import_module(f"accel.passes.{info.name}")
+        try:
+            importlib.import_module(f"accel.passes.{info.name}")
+        except Exception as exc:  # a broken module must not hide the other passes
+            SCAN_ERRORS[info.name] = f"{type(exc).__name__}: {exc}"
+            log.error("pass module accel.passes.%s failed to import: %s", info.name, exc)
     _SCANNED = True
 
 
