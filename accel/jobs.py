@@ -58,50 +58,41 @@ def _call_with_supported(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> A
 
 def run_recipe_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
     """params: ``recipe`` (dict or file path), optional ``model`` (source overriding the
-    recipe's), ``device``, ``out`` (folder the run folder goes in)."""
-    from accel.recipe import load_recipe
+    recipe's), ``device``, ``out`` (run folder). Returns the run's JSON summary."""
     from accel.runner import run_recipe
 
-    recipe_src = params["recipe"]
-    recipe = load_recipe(Path(recipe_src) if isinstance(recipe_src, str) else recipe_src)
-    overrides = {k: params.get(k) for k in ("model", "device", "out") if params.get(k) is not None}
-    if overrides:
-        # Overrides go into the recipe itself when it has such fields, so the stored
-        # recipe is what actually ran.
-        data = recipe.model_dump(mode="json")
-        changed = False
-        for key, value in overrides.items():
-            for field in _RECIPE_FIELDS[key]:
-                if field in data:
-                    if isinstance(data[field], dict) and key == "model":
-                        data[field] = {**data[field], "source": value}
-                    else:
-                        data[field] = value
-                    changed = True
-                    break
-        if changed:
-            recipe = load_recipe(data)
+    recipe = params["recipe"]
+    if isinstance(recipe, str):
+        recipe = Path(recipe)
 
     def on_event(event: Any) -> None:
         emit(_to_dict(event))
 
-    result = _call_with_supported(
-        run_recipe,
+    result = run_recipe(
         recipe,
         on_event,
         cancel,
-        model=overrides.get("model"),
-        device=overrides.get("device"),
-        out_dir=overrides.get("out"),
+        out_dir=params.get("out"),
+        model_source=params.get("model"),
+        device=params.get("device"),
     )
-    return _to_dict(result)
-
-
-_RECIPE_FIELDS = {
-    "model": ("model", "model_source", "source"),
-    "device": ("device",),
-    "out": ("out_dir", "output_dir", "runs_dir"),
-}
+    return {
+        "status": result.status,
+        "error": result.error or "",
+        "run_dir": str(result.run_dir),
+        "duration_s": result.duration_s,
+        "baseline": result.baseline,
+        "steps": [
+            {
+                "index": st.index,
+                "pass_name": st.pass_name,
+                "status": st.status,
+                "metrics": st.metrics,
+                "error": st.error,
+            }
+            for st in result.steps
+        ],
+    }
 
 
 def profile_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:

@@ -33,14 +33,21 @@ BUSY_TIMEOUT_MS = 60_000
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 
 
+HOME_ENV = "ACCEL_STUDIO_HOME"  # one folder for data and settings (tests, portable installs)
+
+
 def data_dir() -> Path:
     """The user data folder of the studio (created on demand)."""
-    path = platformdirs.user_data_path(APP_NAME, appauthor=False)
+    home = os.environ.get(HOME_ENV)
+    path = Path(home) if home else platformdirs.user_data_path(APP_NAME, appauthor=False)
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 def settings_path() -> Path:
+    home = os.environ.get(HOME_ENV)
+    if home:
+        return Path(home) / "settings.json"
     return platformdirs.user_config_path(APP_NAME, appauthor=False) / "settings.json"
 
 
