@@ -186,6 +186,11 @@ def _spec_code(spec: InputSpec, fn_name: str = "make_inputs") -> str:
     return "\n".join(lines)
 
 
+def _dynamic_axes(spec: InputSpec) -> dict[str, dict[int, str]]:
+    axes = {t.name: {i: d for i, d in enumerate(t.shape) if isinstance(d, str)} for t in spec.inputs}
+    return {k: v for k, v in axes.items() if v}
+
+
 def _model_code(recipe: Recipe, spec: InputSpec) -> tuple[list[str], str, str]:
     """(imports, definitions, statements that set `model`/`kind`/`onnx_path`/`session`)."""
     from accel.models.sources import _SOURCE_RE
@@ -313,6 +318,8 @@ def recipe_to_script(recipe: Recipe | dict[str, Any] | str) -> str:
         f"RTOL, ATOL, MIN_COSINE = {g.rtol!r}, {g.atol!r}, {g.min_cosine!r}",
         f"WARMUP, ITERS, THREADS = {b.warmup!r}, {b.iters!r}, {b.threads!r}",
         f"SEED = {seed!r}",
+        "# Symbolic dims of the inputs ({input: {axis: name}}), kept dynamic by ONNX export.",
+        f"DYNAMIC_AXES = {_dynamic_axes(spec)!r}",
         "",
         "",
         _spec_code(spec),
