@@ -26,6 +26,9 @@ class PoolBridge(QObject):
     jobLog = Signal(str, object)  # job_id, {"level", "logger", "message"}
     jobFinished = Signal(str, object)  # job_id, JobOutcome
     busyChanged = Signal(int)  # number of jobs queued or running
+    poolChanged = Signal()  # a job was queued, started or finished (pool.jobs() changed)
+    # No signal is named "event": it would shadow QObject.event() and break Qt's event
+    # delivery to this object; jobEvent carries the runner events.
     _hop = Signal(object)  # dispatcher thread -> GUI thread
 
     def __init__(self, pool: WorkerPool, parent: QObject | None = None) -> None:
@@ -61,6 +64,8 @@ class PoolBridge(QObject):
         self.update.emit(update)
         if len(self._active) != before:
             self.busyChanged.emit(len(self._active))
+        if update.what in ("queued", "started", "finished"):
+            self.poolChanged.emit()
 
     def close(self) -> None:
         """Stop listening to the pool (the pool itself is not shut down)."""
