@@ -320,6 +320,8 @@ def recipe_to_script(recipe: Recipe | dict[str, Any] | str) -> str:
         f"SEED = {seed!r}",
         "# Symbolic dims of the inputs ({input: {axis: name}}), kept dynamic by ONNX export.",
         f"DYNAMIC_AXES = {_dynamic_axes(spec)!r}",
+        "# Range of each symbolic dim: name -> (min, max, default); torch.export uses min/max.",
+        f"DIMS = {({k: (d.min, d.max, d.default) for k, d in spec.dims.items()})!r}",
         "",
         "",
         _spec_code(spec),
