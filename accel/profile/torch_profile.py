@@ -213,7 +213,7 @@ def _op_table(
     steps: _Steps,
 ) -> tuple[list[OpRow], str | None]:
     """Operators per forward from torch.profiler, each attributed to its innermost module."""
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
     cuda = device.startswith("cuda")
     scopes = _scope_names(root)
@@ -239,16 +239,23 @@ def _op_table(
     with install_hooks(root, pre, post):
         call()  # warm the scope path outside the profiler
         _sync(device)
-        with profile(activities=activities, record_shapes=True) as prof:
-            for i in range(iters):
+        # One profiled warm-up step: the profiler's own start-up cost lands there, not in the table.
+        sched = schedule(wait=0, warmup=1, active=iters, repeat=1)
+        with profile(activities=activities, record_shapes=True, schedule=sched) as prof:
+            for i in range(iters + 1):
                 steps.check()
                 call()
                 _sync(device)
-                steps.report((i + 1) / iters, "operator profile")
+                prof.step()
+                steps.report((i + 1) / (iters + 1), "operator profile")
     rows: dict[tuple[str, str | None, str], OpRow] = {}
     for evt in prof.events():
-        if evt.name in scope_to_path or evt.device_type != torch.autograd.DeviceType.CPU:
-            continue  # scopes are modules, not ops; kernels are counted in their launching op
+        if (
+            evt.name in scope_to_path
+            or evt.name.startswith("ProfilerStep")
+            or evt.device_type != torch.autograd.DeviceType.CPU
+        ):
+            continue  # scopes are modules / steps, not ops; kernels count in their launching op
         parent = evt.cpu_parent
         while parent is not None and parent.name not in scope_to_path:
             parent = parent.cpu_parent
@@ -357,7 +364,7 @@ def profile_torch(
     n_op = 0
     if ops or trace_path is not None:
         steps.phase(0.7, 1.0)
-        n_op = max(1, min(iters, op_iters or 3))
+        n_op = max(1, min(iters, op_iters or 5))
         op_rows, written = _op_table(module, call, device, n_op, trace_path, steps)
         if not ops:
             op_rows = []

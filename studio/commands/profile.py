@@ -1,0 +1,189 @@
+"""`studio profile SRC`: latency summary, and with --layers where the time goes per layer."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "profile",
+        help="latency and throughput of a model; --layers adds the per-layer profile",
+        description="Benchmark a model (parameters, size, latency p50/p90, throughput). "
+        "With --layers, also profile it layer by layer (torch: per module, ONNX: per node).",
+    )
+    p.add_argument(
+        "source", metavar="SRC", help="model source: zoo:resnet, model.onnx, pkg.mod:factory, ..."
+    )
+    p.add_argument(
+        "--input", metavar="SPEC", help="input spec, e.g. 'x:float32[batch,3,224,224]; batch=8'"
+    )
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda:0")
+    p.add_argument("--threads", type=int, metavar="N", help="CPU threads (torch / ONNX Runtime)")
+    p.add_argument(
+        "--layers", action="store_true", help="per-layer profile: top layers by self time"
+    )
+    p.add_argument("--ops", action="store_true", help="with --layers: also the top operators")
+    p.add_argument(
+        "--top", type=int, default=15, metavar="N", help="layers / operators to show (15)"
+    )
+    p.add_argument(
+        "--trace", metavar="OUT.json", help="write a Chrome/Perfetto trace (implies --layers)"
+    )
+    p.add_argument("--iters", type=int, default=30, metavar="N", help="timed iterations (30)")
+    p.add_argument("--warmup", type=int, default=5, metavar="N", help="warm-up iterations (5)")
+    p.add_argument("--json", metavar="OUT.json", help="write the benchmark and profile as JSON")
+    p.add_argument(
+        "--trust-pickle",
+        action="store_true",
+        help="allow full unpickling of .pt files (runs code from the file: only for files you trust)",
+    )
+    p.set_defaults(func=run)
+
+
+def _kv(pairs: list[tuple[str, str]]) -> str:
+    width = max(len(k) for k, _ in pairs)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in pairs)
+
+
+def _inputs_text(inputs: dict) -> str:
+    parts = []
+    for name, x in inputs.items():
+        shape = ",".join(str(d) for d in getattr(x, "shape", ()))
+        dtype = str(getattr(x, "dtype", type(x).__name__)).removeprefix("torch.")
+        parts.append(f"{name}:{dtype}[{shape}]")
+    return "; ".join(parts)
+
+
+def layer_table(prof, top: int) -> str:
+    """The ``top`` layers by self time: name, type, self ms, inclusive ms, %, FLOPs, params."""
+    from studio.commands._table import fmt_count, fmt_ms, render_table
+
+    rows = []
+    for r in prof.top(top):
+        rows.append(
+            [
+                r.name or "<root>",
+                r.type,
+                fmt_ms(r.self_ms),
+                fmt_ms(r.inclusive_ms),
+                f"{100 * r.share:.1f}%",
+                r.calls,
+                fmt_count(r.flops),
+                fmt_count(r.params),
+            ]
+        )
+    return render_table(
+        ["layer", "type", "self ms", "incl ms", "self %", "calls", "FLOPs", "params"],
+        rows,
+        align="llrrrrrr",
+    )
+
+
+def op_table(prof, top: int) -> str:
+    from studio.commands._table import fmt_ms, render_table
+
+    cuda = prof.device.startswith("cuda")
+    rows = []
+    for o in prof.ops[:top]:
+        rows.append(
+            [
+                o.name,
+                "-" if o.module is None else (o.module or "<root>"),
+                fmt_ms(o.self_device_ms if cuda else o.self_cpu_ms),
+                f"{100 * o.share:.1f}%",
+                o.calls,
+                o.input_shapes if len(o.input_shapes) <= 48 else o.input_shapes[:45] + "...",
+            ]
+        )
+    return render_table(
+        [
+            "operator",
+            "module",
+            "self CUDA ms" if cuda else "self CPU ms",
+            "%",
+            "calls",
+            "input shapes",
+        ],
+        rows,
+        align="llrrrl",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from accel.bench import benchmark
+    from accel.models import load_model
+    from studio.cli import CliError
+    from studio.commands._table import fmt_bytes, fmt_count, fmt_ms
+
+    if args.iters < 1 or args.warmup < 0 or args.top < 1:
+        raise CliError("--iters and --top must be >= 1, --warmup >= 0")
+    if args.threads is not None and args.threads < 1:
+        raise CliError("--threads must be >= 1")
+    loaded = load_model(args.source, args.input, trust_pickle=args.trust_pickle, device=args.device)
+    inputs = loaded.example_inputs()
+    res = benchmark(
+        loaded,
+        inputs,
+        device=args.device,
+        warmup=args.warmup,
+        iters=args.iters,
+        threads=args.threads,
+    )
+    threads = f", {res.threads} thread(s)" if res.threads else ""
+    print(
+        _kv(
+            [
+                ("model", f"{loaded.source} ({loaded.kind})"),
+                ("parameters", fmt_count(loaded.num_params)),
+                ("size", fmt_bytes(loaded.size_bytes)),
+                ("device", f"{res.device}{threads}"),
+                ("inputs", _inputs_text(inputs)),
+                ("latency p50", f"{fmt_ms(res.p50_ms)} ms"),
+                ("latency p90", f"{fmt_ms(res.p90_ms)} ms"),
+                ("throughput", f"{res.throughput:,.1f} samples/s"),
+                ("first call", f"{fmt_ms(res.first_call_ms)} ms"),
+            ]
+        )
+    )
+    out: dict = {"benchmark": res.to_dict()}
+    if args.layers or args.trace or args.ops:
+        from accel.profile import profile_model
+
+        prof = profile_model(
+            loaded,
+            inputs,
+            iters=min(args.iters, 20),
+            warmup=args.warmup,
+            ops=args.ops,
+            trace_path=args.trace,
+            device=args.device,
+            threads=args.threads,
+        )
+        out["profile"] = prof.to_dict()
+        what = "modules" if prof.kind == "torch" else "nodes"
+        print()
+        print(
+            f"per-layer profile ({prof.timing}, {prof.iters} iterations): "
+            f"{sum(1 for r in prof.rows if r.calls)} {what}, total {fmt_ms(prof.total_ms)} ms, "
+            f"{fmt_count(prof.total_flops)} FLOPs"
+        )
+        print(
+            f"profiler overhead {prof.overhead_ratio:.2f}x; layer self times add up to "
+            f"{100 * prof.coverage:.1f}% of the plain forward ({fmt_ms(prof.plain_forward_ms)} ms)"
+        )
+        print()
+        print(layer_table(prof, args.top))
+        if args.ops and prof.ops:
+            print()
+            print(op_table(prof, args.top))
+        if prof.trace_path:
+            print(
+                f"\ntrace: {prof.trace_path} (open in https://ui.perfetto.dev or chrome://tracing)"
+            )
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
+        print(f"\nJSON: {args.json}")
+    return 0
