@@ -1,0 +1,195 @@
+"""Torch building blocks shared by the torch passes and by the scripts they export.
+
+Every class and function here is written to be copied verbatim into an exported script
+(``inspect.getsource``): it uses only ``torch``, ``nn`` and names defined in this module,
+so the studio and the script run exactly the same code. Not scanned as a pass module
+(leading underscore); imported inside ``apply`` because it imports torch.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from torch import nn
+
+
+class KeepFloat32(nn.Module):
+    """Runs the wrapped layer in float32 inside a low-precision model: casts up, casts back."""
+
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        self.module = module.float()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.module(x.float()).to(x.dtype)
+
+
+def to_low_precision(model, dtype, keep_norm_fp32=True, keep_last_fp32=False):
+    """Convert ``model``'s weights (and so its compute) to ``dtype`` in place.
+
+    Normalization layers (BatchNorm, LayerNorm, GroupNorm, InstanceNorm, RMSNorm) and/or the
+    last layer with weights can stay in float32, wrapped in KeepFloat32. Returns the names
+    of the layers kept in float32.
+    """
+    norm_types = [
+        nn.modules.batchnorm._BatchNorm,
+        nn.LayerNorm,
+        nn.GroupNorm,
+        nn.modules.instancenorm._InstanceNorm,
+    ]
+    if hasattr(nn, "RMSNorm"):
+        norm_types.append(nn.RMSNorm)
+    keep = []
+    if keep_norm_fp32:
+        keep += [
+            name for name, m in model.named_modules() if name and isinstance(m, tuple(norm_types))
+        ]
+    if keep_last_fp32:
+        # The last leaf layer with its own weights, in registration order (the classifier head
+        # of the usual model).
+        leaves = [
+            name
+            for name, m in model.named_modules()
+            if name and not list(m.children()) and any(True for _ in m.parameters(recurse=False))
+        ]
+        if leaves and leaves[-1] not in keep:
+            keep.append(leaves[-1])
+    # A layer inside another kept layer is already float32.
+    keep = [n for n in keep if not any(n.startswith(k + ".") for k in keep if k != n)]
+    model.to(dtype)
+    for name in keep:
+        model.set_submodule(name, KeepFloat32(model.get_submodule(name)))
+    return keep
+
+
+class AutocastForward(nn.Module):
+    """Runs the wrapped model under torch.autocast (mixed precision); weights stay float32."""
+
+    def __init__(self, module: nn.Module, device_type: str, dtype: torch.dtype):
+        super().__init__()
+        self.module = module
+        self.device_type = device_type
+        self.dtype = dtype
+
+    def forward(self, *args):
+        with torch.autocast(device_type=self.device_type, dtype=self.dtype):
+            return self.module(*args)
+
+
+def fold_batchnorm(model):
+    """Fold every BatchNorm that directly follows a Conv (or a Linear, for BatchNorm1d) into it.
+
+    Data flow comes from a torch.fx trace; a model fx cannot trace falls back to consecutive
+    layers inside nn.Sequential. The folded layer replaces the conv/linear, the BatchNorm
+    becomes nn.Identity. Inference only (uses the running statistics). Returns the list of
+    folded (layer, batchnorm) names.
+    """
+    from torch.nn.utils.fusion import fuse_conv_bn_eval, fuse_linear_bn_eval
+
+    model.eval()
+    modules = dict(model.named_modules())
+    pairs = []
+    try:
+        graph = torch.fx.symbolic_trace(model).graph
+        calls = {}
+        for node in graph.nodes:
+            if node.op == "call_module":
+                calls[node.target] = calls.get(node.target, 0) + 1
+        for node in graph.nodes:
+            if node.op != "call_module" or not isinstance(
+                modules.get(node.target), nn.modules.batchnorm._BatchNorm
+            ):
+                continue
+            src = node.args[0] if node.args else None
+            # Only a layer used once whose output feeds nothing but this BatchNorm can absorb it.
+            if (
+                isinstance(src, torch.fx.Node)
+                and src.op == "call_module"
+                and len(src.users) == 1
+                and calls[src.target] == 1
+                and calls[node.target] == 1
+            ):
+                pairs.append((src.target, node.target))
+    except Exception:
+        for name, seq in model.named_modules():
+            if isinstance(seq, nn.Sequential):
+                names = [f"{name}.{n}" if name else n for n, _ in seq.named_children()]
+                pairs += list(zip(names, names[1:]))
+    folded = []
+    for layer_name, bn_name in pairs:
+        layer, bn = modules[layer_name], modules[bn_name]
+        if not isinstance(bn, nn.modules.batchnorm._BatchNorm) or not bn.track_running_stats:
+            continue
+        conv_bn = {nn.Conv1d: nn.BatchNorm1d, nn.Conv2d: nn.BatchNorm2d, nn.Conv3d: nn.BatchNorm3d}
+        if (
+            type(layer) in conv_bn
+            and type(bn) is conv_bn[type(layer)]
+            and layer.out_channels == bn.num_features
+        ):
+            fused = fuse_conv_bn_eval(layer, bn)
+        elif (
+            type(layer) is nn.Linear
+            and type(bn) is nn.BatchNorm1d
+            and layer.out_features == bn.num_features
+        ):
+            fused = fuse_linear_bn_eval(layer, bn)
+        else:
+            continue
+        model.set_submodule(layer_name, fused)
+        model.set_submodule(bn_name, nn.Identity())
+        folded.append((layer_name, bn_name))
+    return folded
+
+
+class CUDAGraphRunner(nn.Module):
+    """Replays one CUDA graph captured for fixed input shapes from static input buffers.
+
+    Inputs of another shape or dtype run the wrapped module eagerly.
+    """
+
+    def __init__(self, module: nn.Module, example_args, warmup: int = 3):
+        super().__init__()
+        self.module = module
+        with torch.no_grad():
+            self.static_args = [a.detach().clone() for a in example_args]
+            # Warm up on a side stream (cuBLAS/cuDNN workspaces, lazy init) before capture.
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(warmup):
+                    module(*self.static_args)
+            torch.cuda.current_stream().wait_stream(stream)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.static_out = module(*self.static_args)
+
+    def forward(self, *args):
+        same = len(args) == len(self.static_args) and all(
+            a.shape == s.shape and a.dtype == s.dtype and a.device == s.device
+            for a, s in zip(args, self.static_args)
+        )
+        if not same:
+            return self.module(*args)
+        for s, a in zip(self.static_args, args):
+            s.copy_(a)
+        self.graph.replay()
+        # The graph overwrites its output buffers on the next replay: hand out copies.
+        return torch.utils._pytree.tree_map(
+            lambda t: t.clone() if isinstance(t, torch.Tensor) else t, self.static_out
+        )
+
+
+def prepared_args(inputs, input_casts, device):
+    """The model's positional arguments: inputs cast by ``input_casts`` and moved to ``device``."""
+    args = []
+    for name, x in inputs.items():
+        if name in input_casts and x.is_floating_point():
+            x = x.to(input_casts[name])
+        args.append(x.to(device))
+    return args
+
+
+def source_of(*objs) -> list[str]:
+    """Source text of helpers above, for ScriptStep.helpers."""
+    return [inspect.getsource(o) for o in objs]

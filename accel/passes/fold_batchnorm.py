@@ -1,0 +1,80 @@
+"""Fold BatchNorm into the Conv / Linear layer before it (inference)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from accel.passes.base import Pass, PassConfig, PassContext, Requirements, ScriptStep, register_pass
+
+if TYPE_CHECKING:
+    from accel.models.loaded import LoadedModel
+
+
+class FoldBatchNormConfig(PassConfig):
+    pass
+
+
+@register_pass
+class FoldBatchNorm(Pass):
+    name = "fold_batchnorm"
+    summary = "Fuse each BatchNorm into the Conv (or Linear + BatchNorm1d) before it; same outputs, fewer ops."
+    category = "compile"
+    Config = FoldBatchNormConfig
+    requires = Requirements(
+        model_kinds=("torch",), note="for models with Conv + BatchNorm (inference only)"
+    )
+
+    def apply(
+        self, model: LoadedModel, config: FoldBatchNormConfig, ctx: PassContext
+    ) -> LoadedModel:
+        import torch
+
+        from accel.errors import PassError
+        from accel.models.sources import torch_stats
+        from accel.passes._torch_helpers import fold_batchnorm
+
+        module = model.module
+        if isinstance(module, torch.jit.ScriptModule) or type(module).__name__ == "OptimizedModule":
+            raise PassError(
+                "fold_batchnorm needs a plain nn.Module; put it before torchscript / compile steps."
+            )
+        bns = [
+            n
+            for n, m in module.named_modules()
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+        ]
+        if not bns:
+            raise PassError(
+                "fold_batchnorm: the model has no BatchNorm layers to fold; remove the step."
+            )
+        folded = fold_batchnorm(module)
+        left = [
+            n
+            for n, m in module.named_modules()
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+        ]
+        ctx.details["folded"] = len(folded)
+        ctx.details["pairs"] = [f"{a} + {b}" for a, b in folded]
+        ctx.metrics["batchnorm_folded"] = float(len(folded))
+        if not folded:
+            raise PassError(
+                f"fold_batchnorm found {len(bns)} BatchNorm layer(s) but none directly after a Conv/Linear it "
+                f"could absorb (e.g. {bns[0]}); remove the step."
+            )
+        if left:
+            ctx.details["not_folded"] = left
+            ctx.warn(
+                f"{len(left)} BatchNorm layer(s) not folded (no single Conv/Linear feeding them): {', '.join(left[:5])}"
+            )
+        n_params, size, digest = torch_stats(module)
+        return model.replace(
+            module=module, num_params=n_params, size_bytes=size, content_hash=digest
+        )
+
+    def to_script(self, config: FoldBatchNormConfig) -> ScriptStep:
+        from accel.passes._torch_helpers import fold_batchnorm, source_of
+
+        code = (
+            "folded = fold_batchnorm(model)\nprint(f'    folded {len(folded)} BatchNorm layers')\n"
+        )
+        return ScriptStep(code=code, imports=["import torch.fx"], helpers=source_of(fold_batchnorm))

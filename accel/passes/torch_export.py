@@ -1,0 +1,179 @@
+"""torch.export pass: an ExportedProgram (.pt2) with dynamic shapes from the input spec."""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
+
+from accel.passes.base import Pass, PassConfig, PassContext, Requirements, ScriptStep, register_pass
+
+if TYPE_CHECKING:
+    from accel.models.inputs import InputSpec
+    from accel.models.loaded import LoadedModel
+
+log = logging.getLogger(__name__)
+
+
+class TorchExportConfig(PassConfig):
+    dynamic: bool = Field(
+        True, description="export the input spec's symbolic dims (batch, seq...) as dynamic"
+    )
+    static_dims: list[str] = Field(
+        default_factory=list,
+        description="symbolic dims to keep fixed at the run's value (e.g. [seq] for an LSTM)",
+    )
+    strict: bool = Field(
+        False, description="strict mode (TorchDynamo tracing) instead of non-strict Python tracing"
+    )
+
+
+def dynamic_dims(spec: InputSpec, config: TorchExportConfig) -> dict[str, tuple[int, int]]:
+    """name -> (min, max) of the dims exported as dynamic."""
+    if not config.dynamic:
+        return {}
+    return {
+        n: (d.min, d.max)
+        for n, d in spec.dims.items()
+        if n not in config.static_dims and d.max > d.min
+    }
+
+
+def dynamic_shapes_spec(spec: InputSpec, dims: dict[str, tuple[int, int]]) -> list[dict[int, str]]:
+    """Per positional input: axis -> dim name, for the dims in ``dims``."""
+    return [
+        {axis: d for axis, d in enumerate(t.shape) if isinstance(d, str) and d in dims}
+        for t in spec.inputs
+    ]
+
+
+def example_for_export(
+    spec: InputSpec, inputs: dict[str, Any], dims: dict[str, tuple[int, int]], seed: int
+) -> dict[str, Any]:
+    """The run's inputs, unless a dynamic dim is 0 or 1 there: torch.export specializes those
+    sizes, so export on a sample where they are 2 (the program still accepts 1)."""
+    from accel.passes.torchscript import current_dims
+
+    now = current_dims(spec, inputs)
+    if all(now.get(n, 2) >= 2 for n in dims):
+        return dict(inputs)
+    wanted = {n: (max(2, v) if n in dims and dims[n][1] >= 2 else v) for n, v in now.items()}
+    return spec.sample(seed=seed, dims=wanted)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+@register_pass
+class TorchExport(Pass):
+    name = "torch_export"
+    summary = (
+        "torch.export the model to an ExportedProgram (.pt2) with dynamic dims from the input spec."
+    )
+    category = "export"
+    Config = TorchExportConfig
+    requires = Requirements(model_kinds=("torch",))
+
+    def apply(self, model: LoadedModel, config: TorchExportConfig, ctx: PassContext) -> LoadedModel:
+        import torch
+        from torch.export import Dim
+
+        from accel.errors import PassError
+
+        module = model.module
+        if isinstance(module, torch.jit.ScriptModule) or type(module).__name__ == "OptimizedModule":
+            raise PassError(
+                "torch_export needs a plain nn.Module; put it before torchscript / compile steps."
+            )
+        spec = model.input_spec
+        unknown = [d for d in config.static_dims if d not in spec.dims]
+        if unknown:
+            raise PassError(
+                f"torch_export: static_dims {unknown} are not dims of the input spec ({', '.join(spec.dims) or 'none'})."
+            )
+        dims = dynamic_dims(spec, config)
+        dim_objs = {n: Dim(n, min=lo, max=hi) for n, (lo, hi) in dims.items()}
+        shapes = tuple(
+            {axis: dim_objs[d] for axis, d in m.items()} for m in dynamic_shapes_spec(spec, dims)
+        )
+        example = example_for_export(spec, ctx.inputs, dims, ctx.seed)
+        args = tuple(model.prepare_inputs(example).values())
+        ctx.details["dynamic_dims"] = {n: [lo, hi] for n, (lo, hi) in dims.items()}
+        ctx.progress(0.1, "exporting")
+        try:
+            ep = torch.export.export(
+                module.eval(), args, dynamic_shapes=shapes if dims else None, strict=config.strict
+            )
+        except Exception as exc:
+            raise self._explain_failure(exc, dims) from None
+        path = ctx.work_dir / "model.pt2"
+        torch.export.save(ep, str(path))
+        ctx.add_artifact(path, "exported_program")
+        # Later steps run the saved program, loaded back, exactly as a user of the file would.
+        loaded = torch.export.load(str(path)).module()
+        ctx.details["graph_nodes"] = sum(1 for _ in ep.graph.nodes)
+        return model.replace(
+            module=loaded,
+            format="exported_program",
+            size_bytes=path.stat().st_size,
+            metadata={**model.metadata, "exported_program": True, "pt2_path": str(path)},
+        )
+
+    @staticmethod
+    def _explain_failure(exc: BaseException, dims: dict[str, tuple[int, int]]) -> Exception:
+        from accel.errors import PassError
+
+        text = str(exc)
+        name = type(exc).__name__
+        m = re.search(r"Constraints violated \(([^)]*)\)", text)
+        if m:
+            fixed = [d.strip() for d in m.group(1).split(",")]
+            return PassError(
+                f"torch_export: the model fixes dim(s) {', '.join(fixed)} to a constant while tracing, so they cannot "
+                f"be dynamic. Add them to static_dims (static_dims: [{', '.join(fixed)}]), or set dynamic: false. "
+                f"({_first_line(exc)})"
+            )
+        data_dependent = (
+            "data-dependent" in text.lower()
+            or "GuardOnDataDependent" in name
+            or "data dependent" in text.lower()
+        )
+        if data_dependent:
+            where = re.search(r'File "([^"]+)", line (\d+)', text)
+            loc = f" at {where.group(1)}:{where.group(2)}" if where else ""
+            return PassError(
+                f"torch_export: the forward has data-dependent control flow{loc} (a Python branch or size that "
+                "depends on tensor values). Rewrite it with torch.cond / torch.where, or use torchscript with "
+                f"method: script, or compile instead. ({name}: {_first_line(exc)})"
+            )
+        return PassError(f"torch_export failed: {name}: {_first_line(exc)}")
+
+    def to_script(self, config: TorchExportConfig) -> ScriptStep:
+        from accel.passes._torch_helpers import prepared_args, source_of
+
+        dynamic = "{n: (lo, hi) for n, (lo, hi, _) in DIMS.items()" + (
+            f" if n not in {config.static_dims!r} and hi > lo}}"
+            if config.static_dims
+            else " if hi > lo}"
+        )
+        code = (
+            f"export_dims = {dynamic if config.dynamic else '{}'}  # dims exported as dynamic: (min, max)\n"
+            "dim_objs = {n: torch.export.Dim(n, min=lo, max=hi) for n, (lo, hi) in export_dims.items()}\n"
+            "shapes = tuple({axis: dim_objs[d] for axis, d in DYNAMIC_AXES.get(name, {}).items() if d in dim_objs}\n"
+            "               for name in inputs)\n"
+            "# torch.export specializes sizes 0 and 1: export on an example where the dynamic dims are >= 2.\n"
+            "dims_now = {d: inputs[name].shape[axis] for name, axes in DYNAMIC_AXES.items() for axis, d in axes.items()}\n"
+            "example = inputs\n"
+            "if any(dims_now[n] < 2 for n in export_dims):\n"
+            "    example = make_inputs(seed=SEED, dims={n: max(2, v) if n in export_dims else v for n, v in dims_now.items()})\n"
+            "ep = torch.export.export(model.eval(), tuple(prepared_args(example, input_casts, device)),\n"
+            f"                         dynamic_shapes=shapes if export_dims else None, strict={config.strict})\n"
+            "torch.export.save(ep, str(step_dir / 'model.pt2'))\n"
+            "# From here on the script runs the saved program, as the studio does.\n"
+            "model = torch.export.load(str(step_dir / 'model.pt2')).module()\n"
+        )
+        return ScriptStep(code=code, helpers=source_of(prepared_args))
