@@ -89,6 +89,7 @@ class Services(QObject):
         self._kinds: dict[str, str] = {}  # job_id -> controller ("open", "profile", ...)
         self._context: dict[str, dict[str, Any]] = {}
         self._latest: dict[str, str] = {}  # controller -> newest job id (older results dropped)
+        self._trusted: set[str] = set()  # sources the user allowed to unpickle
 
     # -- facts for the status bar ---------------------------------------------------------
     @property
@@ -130,12 +131,21 @@ class Services(QObject):
         self._latest[controller] = handle.job_id
         return handle.job_id
 
-    def open_model(self, source: str, input_spec: str | None = None) -> str:
-        """Load ``source`` in a worker: model info + graph land in ``state``. Returns the job id."""
+    def open_model(
+        self, source: str, input_spec: str | None = None, *, trust_pickle: bool = False
+    ) -> str:
+        """Load ``source`` in a worker: model info + graph land in ``state``. Returns the job id.
+
+        ``trust_pickle``: the user opted in to full unpickling of this file (kept for the
+        later jobs on the same source)."""
         source = source.strip()
+        if trust_pickle:
+            self._trusted.add(source)
         params: dict[str, Any] = {"model": source}
         if input_spec:
             params["input_spec"] = input_spec
+        if source in self._trusted:
+            params["trust_pickle"] = True
         job_id = self._submit("open", "inspect", params, device="cpu", priority=10)
         self._context[job_id] = {"source": source, "input_spec": input_spec}
         self.state.modelLoading.emit(source)
@@ -153,6 +163,8 @@ class Services(QObject):
         params: dict[str, Any] = {"model": st.model_source, "trace_path": str(trace)}
         if st.input_spec:
             params["input_spec"] = st.input_spec
+        if st.model_source in self._trusted:
+            params["trust_pickle"] = True
         params.update(profile_kwargs)
         job_id = self._submit("profile", "profile", params, device="cpu", priority=5)
         self._context[job_id] = {"source": st.model_source, "input_spec": st.input_spec}
@@ -191,6 +203,8 @@ class Services(QObject):
         params: dict[str, Any] = {"model": st.model_source, "out": str(out)}
         if st.input_spec:
             params["input_spec"] = st.input_spec
+        if st.model_source in self._trusted:
+            params["trust_pickle"] = True
         job_id = self._submit("export", "export_onnx", params, device="cpu")
         self._context[job_id] = {"source": st.model_source}
         st.status.emit("exporting to ONNX…")

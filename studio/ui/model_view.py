@@ -1,0 +1,200 @@
+"""Model panel: what is open (source, kind, input spec, parameters, size) and one-click Profile.
+
+The input spec is editable; it is checked with ``accel.models.InputSpec.parse`` as
+you type (the error shows inline) and Apply reopens the model with it.
+"""
+
+from __future__ import annotations
+
+import html
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+
+def fmt_bytes(n: int | float | None) -> str:
+    if not n:
+        return "–"
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def check_input_spec(text: str) -> str | None:
+    """None when ``text`` parses as an InputSpec, else the parser's message."""
+    if not text.strip():
+        return None  # empty: the model's own spec
+    from accel.models import InputSpec
+
+    try:
+        InputSpec.parse(text)
+    except Exception as exc:
+        return str(exc)
+    return None
+
+
+class ModelView(QWidget):
+    """The Model panel."""
+
+    def __init__(self, state, services=None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("ModelView")
+        self.state = state
+        self.services = services
+        self.title = QLabel("<i>No model open</i>")
+        self.title.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.title.setWordWrap(True)
+        self.kind = QLabel("–")
+        self.params = QLabel("–")
+        self.size = QLabel("–")
+        self.dtypes = QLabel("–")
+        self.graph_info = QLabel("–")
+        self.graph_info.setWordWrap(True)
+        for lab in (self.kind, self.params, self.size, self.dtypes, self.graph_info):
+            lab.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.spec = QLineEdit()
+        self.spec.setPlaceholderText("x:float32[batch,3,224,224]; batch=1..64:1")
+        self.spec.setToolTip(
+            "Input spec: name:dtype[shape] per input, ';'-separated; symbolic dims such as "
+            "batch get a range: batch=1..64:1 (min..max:default)"
+        )
+        self.spec.textEdited.connect(self._validate)
+        self.spec.returnPressed.connect(self.apply_spec)
+        self.spec_error = QLabel("")
+        self.spec_error.setObjectName("specError")
+        self.spec_error.setWordWrap(True)
+        self.spec_error.setStyleSheet("color: #e03131;")
+        self.spec_error.hide()
+        self.apply_btn = QPushButton("Apply")
+        self.apply_btn.setToolTip("Reopen the model with this input spec")
+        self.apply_btn.clicked.connect(self.apply_spec)
+        self.apply_btn.setEnabled(False)
+        spec_row = QHBoxLayout()
+        spec_row.addWidget(self.spec, 1)
+        spec_row.addWidget(self.apply_btn)
+
+        self.profile_btn = QPushButton("Profile")
+        self.profile_btn.setToolTip("Time every layer of this model (Ctrl+P)")
+        self.profile_btn.clicked.connect(self._profile)
+        self.profile_btn.setEnabled(False)
+        self.status = QLabel("")
+        self.status.setWordWrap(True)
+
+        form = QFormLayout()
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        form.addRow("Kind", self.kind)
+        form.addRow("Parameters", self.params)
+        form.addRow("Size", self.size)
+        form.addRow("Weights", self.dtypes)
+        form.addRow("Graph", self.graph_info)
+        lay = QVBoxLayout(self)
+        lay.addWidget(self.title)
+        lay.addLayout(form)
+        lay.addWidget(QLabel("Input spec"))
+        lay.addLayout(spec_row)
+        lay.addWidget(self.spec_error)
+        row = QHBoxLayout()
+        row.addWidget(self.profile_btn)
+        row.addStretch(1)
+        lay.addLayout(row)
+        lay.addWidget(self.status)
+        lay.addStretch(1)
+
+        state.modelChanged.connect(self._on_model)
+        state.graphChanged.connect(self._on_graph)
+        state.modelLoading.connect(self._on_loading)
+        state.modelFailed.connect(self._on_failed)
+        state.profileChanged.connect(self._on_profile)
+        if services is not None:
+            services.jobFailed.connect(self._on_job_failed)
+        self._on_model()
+
+    # -- state -> view --------------------------------------------------------------------
+    def _on_loading(self, source: str) -> None:
+        self.status.setText(f"Opening <b>{html.escape(source)}</b> in a worker…")
+        self.profile_btn.setEnabled(False)
+
+    def _on_failed(self, message: str) -> None:
+        self.status.setText(f"<span style='color:#e03131'>{html.escape(message)}</span>")
+        self.profile_btn.setEnabled(bool(self.state.model_source))
+
+    def _on_job_failed(self, kind: str, message: str) -> None:
+        if kind == "profile":
+            self.profile_btn.setEnabled(True)
+            self.status.setText(
+                f"<span style='color:#e03131'>Profile failed: {html.escape(message)}</span>"
+            )
+
+    def _on_model(self) -> None:
+        st = self.state
+        info = st.model_info or {}
+        if not st.model_source:
+            return
+        cls = info.get("class_name") or ""
+        self.title.setText(
+            f"<b>{html.escape(st.model_source)}</b>"
+            + (f" <span style='color:gray'>({html.escape(cls)})</span>" if cls else "")
+        )
+        fmt = info.get("format") or ""
+        self.kind.setText(f"{info.get('kind', '?')}" + (f" · {fmt}" if fmt else ""))
+        n = info.get("num_params")
+        self.params.setText(f"{n:,}" if isinstance(n, int) else "–")
+        self.size.setText(fmt_bytes(info.get("size_bytes")))
+        dt = info.get("param_dtypes") or {}
+        self.dtypes.setText(", ".join(f"{k}: {v:,}" for k, v in dt.items()) or "–")
+        self.spec.setText(st.input_spec or info.get("input_spec") or "")
+        self._validate(self.spec.text())
+        self.apply_btn.setEnabled(False)
+        self.profile_btn.setEnabled(True)
+        self.status.setText("")
+        self._on_graph()
+
+    def _on_graph(self) -> None:
+        g = self.state.graph
+        err = (self.state.model_info or {}).get("graph_error")
+        if g is None:
+            self.graph_info.setText(f"not available: {html.escape(err)}" if err else "–")
+            return
+        groups = max(len(g.groups) - 1, 0)
+        note = f" (fallback: {html.escape(g.fallback_reason)})" if g.fallback_reason else ""
+        self.graph_info.setText(
+            f"{len(g.nodes)} nodes, {len(g.edges)} edges, {groups} modules, from {g.source}{note}"
+        )
+
+    def _on_profile(self) -> None:
+        prof = self.state.profile
+        self.profile_btn.setEnabled(bool(self.state.model_source))
+        if prof is not None:
+            self.status.setText(
+                f"Profiled: <b>{prof.total_ms:.3f} ms</b> per forward on {prof.device}"
+            )
+
+    # -- actions --------------------------------------------------------------------------
+    def _validate(self, text: str) -> bool:
+        err = check_input_spec(text)
+        self.spec_error.setText(err or "")
+        self.spec_error.setVisible(bool(err))
+        self.apply_btn.setEnabled(err is None and text.strip() != (self.state.input_spec or ""))
+        return err is None
+
+    def apply_spec(self) -> None:
+        text = self.spec.text().strip()
+        if not self._validate(text) or not self.state.model_source or self.services is None:
+            return
+        self.services.open_model(self.state.model_source, text or None)
+
+    def _profile(self) -> None:
+        if self.services is not None and self.services.profile_current():
+            self.profile_btn.setEnabled(False)
+            self.status.setText("Profiling in a worker…")

@@ -1,0 +1,395 @@
+"""Profile panel: where the time goes, layer by layer.
+
+A pyqtgraph bar chart of the top layers by self time (click a bar to select the
+layer, which selects its node in the graph), a sortable table of every layer
+(time, share, FLOPs, parameters, memory), the operator table, and Export trace
+(the Chrome/Perfetto trace the profile job wrote).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+
+import pyqtgraph as pg
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, Signal
+from PySide6.QtGui import QColor, QPalette
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QTableView,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+log = logging.getLogger(__name__)
+
+
+def _fmt_bytes(n: float | int | None) -> str:
+    if n is None:
+        return "–"
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def _fmt_count(n: float | int | None) -> str:
+    if n is None:
+        return "–"
+    n = float(n)
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= div:
+            return f"{n / div:.2f} {unit}"
+    return f"{n:.0f}"
+
+
+def _short(text: str, n: int) -> str:
+    return text if len(text) <= n else "…" + text[-(n - 1) :]
+
+
+class _RowsModel(QAbstractTableModel):
+    """A table of dataclass rows: ``columns`` = [(header, getter, formatter)]."""
+
+    def __init__(self, columns, parent=None) -> None:
+        super().__init__(parent)
+        self.columns = columns
+        self.rows: list = []
+
+    def set_rows(self, rows: list) -> None:
+        self.beginResetModel()
+        self.rows = list(rows)
+        self.endResetModel()
+
+    def rowCount(self, parent=QModelIndex()) -> int:  # noqa: N802
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent=QModelIndex()) -> int:  # noqa: N802
+        return 0 if parent.isValid() else len(self.columns)
+
+    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
+        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
+            return self.columns[section][0]
+        return None
+
+    def data(self, index, role=Qt.ItemDataRole.DisplayRole):
+        if not index.isValid():
+            return None
+        row = self.rows[index.row()]
+        _, get, fmt = self.columns[index.column()]
+        value = get(row)
+        if role == Qt.ItemDataRole.DisplayRole:
+            return fmt(value) if fmt else ("" if value is None else str(value))
+        if role == Qt.ItemDataRole.UserRole:  # sort key
+            return value if value is not None else -1
+        if role == Qt.ItemDataRole.TextAlignmentRole and fmt is not None:
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        return None
+
+
+def _table(model: QAbstractTableModel) -> tuple[QTableView, QSortFilterProxyModel]:
+    proxy = QSortFilterProxyModel()
+    proxy.setSourceModel(model)
+    proxy.setSortRole(Qt.ItemDataRole.UserRole)
+    proxy.setFilterCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
+    proxy.setFilterKeyColumn(-1)
+    view = QTableView()
+    view.setModel(proxy)
+    view.setSortingEnabled(True)
+    view.setSelectionBehavior(QTableView.SelectionBehavior.SelectRows)
+    view.setSelectionMode(QTableView.SelectionMode.SingleSelection)
+    view.setAlternatingRowColors(True)
+    view.verticalHeader().setVisible(False)
+    view.verticalHeader().setDefaultSectionSize(22)
+    view.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+    view.horizontalHeader().setStretchLastSection(True)
+    return view, proxy
+
+
+class ProfileView(QWidget):
+    """The Profile panel; bars and table rows select layers in ``state``."""
+
+    barClicked = Signal(str)  # module path of a clicked bar
+
+    def __init__(self, state, services=None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("ProfileView")
+        self.state = state
+        self.services = services
+        self.top_rows: list = []
+
+        self.summary = QLabel("No profile yet. Open a model and press Profile (Ctrl+P).")
+        self.summary.setWordWrap(True)
+        self.profile_btn = QPushButton("Profile")
+        self.profile_btn.setToolTip("Profile the current model in a worker (Ctrl+P)")
+        self.profile_btn.clicked.connect(self._profile)
+        self.export_btn = QPushButton("Export trace…")
+        self.export_btn.setToolTip("Save the Chrome/Perfetto trace of the last profile")
+        self.export_btn.clicked.connect(self.export_trace)
+        self.export_btn.setEnabled(False)
+        self.top_n = QSpinBox(minimum=5, maximum=50, value=15)
+        self.top_n.setPrefix("top ")
+        self.top_n.setToolTip("How many layers the chart shows")
+        self.top_n.valueChanged.connect(self._refresh_chart)
+        head = QHBoxLayout()
+        head.addWidget(self.summary, 1)
+        head.addWidget(self.top_n)
+        head.addWidget(self.profile_btn)
+        head.addWidget(self.export_btn)
+
+        # -- chart
+        pg.setConfigOptions(antialias=True)
+        self.plot = pg.PlotWidget()
+        self.plot.setMenuEnabled(False)
+        self.plot.setMouseEnabled(x=False, y=False)
+        self.plot.hideButtons()
+        self.plot.setLabel("bottom", "self time", units="ms")
+        self.plot.showGrid(x=True, y=False, alpha=0.25)
+        self.plot.getViewBox().invertY(True)
+        self.plot.getAxis("left").setWidth(170)
+        self.plot.setMinimumHeight(160)
+        self.plot.scene().sigMouseClicked.connect(self._on_plot_click)
+        self.bars: pg.BarGraphItem | None = None
+
+        # -- tables
+        layer_cols = [
+            ("Layer", lambda r: r.name or "(root)", None),
+            ("Type", lambda r: r.type, None),
+            ("Self ms", lambda r: r.self_ms, lambda v: f"{v:.3f}"),
+            ("Incl. ms", lambda r: r.inclusive_ms, lambda v: f"{v:.3f}"),
+            ("%", lambda r: 100.0 * r.share, lambda v: f"{v:.1f}"),
+            ("Calls", lambda r: r.calls, lambda v: str(v)),
+            ("FLOPs", lambda r: r.flops, _fmt_count),
+            ("Params", lambda r: r.params, _fmt_count),
+            ("Activations", lambda r: r.output_bytes, _fmt_bytes),
+            ("Weights", lambda r: r.param_bytes, _fmt_bytes),
+        ]
+        self.layers_model = _RowsModel(layer_cols, self)
+        self.layers, self.layers_proxy = _table(self.layers_model)
+        self.layers.selectionModel().currentRowChanged.connect(self._on_layer_row)
+        op_cols = [
+            ("Operator", lambda r: r.name, None),
+            ("Module", lambda r: r.module if r.module is not None else "", None),
+            ("Calls", lambda r: r.calls, lambda v: str(v)),
+            ("Self CPU ms", lambda r: r.self_cpu_ms, lambda v: f"{v:.3f}"),
+            ("CPU ms", lambda r: r.cpu_ms, lambda v: f"{v:.3f}"),
+            ("Device ms", lambda r: r.self_device_ms, lambda v: f"{v:.3f}"),
+            ("%", lambda r: 100.0 * r.share, lambda v: f"{v:.1f}"),
+            ("Input shapes", lambda r: r.input_shapes, None),
+        ]
+        self.ops_model = _RowsModel(op_cols, self)
+        self.ops, self.ops_proxy = _table(self.ops_model)
+        self.ops.selectionModel().currentRowChanged.connect(self._on_op_row)
+        self.filter = QLineEdit(placeholderText="Filter rows")
+        self.filter.setClearButtonEnabled(True)
+        self.filter.textChanged.connect(self.layers_proxy.setFilterFixedString)
+        self.filter.textChanged.connect(self.ops_proxy.setFilterFixedString)
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self.layers, "Layers")
+        self.tabs.addTab(self.ops, "Operators")
+        bottom = QWidget()
+        bl = QVBoxLayout(bottom)
+        bl.setContentsMargins(0, 0, 0, 0)
+        bl.addWidget(self.filter)
+        bl.addWidget(self.tabs)
+        # Side by side: the panel usually docks wide and short at the bottom.
+        split = QSplitter(Qt.Orientation.Horizontal)
+        split.addWidget(self.plot)
+        split.addWidget(bottom)
+        split.setSizes([480, 620])
+
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        lay.addLayout(head)
+        lay.addWidget(split, 1)
+
+        state.profileChanged.connect(self._on_profile)
+        state.modelChanged.connect(self._on_profile)
+        state.selectionChanged.connect(self._on_selection)
+        if services is not None:
+            services.busyChanged.connect(lambda n: None)
+            services.jobProgress.connect(self._on_progress)
+            services.jobFailed.connect(self._on_failed)
+        self._apply_theme()
+        self._on_profile()
+
+    # -- theme ----------------------------------------------------------------------------
+    def _apply_theme(self) -> None:
+        pal = self.palette()
+        self.plot.setBackground(pal.color(QPalette.ColorRole.Base))
+        fg = pal.color(QPalette.ColorRole.Text)
+        for axis in ("bottom", "left"):
+            ax = self.plot.getAxis(axis)
+            ax.setPen(fg)
+            ax.setTextPen(fg)
+
+    def changeEvent(self, event) -> None:  # noqa: N802
+        from PySide6.QtCore import QEvent
+
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
+            self._apply_theme()
+            self._refresh_chart()
+        super().changeEvent(event)
+
+    # -- data -----------------------------------------------------------------------------
+    def _profile(self) -> None:
+        if self.services is not None:
+            if self.services.profile_current():
+                self.profile_btn.setEnabled(False)
+                self.summary.setText("Profiling in a worker…")
+
+    def _on_progress(self, job_id: str, kind: str, fraction: float, message: str) -> None:
+        if kind == "profile":
+            self.summary.setText(f"Profiling… {100 * fraction:.0f} % {message}")
+
+    def _on_failed(self, kind: str, message: str) -> None:
+        if kind == "profile":
+            self.profile_btn.setEnabled(True)
+            self.summary.setText(f"<span style='color:#c92a2a'>Profile failed:</span> {message}")
+
+    def _on_profile(self) -> None:
+        prof = self.state.profile
+        self.profile_btn.setEnabled(bool(self.state.model_source))
+        if prof is None:
+            self.layers_model.set_rows([])
+            self.ops_model.set_rows([])
+            self.export_btn.setEnabled(False)
+            self.summary.setText(
+                "No profile yet. Press Profile (Ctrl+P) to time every layer."
+                if self.state.model_source
+                else "Open a model, then Profile (Ctrl+P)."
+            )
+            self._refresh_chart()
+            return
+        # The root row holds the whole forward: it would dwarf every bar and row.
+        self.layers_model.set_rows(prof.rows)
+        self.ops_model.set_rows(prof.ops)
+        self.layers.sortByColumn(2, Qt.SortOrder.DescendingOrder)
+        self.ops.sortByColumn(3, Qt.SortOrder.DescendingOrder)
+        self.layers.resizeColumnsToContents()
+        self.ops.resizeColumnsToContents()
+        self.export_btn.setEnabled(bool(prof.trace_path))
+        flops = f", {_fmt_count(prof.total_flops)}FLOPs" if prof.total_flops else ""
+        cov = f", coverage {100 * prof.coverage:.0f} %" if prof.coverage else ""
+        self.summary.setText(
+            f"<b>{prof.total_ms:.3f} ms</b> per forward on {prof.device}{flops}{cov} "
+            f"— {len(prof.rows)} layers, {len(prof.ops)} operators, {prof.iters} iterations"
+        )
+        self._refresh_chart()
+
+    def _refresh_chart(self) -> None:
+        self.plot.clear()
+        self.bars = None
+        prof = self.state.profile
+        if prof is None:
+            self.top_rows = []
+            return
+        rows = [r for r in prof.top(len(prof.rows), key="self_ms") if r.name != ""]
+        rows = [r for r in rows if r.self_ms > 0][: self.top_n.value()]
+        self.top_rows = rows
+        if not rows:
+            return
+        ys = list(range(len(rows)))
+        widths = [r.self_ms for r in rows]
+        brushes = []
+        for r in rows:
+            sel = self._is_selected(r.name)
+            brushes.append(pg.mkBrush("#e8590c" if sel else "#4c6ef5"))
+        self.bars = pg.BarGraphItem(x0=0, y=ys, height=0.7, width=widths, brushes=brushes)
+        self.plot.addItem(self.bars)
+        left = self.plot.getAxis("left")
+        left.setTicks([[(i, _short(f"{r.name} ({r.type})", 28)) for i, r in enumerate(rows)]])
+        self.plot.setYRange(-0.6, len(rows) - 0.4, padding=0)
+        self.plot.setXRange(0, max(widths) * 1.05, padding=0)
+
+    def _is_selected(self, name: str) -> bool:
+        key = self.state.selected
+        if not key:
+            return False
+        if key == name:
+            return True
+        graph = self.state.graph
+        return bool(graph is not None and key in graph and graph.node(key).module_path == name)
+
+    # -- selection ------------------------------------------------------------------------
+    def bar_at(self, y: float) -> str | None:
+        i = int(round(y))
+        if 0 <= i < len(self.top_rows) and abs(y - i) <= 0.4:
+            return self.top_rows[i].name
+        return None
+
+    def click_bar(self, index: int) -> None:
+        """Select the layer of bar ``index`` (what a mouse click on it does)."""
+        name = self.top_rows[index].name
+        self.barClicked.emit(name)
+        self.state.select(name)
+
+    def _on_plot_click(self, event) -> None:
+        vb = self.plot.getViewBox()
+        if not vb.sceneBoundingRect().contains(event.scenePos()):
+            return
+        pt = vb.mapSceneToView(event.scenePos())
+        name = self.bar_at(pt.y())
+        if name is not None and 0 <= pt.x():
+            self.barClicked.emit(name)
+            self.state.select(name)
+
+    def _on_layer_row(self, current, _previous) -> None:
+        if not current.isValid():
+            return
+        row = self.layers_model.rows[self.layers_proxy.mapToSource(current).row()]
+        self.state.select(row.name)
+
+    def _on_op_row(self, current, _previous) -> None:
+        if not current.isValid():
+            return
+        row = self.ops_model.rows[self.ops_proxy.mapToSource(current).row()]
+        if row.module:
+            self.state.select(row.module)
+
+    def _on_selection(self, key: str) -> None:
+        self._refresh_chart()
+        graph = self.state.graph
+        name = key
+        if graph is not None and key in graph:
+            name = graph.node(key).module_path
+        for i, r in enumerate(self.layers_model.rows):
+            if r.name == name:
+                idx = self.layers_proxy.mapFromSource(self.layers_model.index(i, 0))
+                sm = self.layers.selectionModel()
+                sm.blockSignals(True)
+                self.layers.setCurrentIndex(idx)
+                self.layers.selectRow(idx.row())
+                sm.blockSignals(False)
+                self.layers.scrollTo(idx)
+                break
+
+    # -- export ---------------------------------------------------------------------------
+    def export_trace(self, path: str | None = None) -> str | None:
+        prof = self.state.profile
+        if prof is None or not prof.trace_path:
+            return None
+        if path is None:
+            path, _ = QFileDialog.getSaveFileName(
+                self, "Export trace", "trace.json", "Chrome trace (*.json)"
+            )
+            if not path:
+                return None
+        shutil.copyfile(prof.trace_path, path)
+        self.state.status.emit(f"trace saved to {path} (open it in ui.perfetto.dev)")
+        return path
+
+    def bar_color(self, index: int) -> QColor | None:
+        if self.bars is None:
+            return None
+        brushes = self.bars.opts.get("brushes") or []
+        return brushes[index].color() if index < len(brushes) else None

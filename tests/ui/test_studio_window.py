@@ -1,0 +1,203 @@
+"""The studio window driven with real worker processes: open, graph, profile, select, overlay."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from PySide6.QtCore import QSettings
+
+
+@pytest.fixture(scope="module")
+def studio(qapp, tmp_path_factory, wait):
+    wait_until = wait
+    """One window with zoo:resnet opened and profiled by real workers (shared: workers are slow)."""
+    home = tmp_path_factory.mktemp("studio-window")
+    old = os.environ.get("ACCEL_STUDIO_HOME")
+    os.environ["ACCEL_STUDIO_HOME"] = str(home)
+    from studio.services import Services
+    from studio.state import AppState
+    from studio.ui.main_window import MainWindow
+
+    state = AppState()
+    services = Services(state, db=str(home / "studio.db"))
+    settings = QSettings(str(home / "studio.ini"), QSettings.Format.IniFormat)
+    win = MainWindow(state, services, settings=settings)
+    win.resize(1400, 900)
+    win.show()
+    failures: list[str] = []
+    services.jobFailed.connect(lambda kind, msg: failures.append(f"{kind}: {msg}"))
+    win.open_initial_model()  # first start: the demo model
+    wait_until(lambda: state.graph is not None or failures, 240)
+    assert not failures, failures
+    wait_until(lambda: bool(win.graph_view._items), 60)
+    win.profile()
+    wait_until(lambda: state.profile is not None or failures, 240)
+    assert not failures, failures
+    yield win
+    win.close()
+    services.shutdown()
+    if old is None:
+        os.environ.pop("ACCEL_STUDIO_HOME", None)
+    else:
+        os.environ["ACCEL_STUDIO_HOME"] = old
+
+
+def test_first_start_opens_the_demo_and_shows_its_graph(studio):
+    state, gv = studio.state, studio.graph_view
+    assert state.model_source == "zoo:resnet"
+    assert state.model_info["num_params"] > 100_000
+    assert len(state.graph.nodes) > 20
+    shown = gv._items
+    assert len(shown) > 5
+    # Default view opens container modules: some stage is expanded into a frame.
+    assert gv._frames, "no module group was opened by default"
+    assert "zoo:resnet" in studio.settings.value("recent_models")
+
+
+def test_profile_fills_the_chart_and_tables(studio):
+    pv = studio.panels["profile"]
+    prof = studio.state.profile
+    assert prof.total_ms > 0
+    assert pv.top_rows and all(r.name for r in pv.top_rows)
+    assert pv.top_rows[0].self_ms >= pv.top_rows[-1].self_ms
+    assert pv.layers_model.rowCount() == len(prof.rows)
+    assert pv.ops_model.rowCount() == len(prof.ops) > 0
+
+
+def test_bar_click_selects_the_node_in_the_graph(studio, wait):
+    wait_until = wait
+    pv, gv, state = studio.panels["profile"], studio.graph_view, studio.state
+    # Pick a bar whose module sits inside a group that is closed now, so selecting it
+    # has to open the group and lay it out again.
+    closed = [
+        i
+        for i, r in enumerate(pv.top_rows)
+        if not any(f"group:{r.name}" == k or k in gv._items for k in [r.name])
+    ]
+    index = closed[0] if closed else 0
+    name = pv.top_rows[index].name
+    pv.click_bar(index)
+    assert state.selected == name
+    wait_until(lambda: gv.selected_unit() is not None, 30)
+    unit = gv.selected_unit()
+    node = gv._view_nodes[unit]
+    # The selected box is the module itself or one of its ops.
+    assert node.module_path == name or node.module_path.startswith(name + ".")
+    assert pv.bar_color(index).name() == "#e8590c"
+    # and the layer table shows the same row selected
+    row = pv.layers.currentIndex()
+    src = pv.layers_proxy.mapToSource(row)
+    assert pv.layers_model.rows[src.row()].name == name
+
+
+def test_latency_overlay_colours_nodes_by_time(studio):
+    gv, state = studio.graph_view, studio.state
+    state.set_overlay("latency")
+    assert gv.overlay_box.currentData() == "latency"
+    values = {k: v for k, v in gv._values.items() if k in gv._items}
+    assert len(values) >= 3
+    hot = max(values, key=values.get)
+    cold = min(values, key=values.get)
+    assert values[hot] > values[cold]
+    # Hotter nodes are redder: less green in the heat colour.
+    assert gv.node_fill(hot).green() < gv.node_fill(cold).green()
+    state.set_overlay("params")
+    pvals = gv.overlay_values("params")
+    conv = [k for k, n in gv._view_nodes.items() if n.num_params]
+    assert conv and all(pvals[k] == gv._view_nodes[k].num_params for k in conv)
+    state.set_overlay("none")
+
+
+def test_search_finds_and_reveals_nodes(studio, wait):
+    wait_until = wait
+    gv, state = studio.graph_view, studio.state
+    gv.search.setText("conv")
+    assert gv._matches and all(
+        "conv"
+        in (
+            state.graph.node(m).name + state.graph.node(m).op + state.graph.node(m).module_path
+        ).lower()
+        for m in gv._matches
+    )
+    gv.find_next()
+    target = gv._matches[0]
+    wait_until(lambda: gv.selected_unit() is not None and state.selected == target, 30)
+    gv.search.clear()
+
+
+def test_expand_and_collapse_a_group(studio, wait):
+    wait_until = wait
+    gv = studio.graph_view
+    boxes = [n.module_path for n in gv._view_nodes.values() if n.op == "group"]
+    group = next(
+        p
+        for p in boxes
+        if studio.state.graph.groups[p].nodes or studio.state.graph.groups[p].children
+    )
+    before = set(gv._items)
+    gv.expand_group(group)
+    wait_until(lambda: group in gv._frames, 30)
+    assert f"group:{group}" not in gv._items
+    assert set(gv._items) != before
+    gv.collapse_group(group)
+    wait_until(lambda: f"group:{group}" in gv._items, 30)
+
+
+def test_keep_in_float_adds_the_module_to_a_quantization_step(studio):
+    gv, state = studio.graph_view, studio.state
+    steps_before = list(state.recipe.steps)
+    i = gv.keep_in_float("layer1.0.conv1")
+    step = state.recipe.steps[i]
+    assert step.pass_name.startswith("quantize")
+    assert step.params["exclude"] == ["layer1.0.conv1"]
+    gv.keep_in_float("fc")
+    assert len(state.recipe.steps) == len(steps_before) + 1
+    assert state.recipe.steps[i].params["exclude"] == ["layer1.0.conv1", "fc"]
+    state.update_steps(steps_before)
+
+
+def test_model_view_validates_the_input_spec_inline(studio):
+    mv = studio.panels["model"]
+    assert "3,64,64" in mv.spec.text()
+    mv.spec.setText("x:float32[batch,3")
+    assert not mv._validate(mv.spec.text())
+    assert mv.spec_error.isVisibleTo(mv) and mv.spec_error.text()
+    assert not mv.apply_btn.isEnabled()
+    mv.spec.setText("x:float32[2,3,32,32]")
+    assert mv._validate(mv.spec.text())
+    assert mv.apply_btn.isEnabled()
+    mv.spec.setText(studio.state.input_spec)
+    mv._validate(mv.spec.text())
+
+
+def test_status_bar_shows_device_workers_and_database(studio):
+    assert "cpu" in studio.device_label.text()
+    assert studio.workers_label.text() == "workers: idle"
+    assert "studio.db" in studio.db_label.toolTip()
+
+
+def test_export_trace_writes_chrome_trace(studio, tmp_path):
+    import json
+
+    out = studio.panels["profile"].export_trace(str(tmp_path / "t.json"))
+    data = json.loads(open(out).read())
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    assert len(events) > 0
+
+
+def test_screenshots_of_each_panel(studio, screenshots_dir):
+    studio.state.set_overlay("latency")
+    studio.graph_view.fit()
+    studio.repaint()
+    shots = {
+        "window": studio,
+        "graph": studio.graph_view,
+        "profile": studio.panels["profile"],
+        "model": studio.panels["model"],
+    }
+    for name, w in shots.items():
+        path = os.path.join(screenshots_dir, f"{name}.png")
+        assert w.grab().save(path), path
+        assert os.path.getsize(path) > 1000
+    studio.state.set_overlay("none")
