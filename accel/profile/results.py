@@ -9,8 +9,20 @@ Rows are keyed by module path (torch, ``""`` for the root module) or node name
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
+
+
+def _json_safe(obj: Any) -> Any:
+    """NaN / infinity -> None: strict JSON (and the database) cannot hold them."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_json_safe(v) for v in obj]
+    return obj
 
 
 def _from_dict(cls, d: dict[str, Any]):
@@ -52,7 +64,7 @@ class LayerProfile:
         return self.param_bytes + self.input_bytes + self.output_bytes
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return _json_safe(dataclasses.asdict(self))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LayerProfile:
@@ -80,7 +92,7 @@ class OpRow:
     share: float = 0.0  # self time (device on CUDA, CPU otherwise) / total
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return _json_safe(dataclasses.asdict(self))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> OpRow:
@@ -137,8 +149,7 @@ class ModelProfile:
         return sorted(self.rows, key=lambda r: getattr(r, key) or 0, reverse=True)[:n]
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        return d
+        return _json_safe(dataclasses.asdict(self))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelProfile:

@@ -377,3 +377,10 @@ def test_onnx_per_node_profile(onnx_file, tmp_path, level):
     data = json.loads(trace.read_text())
     assert any(e.get("name") == "model_run" for e in data["traceEvents"])
     assert ModelProfile.from_dict(json.loads(json.dumps(prof.to_dict()))) == prof
+
+
+def test_to_dict_is_strict_json():
+    prof = ModelProfile(kind="torch", device="cpu", overhead_ratio=float("nan"))
+    prof.rows.append(LayerProfile(name="", type="M", flops_per_s=float("inf")))
+    d = json.loads(json.dumps(prof.to_dict(), allow_nan=False))
+    assert d["overhead_ratio"] is None and d["rows"][0]["flops_per_s"] is None
