@@ -1,0 +1,265 @@
+"""Plain-library pruning code shared by the pruning passes and their exported scripts.
+
+``to_script`` copies the source text of these functions into the exported script, so the
+studio and the script prune, fine-tune and measure with the same code. Keep them
+self-contained: only torch and torch_pruning, imported inside the functions.
+"""
+
+from __future__ import annotations
+
+
+def count_flops(model, inputs):
+    """Floating-point operations of one forward pass (torch's FLOP counter: 2 per multiply-add).
+
+    The counter knows no CPU attention kernel, so scaled_dot_product_attention is counted here.
+    """
+    import math
+
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    def sdpa_flops(q_shape, k_shape, v_shape, *args, **kwargs):
+        batch = math.prod(q_shape[:-2])
+        return 2 * batch * q_shape[-2] * k_shape[-2] * (q_shape[-1] + v_shape[-1])
+
+    aten = torch.ops.aten
+    names = ("scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu")
+    counter = FlopCounterMode(
+        display=False,
+        custom_mapping={getattr(aten, n): sdpa_flops for n in names if hasattr(aten, n)},
+    )
+    with torch.no_grad(), counter:
+        model(*inputs.values())
+    return int(counter.get_total_flops())
+
+
+def prunable_layers_to_ignore(model, patterns=(), ignore_head=True):
+    """Modules whose output channels stay: the classifier head (last Linear), embeddings,
+    recurrent layers (torch-pruning cannot prune them consistently) and names matching patterns."""
+    import fnmatch
+
+    import torch
+
+    ignored, names = [], []
+    linears = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    for name, module in model.named_modules():
+        keep = isinstance(module, (torch.nn.Embedding, torch.nn.EmbeddingBag, torch.nn.RNNBase))
+        keep = keep or any(fnmatch.fnmatchcase(name, p) for p in patterns)
+        keep = keep or (ignore_head and bool(linears) and module is linears[-1][1])
+        if keep and name:
+            ignored.append(module)
+            names.append(name)
+    return ignored, names
+
+
+def attention_heads(model):
+    """{q/k/v Linear: num_heads} for attention blocks with an int ``num_heads`` attribute, and the blocks."""
+    import torch
+
+    heads, blocks = {}, []
+    out_names = {"out", "out_proj", "o_proj", "dense", "proj"}
+    for module in model.modules():
+        n = getattr(module, "num_heads", None)
+        if not isinstance(n, int) or isinstance(module, torch.nn.MultiheadAttention):
+            continue
+        projections = [
+            m
+            for name, m in module.named_children()
+            if isinstance(m, torch.nn.Linear) and name not in out_names
+        ]
+        if projections:
+            blocks.append((module, projections))
+            for p in projections:
+                heads[p] = n
+    return heads, blocks
+
+
+def _taylor_gradients(model, batches):
+    """Accumulate gradients for Taylor importance; pseudo-labels (the model's own argmax) need no labels."""
+    import torch.nn.functional as F
+
+    model.zero_grad()
+    for batch in batches:
+        out = model(*batch.values())
+        out = out[0] if isinstance(out, (tuple, list)) else out
+        out = out.float()
+        loss = F.cross_entropy(out, out.argmax(-1)) if out.dim() == 2 else out.pow(2).mean()
+        loss.backward()  # gradients stay on the parameters for the pruner to read
+
+
+def prune_channels_tp(
+    model,
+    inputs,
+    ratio=0.3,
+    importance="l2",
+    global_pruning=False,
+    iterative_steps=1,
+    ignore=(),
+    ignore_head=True,
+    prune_heads=False,
+    round_to=None,
+    batches=(),
+    on_step=None,
+):
+    """Structured channel pruning with torch-pruning's dependency graph (channels are removed).
+
+    Coupled layers (residual adds, concatenations, BatchNorm, attention q/k/v/out) are pruned
+    together. Attention blocks keep whole heads (prune_heads=True removes heads instead of
+    shrinking each head). Returns a dict of facts (ignored layers, channels before/after).
+    """
+    import torch
+    import torch_pruning as tp
+
+    model.eval()
+    importances = {
+        "l1": lambda: tp.importance.MagnitudeImportance(p=1),
+        "l2": lambda: tp.importance.MagnitudeImportance(p=2),
+        "bn_scale": lambda: tp.importance.BNScaleImportance(),
+        "taylor": lambda: tp.importance.TaylorImportance(),
+    }
+    ignored, ignored_names = prunable_layers_to_ignore(model, ignore, ignore_head)
+    heads, blocks = attention_heads(model)
+    old_head_dims = {id(b): projs[0].out_features // b.num_heads for b, projs in blocks}
+    channels_before = {
+        n: m.out_channels if isinstance(m, torch.nn.modules.conv._ConvNd) else m.out_features
+        for n, m in model.named_modules()
+        if isinstance(m, (torch.nn.modules.conv._ConvNd, torch.nn.Linear))
+    }
+    pruner = tp.pruner.MetaPruner(
+        model,
+        tuple(inputs.values()),
+        importance=importances[importance](),
+        global_pruning=global_pruning,
+        pruning_ratio=ratio,
+        iterative_steps=iterative_steps,
+        ignored_layers=ignored,
+        round_to=round_to,
+        num_heads=heads,
+        prune_num_heads=prune_heads,
+        prune_head_dims=not prune_heads,
+        head_pruning_ratio=ratio if prune_heads else 0.0,
+    )
+    for step in range(iterative_steps):
+        if importance == "taylor":
+            _taylor_gradients(model, batches)
+        pruner.step()
+        if on_step is not None:
+            on_step(step + 1, iterative_steps)
+    model.zero_grad(set_to_none=True)
+    # Attention blocks reshape with num_heads / head_dim: keep them in line with the new widths.
+    for block, projs in blocks:
+        width = projs[0].out_features
+        if prune_heads:
+            block.num_heads = max(1, width // old_head_dims[id(block)])
+        if hasattr(block, "head_dim"):
+            block.head_dim = width // block.num_heads
+    channels_after = {
+        n: m.out_channels if isinstance(m, torch.nn.modules.conv._ConvNd) else m.out_features
+        for n, m in model.named_modules()
+        if isinstance(m, (torch.nn.modules.conv._ConvNd, torch.nn.Linear))
+    }
+    changed = {
+        n: [channels_before[n], c] for n, c in channels_after.items() if channels_before.get(n) != c
+    }
+    return {
+        "ignored_layers": ignored_names,
+        "pruned_channels": changed,
+        "attention_blocks": len(blocks),
+    }
+
+
+def distill(student, teacher, batches, steps, lr=1e-3, on_step=None):
+    """Fine-tune the pruned model to match the unpruned model's outputs (MSE on outputs).
+
+    Runs in eval mode so BatchNorm statistics stay as they were; batches cycle in order.
+    Returns the last loss.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    def first(out):
+        return out[0] if isinstance(out, (tuple, list)) else out
+
+    teacher.eval()
+    student.eval()
+    with torch.no_grad():
+        targets = [first(teacher(*b.values())).float() for b in batches]
+    optimizer = torch.optim.Adam([p for p in student.parameters() if p.requires_grad], lr=lr)
+    loss_value = 0.0
+    for step in range(steps):
+        i = step % len(batches)
+        optimizer.zero_grad()
+        loss = F.mse_loss(first(student(*batches[i].values())).float(), targets[i])
+        loss.backward()
+        optimizer.step()
+        loss_value = float(loss)
+        if on_step is not None:
+            on_step(step + 1, steps)
+    student.zero_grad(set_to_none=True)
+    return loss_value
+
+
+def prune_unstructured_magnitude(
+    model, amount=0.5, global_pruning=True, ignore=(), ignore_head=True
+):
+    """Zero the smallest-magnitude weights of Linear/Conv/RNN layers (torch.nn.utils.prune), made permanent.
+
+    Returns (sparsity over the pruned weights, names of the pruned layers).
+    """
+    import fnmatch
+
+    import torch
+    from torch.nn.utils import prune
+
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    targets, params = [], []
+    for name, module in model.named_modules():
+        if isinstance(module, (torch.nn.Linear, torch.nn.modules.conv._ConvNd)):
+            weights = ["weight"]
+        elif isinstance(module, torch.nn.RNNBase):
+            weights = [w for w in module._flat_weights_names if w.startswith("weight")]
+        else:
+            continue
+        if any(fnmatch.fnmatchcase(name, p) for p in ignore):
+            continue
+        if ignore_head and linears and module is linears[-1]:
+            continue
+        targets.append(name)
+        params += [(module, w) for w in weights]
+    if not params:
+        return 0.0, []
+    if global_pruning:
+        prune.global_unstructured(params, pruning_method=prune.L1Unstructured, amount=amount)
+    else:
+        for m, p in params:
+            prune.l1_unstructured(m, p, amount=amount)
+    for m, p in params:
+        prune.remove(m, p)  # bake the mask into the weight: a plain dense module again
+    zeros = sum(int((getattr(m, w) == 0).sum()) for m, w in params)
+    total = sum(getattr(m, w).numel() for m, w in params)
+    return zeros / total, targets
+
+
+def mask_2_4(model, ignore=(), ignore_head=True):
+    """Keep the 2 largest-magnitude weights in every group of 4 along the input dimension of Linear layers."""
+    import fnmatch
+
+    import torch
+
+    linears = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    done = []
+    with torch.no_grad():
+        for name, m in linears:
+            if any(fnmatch.fnmatchcase(name, p) for p in ignore) or (
+                ignore_head and m is linears[-1][1]
+            ):
+                continue
+            w = m.weight
+            if w.shape[1] % 4 or w.shape[0] % 32 or w.shape[1] % 64:
+                continue  # semi-structured kernels need these multiples
+            groups = w.reshape(-1, 4)
+            keep = groups.abs().topk(2, dim=1).indices
+            mask = torch.zeros_like(groups, dtype=torch.bool).scatter_(1, keep, True)
+            w.copy_((groups * mask).reshape_as(w))
+            done.append(name)
+    return done
