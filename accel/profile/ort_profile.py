@@ -136,6 +136,19 @@ def _node_flops(node: Any, shapes: dict[str, list[int]]) -> int | None:
     return None
 
 
+def _event_flops(args: dict[str, Any]) -> int | None:
+    """FLOPs of a Conv / FusedConv from the shapes ORT logged (its weight is not pre-packed)."""
+    op = str(args.get("op_name", ""))
+    ins, outs = args.get("input_type_shape") or [], args.get("output_type_shape") or []
+    if op not in ("Conv", "FusedConv", "NchwcConv") or len(ins) < 2 or not outs:
+        return None
+    w = next(iter(ins[1].values()), None)
+    out = next(iter(outs[0].values()), None)
+    if not w or not out or len(w) < 3:
+        return None
+    return 2 * math.prod(out) * math.prod(w[1:])
+
+
 def _strip_fused(name: str) -> str:
     return name[len("fused ") :] if name.startswith("fused ") else name
 
@@ -248,6 +261,8 @@ def profile_onnx(
         ms = median([r.get(name, 0.0) for r in per_run])
         g = graph.get(name) or graph.get(_strip_fused(name)) or {}
         flops = g.get("flops")
+        if flops is None:  # a node ORT created (layout transforms, fusions): its own shapes
+            flops = _event_flops(args)
         in_b = _bytes_of(args.get("input_type_shape"))
         out_b = int(args.get("output_size", 0) or 0) or _bytes_of(args.get("output_type_shape"))
         p_count = int(g.get("params", 0))

@@ -384,3 +384,19 @@ def test_to_dict_is_strict_json():
     prof.rows.append(LayerProfile(name="", type="M", flops_per_s=float("inf")))
     d = json.loads(json.dumps(prof.to_dict(), allow_nan=False))
     assert d["overhead_ratio"] is None and d["rows"][0]["flops_per_s"] is None
+
+
+def test_onnx_conv_flops_after_ort_layout_rewrite(tmp_path):
+    model = nn.Sequential(nn.Conv2d(3, 16, 3), nn.ReLU()).eval()
+    path = tmp_path / "conv.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model, (torch.randn(1, 3, 16, 16),), str(path), input_names=["x"], dynamo=False
+        )
+    prof = profile_model(load_model(str(path)), iters=2, warmup=1)
+    convs = [r for r in prof.rows if "Conv" in r.type]
+    assert len(convs) == 1
+    # 16 output channels x 14 x 14 positions x (3*3*3) multiply-adds, whatever ORT named the node
+    assert convs[0].flops == 2 * 16 * 14 * 14 * 3 * 3 * 3
+    assert prof.total_flops == convs[0].flops
