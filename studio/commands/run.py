@@ -1,36 +1,112 @@
-"""`studio run RECIPE`: run a recipe, printing a live per-step table and a summary."""
+"""`studio run RECIPE`: run a recipe in a worker process, record it in the store, print
+a live line per step and a summary table. Ctrl-C cancels the run (recorded as cancelled)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
+from pathlib import Path
+from typing import Any
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="run a recipe (benchmark + parity per step)")
+    p = sub.add_parser("run", help="run a recipe (benchmark + parity per step), recorded in the db")
     p.add_argument("recipe", help="recipe file (.yaml / .json)")
     p.add_argument("--model", help="override the recipe's model source")
-    p.add_argument("--device", help="override the recipe's device (cpu, cuda:0)")
+    p.add_argument("--device", help="override the recipe's device (cpu, cuda, cuda:N)")
     p.add_argument("--out", help="run folder for artifacts (default: runs/<time>-<name>)")
+    p.add_argument("--tag", action="append", default=[], help="tag the run (repeatable)")
+    p.add_argument("--notes", default="", help="notes stored with the run")
+    p.add_argument("--timeout", type=float, default=None, help="stop the run after SECONDS")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from accel.runner import run_recipe
-    from studio.commands._runprint import RunPrinter
+    from accel.recipe import load_recipe
+    from studio.workers.entry import load_plugin
+    from studio.workers.pool import env_plugins
 
-    printer = RunPrinter()
-    result = run_recipe(
-        args.recipe,
-        on_event=lambda e: printer.on_event(e.to_dict()),
-        out_dir=args.out,
-        model_source=args.model,
-        device=args.device,
+    for plugin in env_plugins():  # their passes must validate here too
+        load_plugin(plugin)
+    recipe_path = Path(args.recipe).resolve()
+    recipe = load_recipe(recipe_path)  # a bad recipe fails here, before any worker starts
+    params: dict[str, Any] = {"recipe": str(recipe_path), "device": args.device or recipe.device}
+    if args.model:
+        params["model"] = args.model
+    if args.out:
+        params["out"] = str(Path(args.out).resolve())
+    return run_job(
+        args,
+        params,
+        model_source=args.model or recipe.model.source,
+        recipe=recipe.to_dict(),
+        tags=args.tag,
+        notes=args.notes,
+        timeout_s=args.timeout,
     )
+
+
+def run_job(
+    args: argparse.Namespace,
+    params: dict[str, Any],
+    *,
+    model_source: str | None,
+    recipe: dict[str, Any] | None,
+    parent_run_id: str | None = None,
+    tags: list[str] | None = None,
+    notes: str = "",
+    timeout_s: float | None = None,
+) -> int:
+    """Submit a run_recipe job to a one-job pool, print it live, return the exit code."""
+    from studio.commands._runprint import RunPrinter
+    from studio.store import Repository
+    from studio.workers import WorkerPool
+
+    repo = Repository.open(args.db)
+    printer = RunPrinter()
+    device = str(params.get("device") or "auto")
+    pool = WorkerPool(repo, cpu_workers=1, devices=[] if device == "cpu" else None)
+    pool.subscribe(lambda u: printer.on_event(u.data) if u.what == "event" else None)
+    try:
+        handle = pool.submit(
+            "run_recipe",
+            params,
+            device=device,
+            model_source=model_source,
+            recipe=recipe,
+            parent_run_id=parent_run_id,
+            tags=tags or [],
+            notes=notes,
+            timeout_s=timeout_s,
+        )
+        print(f"run {handle.run_id} queued (database: {repo.url})", flush=True)
+        try:
+            while True:
+                try:
+                    outcome = handle.wait(0.2)
+                    break
+                except TimeoutError:
+                    continue
+        except KeyboardInterrupt:
+            print("\ncancelling the run (Ctrl-C again to stop waiting)...", file=sys.stderr)
+            handle.cancel()
+            outcome = handle.wait(pool.cancel_grace_s + pool.kill_grace_s + 10)
+    finally:
+        pool.shutdown(timeout=10)
+    time.sleep(0)  # let the dispatcher's last print reach the terminal first
     print()
     print(printer.summary())
-    print(f"\nrun folder: {result.run_dir}")
-    if result.status != "succeeded":
-        print(f"run {result.status}: {result.error or ''}", file=sys.stderr)
-        return 1
-    return 0
+    print(f"\nrun {outcome.run_id}: {outcome.status}")
+    run_dir = outcome.result.get("run_dir") or printer.run_dir
+    if run_dir:
+        print(f"run folder: {run_dir}")
+    if outcome.status != "succeeded":
+        print(f"run {outcome.status}: {outcome.error}", file=sys.stderr)
+        if outcome.status in ("crashed", "timed_out") and outcome.log_tail:
+            tail = "\n".join(outcome.log_tail.splitlines()[-10:])
+            print(f"last lines of the worker's log:\n{tail}", file=sys.stderr)
+    repo.close()
+    if outcome.status == "cancelled":
+        return 130
+    return 0 if outcome.status == "succeeded" else 1

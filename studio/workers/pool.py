@@ -57,6 +57,13 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 LOG_TAIL_LINES = 60
 
 
+PLUGINS_ENV = "ACCEL_STUDIO_PLUGINS"  # modules or .py files loaded by every worker
+
+
+def env_plugins() -> list[str]:
+    return [p for p in os.environ.get(PLUGINS_ENV, "").split(os.pathsep) if p.strip()]
+
+
 @dataclass(frozen=True)
 class JobOutcome:
     """How a job ended."""
@@ -192,6 +199,7 @@ class WorkerPool:
         self.cancel_grace_s = cancel_grace_s
         self.kill_grace_s = kill_grace_s
         self.default_timeout_s = default_timeout_s
+        self.cwd = os.getcwd()
         gpus = detect_gpus() if devices is None else list(devices)
         self.lanes: list[_Lane] = []
         for i, g in enumerate(gpus):
@@ -285,7 +293,7 @@ class WorkerPool:
             id=job_id,
             kind=kind,
             params=params,
-            plugins=[str(p) for p in plugins],
+            plugins=[*env_plugins(), *(str(p) for p in plugins)],
             device=device or "auto",
             priority=priority,
             timeout_s=timeout_s if timeout_s is not None else self.default_timeout_s,
@@ -439,7 +447,9 @@ class WorkerPool:
                 errors="replace",
                 bufsize=1,
                 env=self._worker_env(job),
-                cwd=str(PROJECT_ROOT),
+                # The caller's folder: relative model, recipe and output paths mean the same
+                # in the worker (PYTHONPATH above makes studio/accel importable from anywhere).
+                cwd=self.cwd,
                 # Own session: Ctrl-C in a terminal reaches the parent only (which cancels
                 # cooperatively), and the whole process group can be killed at once.
                 start_new_session=True,

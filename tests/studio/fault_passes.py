@@ -1,13 +1,14 @@
 """Test-only passes that break the worker, loaded into workers as a plugin (by file path).
 
-``test_fault`` with ``fault``: "" (does nothing), "segfault", "exit", "kill", "hang",
-"raise" (see fault_jobs.inject).
+``test_fault`` with ``fault``: "" (does nothing), "slow" (a minute, checking for
+cancellation), "segfault", "exit", "kill", "hang", "raise" (see fault_jobs.inject).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+import time
 from pathlib import Path
 
 from pydantic import Field
@@ -42,7 +43,12 @@ class FaultPass(Pass):
 
     def apply(self, model, config, ctx):
         ctx.check_cancelled()
-        if config.fault:
+        if config.fault == "slow":  # cooperative: stops at the next check once cancelled
+            for i in range(6000):
+                ctx.check_cancelled()
+                ctx.progress(i / 6000, "slow test step")
+                time.sleep(0.01)
+        elif config.fault:
             _inject(config.fault)
         return model
 

@@ -1,0 +1,363 @@
+"""Run history: `studio history`, `show`, `compare`, `rerun`, `tag`, `export-run`, `delete`.
+
+Everything reads the store (``--db`` or the default database); ``rerun`` goes through the
+worker pool like ``studio run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from typing import Any
+
+from studio.commands._table import fmt_bytes, fmt_ms, fmt_num, render_table
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("history", help="list recorded runs (newest first)")
+    p.add_argument("search", nargs="*", help="words to find in names, tags, notes, model, recipe")
+    p.add_argument("--status", action="append", default=[], help="only runs with this status")
+    p.add_argument("--model", help="model source contains this")
+    p.add_argument("--recipe", help="recipe name contains this (or a recipe hash prefix)")
+    p.add_argument("--tag", action="append", default=[], help="runs with this tag (repeatable)")
+    p.add_argument("--device", help="device starts with this (cpu, cuda...)")
+    p.add_argument("--since", help="runs created on or after this date (YYYY-MM-DD)")
+    p.add_argument("--limit", type=int, default=30, help="how many runs to list (default 30)")
+    p.add_argument("--offset", type=int, default=0, help="skip this many runs first")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=history)
+
+    p = sub.add_parser("show", help="show a run: steps, metrics, parity, artifacts")
+    p.add_argument("run", help="run id (or a unique prefix of at least 4 characters)")
+    p.add_argument("--json", action="store_true", help="print the run as JSON (see export-run)")
+    p.set_defaults(func=show)
+
+    p = sub.add_parser("compare", help="compare runs side by side, metric by metric")
+    p.add_argument("runs", nargs="+", help="two or more run ids (or prefixes)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=compare)
+
+    p = sub.add_parser("rerun", help="run a recorded run's recipe again (linked to it)")
+    p.add_argument("run", help="run id (or prefix)")
+    p.add_argument("--device", help="device for the new run (default: the old run's)")
+    p.add_argument("--out", help="run folder for artifacts (default: a new one)")
+    p.set_defaults(func=rerun)
+
+    p = sub.add_parser("tag", help="add (+TAG or TAG) or remove (-TAG) tags of a run; set notes")
+    p.add_argument("run", help="run id (or prefix)")
+    p.add_argument("tags", nargs="*", help="+tag / tag adds, -tag removes (use -- before -tag)")
+    p.add_argument("--notes", help="replace the run's notes")
+    p.add_argument("--name", help="rename the run")
+    p.set_defaults(func=tag)
+
+    p = sub.add_parser("export-run", help="write a run (steps, metrics, parity, ...) as JSON")
+    p.add_argument("run", help="run id (or prefix)")
+    p.add_argument("-o", "--output", help="file to write (default: standard output)")
+    p.set_defaults(func=export_run)
+
+    p = sub.add_parser("delete", help="delete runs from the database")
+    p.add_argument("runs", nargs="+", help="run ids (or prefixes)")
+    p.add_argument("--files", action="store_true", help="also delete the runs' artifact files")
+    p.set_defaults(func=delete)
+
+
+def _repo(args: argparse.Namespace):  # noqa: ANN202
+    from studio.store import Repository
+
+    return Repository.open(args.db)
+
+
+def _run_arg(repo: Any, run_id: str) -> str:
+    from studio.cli import CliError
+    from studio.store import RunNotFound
+
+    try:
+        return repo.resolve_run_id(run_id)
+    except RunNotFound as exc:
+        raise CliError(str(exc)) from None
+
+
+def _when(t: dt.datetime | None) -> str:
+    return t.astimezone().strftime("%Y-%m-%d %H:%M") if t else "-"
+
+
+def _dur(s: float | None) -> str:
+    if s is None:
+        return "-"
+    return f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min"
+
+
+def history(args: argparse.Namespace) -> int:
+    from studio.cli import CliError
+    from studio.store import RunFilter
+    from studio.store.models import RUN_STATUSES
+    from studio.store.records import to_json
+
+    for s in args.status:
+        if s not in RUN_STATUSES:
+            raise CliError(f"unknown status {s!r}; one of {', '.join(RUN_STATUSES)}")
+    since = None
+    if args.since:
+        try:
+            since = dt.datetime.fromisoformat(args.since)
+        except ValueError:
+            raise CliError(f"--since {args.since!r}: give a date such as 2026-01-31") from None
+        if since.tzinfo is None:
+            since = since.astimezone()
+    f = RunFilter(
+        status=tuple(args.status),
+        model=args.model,
+        recipe=args.recipe,
+        device=args.device,
+        tags=tuple(args.tag),
+        search=" ".join(args.search) or None,
+        since=since,
+    )
+    with _repo(args) as repo:
+        runs = repo.list_runs(f, limit=args.limit, offset=args.offset)
+        total = repo.count_runs(f)
+    if args.json:
+        print(json.dumps([to_json(r) for r in runs], indent=2))
+        return 0
+    if not runs:
+        print("no runs" + (" match" if total == 0 and args.search else ""))
+        return 0
+    rows = [
+        [
+            r.short_id,
+            _when(r.created_at),
+            r.status,
+            r.model_source or "-",
+            r.recipe_name or (r.recipe_hash[:8] or "-"),
+            r.device or "-",
+            _dur(r.duration_s),
+            ",".join(r.tags) or "-",
+            (r.name or r.notes or r.error).splitlines()[0][:40]
+            if (r.name or r.notes or r.error)
+            else "",
+        ]
+        for r in runs
+    ]
+    print(
+        render_table(
+            ["run", "created", "status", "model", "recipe", "device", "time", "tags", "note"],
+            rows,
+            "lllllllll",
+        )
+    )
+    if total > args.offset + len(runs):
+        print(f"... {total - args.offset - len(runs)} more (use --limit / --offset)")
+    return 0
+
+
+def _worst(step: Any) -> str:
+    worst = step.worst_parity()
+    if worst is None:
+        return step.error.splitlines()[0][:60] if step.error else ""
+    out, key, value = worst
+    return f"{out}: {key}={fmt_num(value, 3)}"
+
+
+def _verdict(step: Any) -> str:
+    if step.parity_passed is True:
+        return "pass"
+    if step.parity_passed is False:
+        return "FAIL"
+    return {"succeeded": "-", "failed": "error", "crashed": "crashed"}.get(step.status, step.status)
+
+
+def show(args: argparse.Namespace) -> int:
+    with _repo(args) as repo:
+        run_id = _run_arg(repo, args.run)
+        if args.json:
+            print(json.dumps(repo.export_run(run_id), indent=2))
+            return 0
+        d = repo.get_run(run_id)
+    r = d.run
+    print(f"run {r.id}  {r.status}")
+    if r.name:
+        print(f"name      {r.name}")
+    print(f"model     {r.model_source or '-'} ({r.model_kind or '?'})")
+    print(f"recipe    {r.recipe_name or '-'} [{r.recipe_hash[:12]}]")
+    print(f"device    {r.device or '-'}")
+    print(f"created   {_when(r.created_at)}   took {_dur(r.duration_s)}")
+    if r.parent_run_id:
+        print(f"re-run of {r.parent_run_id}")
+    if r.tags:
+        print(f"tags      {', '.join(r.tags)}")
+    if r.notes:
+        print(f"notes     {r.notes}")
+    env = d.environment
+    if env:
+        keys = [k for k in ("torch", "onnxruntime", "python", "cpu", "gpu", "cuda") if env.get(k)]
+        print("env       " + " | ".join(f"{k} {env[k]}" for k in keys))
+    if d.run_dir:
+        print(f"folder    {d.run_dir}")
+    if r.error:
+        print(f"error     {r.error}")
+    if d.signal or (d.exit_code not in (None, 0)):
+        print(f"worker    exit code {d.exit_code} {d.signal}".rstrip())
+    if d.steps:
+        print()
+        rows = []
+        for st in d.steps:
+            m = st.metrics
+            rows.append(
+                [
+                    "0" if st.index < 0 else str(st.index + 1),
+                    "original" if st.index < 0 else st.pass_name,
+                    st.status,
+                    _dur(st.duration_s) if st.index >= 0 else "-",
+                    fmt_ms(m.get("latency_p50_ms")),
+                    (fmt_num(m.get("speedup"), 2) + "x") if m.get("speedup") else "-",
+                    fmt_bytes(m.get("size_bytes")),
+                    _verdict(st) if st.index >= 0 else "-",
+                    _worst(st) if st.index >= 0 else "",
+                ]
+            )
+        print(
+            render_table(
+                ["#", "step", "status", "time", "p50 ms", "speedup", "size", "parity", "worst"],
+                rows,
+                "llllrrrll",
+            )
+        )
+        for st in d.steps:
+            label = "original" if st.index < 0 else f"step {st.index + 1} {st.pass_name}"
+            extra = {k: v for k, v in st.metrics.items()}
+            if extra:
+                items = ", ".join(f"{k}={fmt_num(v)}" for k, v in sorted(extra.items()))
+                print(f"\n{label}: {items}")
+            if st.params:
+                print(f"  params: {json.dumps(st.params)}")
+            for p in st.parity:
+                verdict = {True: "pass", False: "FAIL", None: "-"}[p.passed]
+                items = ", ".join(f"{k}={fmt_num(v)}" for k, v in sorted(p.metrics.items()))
+                print(f"  parity {p.output_name}: {verdict}  {items}")
+            for a in st.artifacts:
+                print(
+                    f"  artifact {a.kind}: {a.path} ({fmt_bytes(a.bytes)}, sha256 {a.sha256[:12]})"
+                )
+            if st.error:
+                print(f"  error: {st.error}")
+    if d.log_tail and r.status != "succeeded":
+        print("\nlast log lines:")
+        print("\n".join("  " + line for line in d.log_tail.splitlines()[-15:]))
+    return 0
+
+
+def compare(args: argparse.Namespace) -> int:
+    from studio.cli import CliError
+
+    if len(args.runs) < 2:
+        raise CliError("give at least two runs to compare")
+    with _repo(args) as repo:
+        ids = [_run_arg(repo, r) for r in args.runs]
+        cmp = repo.compare(ids)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "runs": cmp.columns,
+                    "rows": [
+                        {"step": k[0], "pass": k[1], "metric": k[2], "values": v}
+                        for k, v in cmp.rows.items()
+                    ],
+                    "parity": [
+                        {"step": k[0], "pass": k[1], "passed": v} for k, v in cmp.parity.items()
+                    ],
+                },
+                indent=2,
+            )
+        )
+        return 0
+    heads = [d.run.short_id for d in cmp.runs]
+    info = [
+        ["", "status", *[d.status for d in cmp.runs]],
+        ["", "model", *[d.run.model_source or "-" for d in cmp.runs]],
+        ["", "recipe", *[d.run.recipe_name or "-" for d in cmp.runs]],
+        ["", "device", *[d.run.device or "-" for d in cmp.runs]],
+    ]
+    rows = []
+    for (index, pass_name, metric), values in cmp.rows.items():
+        step = "original" if index < 0 else f"{index + 1} {pass_name}"
+        rows.append([step, metric, *[fmt_num(v) for v in values]])
+    for (index, pass_name), values in cmp.parity.items():
+        step = f"{index + 1} {pass_name}"
+        rows.append(
+            [step, "parity", *[{True: "pass", False: "FAIL", None: "-"}[v] for v in values]]
+        )
+    rows.sort(key=lambda r: (r[0] != "original", r[0], r[1]))
+    print(render_table(["step", "metric", *heads], info + rows, "ll" + "r" * len(heads)))
+    return 0
+
+
+def rerun(args: argparse.Namespace) -> int:
+    from studio.cli import CliError
+    from studio.commands.run import run_job
+
+    with _repo(args) as repo:
+        run_id = _run_arg(repo, args.run)
+        d = repo.get_run(run_id)
+    job = d.job_params or {}
+    if d.run.kind != "run_recipe" and job.get("kind", "run_recipe") != "run_recipe":
+        raise CliError(f"run {d.run.short_id} is a {d.run.kind} job; only recipe runs re-run")
+    if d.recipe is None:
+        raise CliError(f"run {d.run.short_id} has no stored recipe to run again")
+    old = dict(job.get("params") or {})
+    # The stored recipe content, not the file: the file may have changed since.
+    params: dict[str, Any] = {"recipe": d.recipe}
+    if old.get("model"):
+        params["model"] = old["model"]
+    params["device"] = args.device or old.get("device") or d.recipe.get("device") or d.run.device
+    if args.out:
+        from pathlib import Path
+
+        params["out"] = str(Path(args.out).resolve())
+    print(f"re-running {d.run.id} ({d.run.recipe_name or 'recipe'} on {d.run.model_source})")
+    return run_job(
+        args,
+        params,
+        model_source=params.get("model") or d.run.model_source or None,
+        recipe=d.recipe,
+        parent_run_id=d.run.id,
+        tags=d.run.tags,
+    )
+
+
+def tag(args: argparse.Namespace) -> int:
+    add = [t.lstrip("+") for t in args.tags if not t.startswith("-")]
+    remove = [t[1:] for t in args.tags if t.startswith("-")]
+    with _repo(args) as repo:
+        run_id = _run_arg(repo, args.run)
+        r = repo.update_run(
+            run_id, add_tags=add, remove_tags=remove, notes=args.notes, name=args.name
+        )
+    print(f"run {r.short_id}: tags {', '.join(r.tags) or '-'}")
+    return 0
+
+
+def export_run(args: argparse.Namespace) -> int:
+    with _repo(args) as repo:
+        run_id = _run_arg(repo, args.run)
+        doc = repo.export_run(run_id)
+    text = json.dumps(doc, indent=2)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        print(text)
+    return 0
+
+
+def delete(args: argparse.Namespace) -> int:
+    with _repo(args) as repo:
+        ids = [_run_arg(repo, r) for r in args.runs]
+        for run_id in ids:
+            removed = repo.delete_run(run_id, delete_files=args.files)
+            extra = f" and {len(removed)} files" if args.files else ""
+            print(f"deleted run {run_id[:8]}{extra}")
+    return 0
