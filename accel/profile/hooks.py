@@ -68,7 +68,7 @@ def install_hooks(
         if refused and notes is not None:
             notes.append(
                 f"{len(refused)} module(s) do not accept forward hooks (TorchScript?) and are "
-                f"timed as part of their parent: {', '.join(p or '<root>' for p in refused[:5])}"
+                f"timed as part of their parent (or as a whole): {', '.join(p or '<root>' for p in refused[:5])}"
             )
         yield hooked
     finally:

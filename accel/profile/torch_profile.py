@@ -200,8 +200,13 @@ class _InfoPass:
         _sync(self.device)
 
 
+def _type_name(mod: nn.Module) -> str:
+    # A scripted module's class is RecursiveScriptModule; original_name is the user's class.
+    return getattr(mod, "original_name", None) or type(mod).__name__
+
+
 def _scope_names(root: nn.Module) -> dict[nn.Module, str]:
-    return {m: f"{p or '<root>'} [{type(m).__name__}]" for m, p in module_paths(root).items()}
+    return {m: f"{p or '<root>'} [{_type_name(m)}]" for m, p in module_paths(root).items()}
 
 
 def _op_table(
@@ -391,13 +396,15 @@ def profile_torch(
         p_bytes = sum(p.numel() * p.element_size() for p in mod.parameters())
         p_bytes += sum(b.numel() * b.element_size() for b in mod.buffers())
         flops = info.flops.get(path)
+        if path == "" and flops is None:  # root refused hooks (TorchScript): the whole count
+            flops = info.counter.get_total_flops()
         in_b = info.in_bytes.get(path, 0)
         out_b = info.out_bytes.get(path, 0)
         calls_info = max(1, calls)
         moved = p_bytes * calls_info + in_b + out_b
         row = LayerProfile(
             name=path,
-            type=type(mod).__name__,
+            type=_type_name(mod),
             depth=0 if path == "" else path.count(".") + 1,
             parent=None if path == "" else (path.rsplit(".", 1)[0] if "." in path else ""),
             inclusive_ms=incl,

@@ -400,3 +400,17 @@ def test_onnx_conv_flops_after_ort_layout_rewrite(tmp_path):
     # 16 output channels x 14 x 14 positions x (3*3*3) multiply-adds, whatever ORT named the node
     assert convs[0].flops == 2 * 16 * 14 * 14 * 3 * 3 * 3
     assert prof.total_flops == convs[0].flops
+
+
+def test_torchscript_module_is_timed_as_a_whole():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit.script is deprecated
+        model = torch.jit.script(nn.Sequential(nn.Linear(64, 32), nn.ReLU()).eval())
+    prof = profile_module(model, torch.randn(4, 64), iters=2, warmup=1, ops=False)
+    root = prof.row("")
+    assert root.type == "Sequential"
+    assert root.calls == 1 and root.self_ms > 0
+    assert root.flops == 2 * 4 * 64 * 32
+    assert root.params == 64 * 32 + 32
+    assert prof.row("0").calls == 0
+    assert any("do not accept forward hooks" in n for n in prof.notes)
