@@ -93,7 +93,13 @@ def profile_model(
         try:
             prepared = target.prepare_inputs(inputs)
             args = tuple(prepared.values())
-            with _torch_threads(threads), torch.inference_mode():
+            # Events and memory stats refer to the current CUDA device: make it the model's.
+            dev_ctx = (
+                torch.cuda.device(torch.device(device))
+                if device.startswith("cuda")
+                else contextlib.nullcontext()
+            )
+            with _torch_threads(threads), torch.inference_mode(), dev_ctx:
                 prof = profile_torch(
                     module,
                     lambda: module(*args),
