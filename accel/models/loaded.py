@@ -79,17 +79,10 @@ class LoadedModel:
 
         inputs = self.prepare_inputs(inputs)
         if self.kind == "onnx":
-            import numpy as np
+            from accel.models.onnx_io import run_session
 
-            sess = self.session()
-            feed = {}
-            for meta in sess.get_inputs():
-                x = inputs[meta.name]
-                x = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
-                if meta.type == "tensor(float16)" and x.dtype != np.float16:
-                    x = x.astype(np.float16)
-                feed[meta.name] = x
-            return tuple(torch.from_numpy(np.asarray(o)) for o in sess.run(None, feed))
+            io_binding = bool(self.session_options.get("io_binding", True))
+            return run_session(self.session(), inputs, self.device, io_binding)
         with torch.inference_mode():
             return self.module(*inputs.values())
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +124,8 @@ def create_session(
         so.intra_op_num_threads = int(options["intra_op_threads"])
     if options.get("inter_op_threads"):
         so.inter_op_num_threads = int(options["inter_op_threads"])
+    if options.get("execution_mode") == "parallel":
+        so.execution_mode = ort.ExecutionMode.ORT_PARALLEL
     if options.get("optimized_model_path"):
         so.optimized_model_filepath = str(options["optimized_model_path"])
     if options.get("enable_profiling"):
@@ -136,12 +139,122 @@ def create_session(
             if device.startswith("cuda")
             else ["CPUExecutionProvider"]
         )
-    available = set(ort.get_available_providers())
-    chosen = [p for p in providers if p in available] or ["CPUExecutionProvider"]
-    try:
-        return ort.InferenceSession(str(path), sess_options=so, providers=chosen)
-    except Exception as exc:  # ORT raises its own exception types
-        raise ModelLoadError(
-            f"ONNX Runtime cannot load {path}: {str(exc).splitlines()[0]}. Check the opset and op support "
-            "(`python -m onnx.checker`), or re-export the model."
-        ) from None
+    usable = set(usable_providers(device))
+    chosen = [p for p in providers if p in usable] or ["CPUExecutionProvider"]
+    if "CPUExecutionProvider" not in chosen:
+        chosen.append("CPUExecutionProvider")
+    device_id = int(device.split(":", 1)[1]) if device.startswith("cuda:") else 0
+    last_exc: Exception | None = None
+    # A GPU provider can fail to start (TensorRT or cuDNN libraries missing): fall back to
+    # the next provider in the list, as the fallback order promises.
+    while chosen:
+        opts = [{"device_id": device_id} if p in _GPU_PROVIDERS else {} for p in chosen]
+        try:
+            return ort.InferenceSession(
+                str(path), sess_options=so, providers=chosen, provider_options=opts
+            )
+        except Exception as exc:  # ORT raises its own exception types
+            last_exc = exc
+            if chosen[0] not in _GPU_PROVIDERS:
+                break
+            log.warning(
+                "%s failed to start (%s); falling back", chosen[0], str(exc).splitlines()[0]
+            )
+            chosen = chosen[1:]
+    raise ModelLoadError(
+        f"ONNX Runtime cannot load {path}: {str(last_exc).splitlines()[0]}. Check the opset and op "
+        "support (`python -m onnx.checker`), or re-export the model."
+    ) from None
+
+
+_GPU_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider")
+
+
+def usable_providers(device: str) -> list[str]:
+    """ORT providers that can run here: GPU ones only for a cuda device with CUDA present
+    (onnxruntime-gpu lists them even on machines without a GPU)."""
+    import onnxruntime as ort
+
+    available = list(ort.get_available_providers())
+    gpu_ok = False
+    if str(device).startswith("cuda"):
+        try:
+            import torch
+
+            gpu_ok = torch.cuda.is_available()
+        except ImportError:  # no torch: trust ORT's list
+            gpu_ok = True
+    return [p for p in available if gpu_ok or p not in _GPU_PROVIDERS]
+
+
+def run_session(
+    session: Any, inputs: Mapping[str, Any], device: str = "cpu", io_binding: bool = True
+) -> tuple:
+    """Run an ORT session on torch tensors; outputs come back as CPU torch tensors.
+
+    On a cuda device with a GPU provider, inputs and outputs are bound on the device
+    (IOBinding): no host round trip for inputs, and fp16 casts happen on the GPU."""
+    import numpy as np
+    import torch
+
+    metas = list(session.get_inputs())
+    on_gpu = (
+        io_binding
+        and str(device).startswith("cuda")
+        and session.get_providers()[0] in _GPU_PROVIDERS
+    )
+    if on_gpu:
+        dev = torch.device(device)
+        binding = session.io_binding()
+        keep = []  # the bound tensors must outlive the run
+        for meta in metas:
+            x = inputs[meta.name]
+            x = torch.as_tensor(x).to(dev)
+            if meta.type == "tensor(float16)" and x.dtype != torch.float16:
+                x = x.half()
+            elif (
+                meta.type == "tensor(float)" and x.dtype != torch.float32 and x.is_floating_point()
+            ):
+                x = x.float()
+            x = x.contiguous()
+            keep.append(x)
+            binding.bind_input(
+                name=meta.name,
+                device_type="cuda",
+                device_id=dev.index or 0,
+                element_type=_np_dtype(x.dtype),
+                shape=tuple(x.shape),
+                buffer_ptr=x.data_ptr(),
+            )
+        for out in session.get_outputs():
+            binding.bind_output(out.name, "cuda", dev.index or 0)
+        torch.cuda.synchronize(dev)  # the copies above ran on torch's stream, ORT reads on its own
+        session.run_with_iobinding(binding)
+        return tuple(torch.from_numpy(np.asarray(o)) for o in binding.copy_outputs_to_cpu())
+    feed = {}
+    for meta in metas:
+        x = inputs[meta.name]
+        x = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+        if meta.type == "tensor(float16)" and x.dtype != np.float16:
+            x = x.astype(np.float16)
+        elif meta.type == "tensor(float)" and x.dtype.kind == "f" and x.dtype != np.float32:
+            x = x.astype(np.float32)
+        feed[meta.name] = x
+    return tuple(torch.from_numpy(np.asarray(o)) for o in session.run(None, feed))
+
+
+def _np_dtype(dtype: Any) -> Any:
+    import numpy as np
+    import torch
+
+    return {
+        torch.float32: np.float32,
+        torch.float16: np.float16,
+        torch.float64: np.float64,
+        torch.int64: np.int64,
+        torch.int32: np.int32,
+        torch.int16: np.int16,
+        torch.int8: np.int8,
+        torch.uint8: np.uint8,
+        torch.bool: np.bool_,
+    }[dtype]

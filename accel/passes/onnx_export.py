@@ -1,0 +1,389 @@
+"""Export a torch model to ONNX (dynamo or TorchScript exporter).
+
+The exported file is what later steps run: the pass returns an onnx-kind
+LoadedModel whose ``onnx_path`` points at ``work_dir/model.onnx``. Symbolic dims
+of the InputSpec (``batch``, ``seq``...) stay dynamic in the graph under the same
+names, so the model runs at other batch sizes / sequence lengths.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field
+
+from accel.passes.base import Pass, PassConfig, PassContext, Requirements, ScriptStep, register_pass
+
+if TYPE_CHECKING:
+    from accel.models.loaded import LoadedModel
+
+log = logging.getLogger(__name__)
+
+# Opset ranges each exporter can write (torch.onnx._constants in torch 2.6+); the dynamo
+# exporter translates at opset 18 and converts upwards, lower opsets are not reliable.
+TORCHSCRIPT_OPSETS = (7, 20)
+DYNAMO_OPSETS = (18, 23)
+DEFAULT_OPSET = {"dynamo": 18, "torchscript": 17}
+# Protobuf cannot serialise a single message over 2 GiB; keep a margin.
+EXTERNAL_DATA_THRESHOLD = 1_800_000_000
+
+
+class ExportOnnxConfig(PassConfig):
+    exporter: Literal["dynamo", "torchscript"] = Field(
+        "dynamo",
+        description="dynamo: torch.export + onnxscript (recommended by PyTorch); "
+        "torchscript: the older tracing exporter (faster to run, opsets 7-20)",
+    )
+    opset: int | None = Field(
+        None, description="ONNX opset version (default: 18 for dynamo, 17 for torchscript)"
+    )
+    dynamic: bool = Field(
+        True,
+        description="keep the input spec's symbolic dims (batch, seq, ...) dynamic in the graph",
+    )
+    simplify: bool = Field(
+        False,
+        description="simplify the graph with onnxslim (constant folding, dead nodes, fusions)",
+    )
+    external_data: bool | None = Field(
+        None,
+        description="store weights in model.onnx.data next to the .onnx file "
+        "(default: only when the weights are over 1.8 GB, the protobuf limit)",
+    )
+
+
+def opset_range(exporter: str) -> tuple[int, int]:
+    return DYNAMO_OPSETS if exporter == "dynamo" else TORCHSCRIPT_OPSETS
+
+
+def dynamic_axes(spec: Any) -> dict[str, dict[int, str]]:
+    """{input name: {axis: symbolic dim name}} from an InputSpec (inputs with no symbolic dim left out)."""
+    out: dict[str, dict[int, str]] = {}
+    for t in spec.inputs:
+        axes = {i: d for i, d in enumerate(t.shape) if isinstance(d, str)}
+        if axes:
+            out[t.name] = axes
+    return out
+
+
+def _output_names(outputs: Any) -> list[str]:
+    import torch
+
+    n = 0
+
+    def count(o: Any) -> None:
+        nonlocal n
+        if isinstance(o, torch.Tensor):
+            n += 1
+        elif isinstance(o, (list, tuple)):
+            for x in o:
+                count(x)
+        elif isinstance(o, dict):
+            for x in o.values():
+                count(x)
+
+    count(outputs)
+    return ["output"] if n == 1 else [f"output_{i}" for i in range(n)]
+
+
+def _unwrap(module: Any) -> Any:
+    # torch.compile wraps the module; export the original.
+    return getattr(module, "_orig_mod", module)
+
+
+_OP_PATTERNS = (
+    re.compile(r"Exporting the operator '([^']+)'"),
+    re.compile(r"unrecognized namespace ([\w:.]+)"),
+    re.compile(r"No ONNX function found for <OpOverload\(op='([^']+)'"),
+    re.compile(r"OpOverload\(op='([^']+)'"),
+    re.compile(r"target=torch\.ops\.([\w.]+)"),
+    re.compile(r"operator ([\w]+::[\w.]+)"),
+)
+
+
+def explain_export_error(exc: BaseException, exporter: str, opset: int) -> str:
+    """A PassError message for an exporter failure: which op, and the ways out."""
+    text = str(exc)
+    op = next((m.group(1) for p in _OP_PATTERNS if (m := p.search(text))), None)
+    added = re.search(r"added in version (\d+)", text)
+    other = "torchscript" if exporter == "dynamo" else "dynamo"
+    if op is None:
+        first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
+        return (
+            f"the {exporter} ONNX exporter failed at opset {opset}: {type(exc).__name__}: {first[:400]}. "
+            f"Try exporter: {other}, a higher opset, or rewrite the part of forward() it cannot trace."
+        )
+    ways = []
+    if added:
+        need = int(added.group(1))
+        lo, hi = opset_range(exporter)
+        if need <= hi:
+            ways.append(f"set opset: {need} or higher (ONNX added it in opset {need})")
+        else:
+            ways.append(
+                f"it needs opset {need}, beyond the {exporter} exporter's {hi}; use exporter: {other}"
+            )
+    else:
+        ways.append(f"a higher opset (now {opset}) if a newer ONNX version has it")
+    ways.append(f"the other exporter (exporter: {other})")
+    ways.append(
+        "rewrite that part of the model with ops ONNX has, or register a symbolic / onnxscript "
+        "function for the op (torch.onnx.register_custom_op_symbolic, custom_translation_table)"
+    )
+    return (
+        f"the {exporter} ONNX exporter has no ONNX mapping for op {op} at opset {opset}. "
+        f"Ways out: {'; '.join(ways)}."
+    )
+
+
+def _export(
+    module: Any,
+    args: tuple,
+    path: Path,
+    names: list[str],
+    out_names: list[str],
+    axes: dict[str, dict[int, str]],
+    config: ExportOnnxConfig,
+    opset: int,
+) -> None:
+    """Run the chosen exporter; the file lands at ``path`` (external data may follow)."""
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        # The TorchScript exporter is deprecated in torch 2.9+, and tracing warns about
+        # Python control flow; neither is actionable for the user here.
+        warnings.simplefilter("ignore")
+        with torch.inference_mode(False), torch.no_grad():
+            if config.exporter == "torchscript":
+                torch.onnx.export(
+                    module,
+                    args,
+                    str(path),
+                    input_names=names,
+                    output_names=out_names,
+                    dynamic_axes=axes or None,
+                    opset_version=opset,
+                    do_constant_folding=True,
+                    dynamo=False,
+                )
+            else:
+                shapes = None
+                if axes:
+                    shapes = {
+                        n: {i: torch.export.Dim.DYNAMIC for i in axes.get(n, {})} for n in names
+                    }
+                program = torch.onnx.export(
+                    module,
+                    args,
+                    input_names=names,
+                    output_names=out_names,
+                    dynamic_shapes=shapes,
+                    opset_version=opset,
+                    dynamo=True,
+                    verbose=False,
+                    optimize=True,
+                )
+                program.save(str(path), external_data=bool(config.external_data))
+
+
+def rename_dims(proto: Any, axes: dict[str, dict[int, str]]) -> int:
+    """Give the graph's symbolic dims the InputSpec's names (dynamo writes s0, s1...).
+
+    Returns how many dim_params were renamed."""
+    mapping: dict[str, str] = {}
+    for inp in proto.graph.input:
+        for i, d in enumerate(inp.type.tensor_type.shape.dim):
+            want = axes.get(inp.name, {}).get(i)
+            if want and d.HasField("dim_param") and d.dim_param != want:
+                mapping.setdefault(d.dim_param, want)
+    if not mapping:
+        return 0
+    n = 0
+    for vi in [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]:
+        for d in vi.type.tensor_type.shape.dim:
+            if d.HasField("dim_param") and d.dim_param in mapping:
+                d.dim_param = mapping[d.dim_param]
+                n += 1
+    return n
+
+
+def save_onnx(proto: Any, path: Path, external: bool | None) -> bool:
+    """Save ``proto`` at ``path``; weights go to ``path.name + '.data'`` in the same folder
+    when asked or when the model is too big for one protobuf. Returns whether they did."""
+    import onnx
+
+    size = sum(len(t.raw_data) for t in proto.graph.initializer)
+    if external is None:
+        external = size > EXTERNAL_DATA_THRESHOLD
+    data = path.with_name(path.name + ".data")
+    if data.exists():
+        data.unlink()
+    if external:
+        onnx.save_model(
+            proto,
+            str(path),
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location=data.name,
+            size_threshold=1024,
+        )
+    else:
+        onnx.save_model(proto, str(path))
+    return bool(external)
+
+
+@register_pass
+class ExportOnnx(Pass):
+    name = "export_onnx"
+    summary = "Export the model to ONNX (dynamo or TorchScript exporter), checked, optionally simplified; later steps run the ONNX file."
+    category = "export"
+    Config = ExportOnnxConfig
+    requires = Requirements(model_kinds=("torch",), libraries=("onnx", "onnxscript", "onnxslim"))
+    output_kind = "onnx"
+
+    def apply(self, model: LoadedModel, config: ExportOnnxConfig, ctx: PassContext) -> LoadedModel:
+        import onnx
+        import torch
+
+        from accel.errors import PassError
+        from accel.models import load_model
+
+        opset = config.opset or DEFAULT_OPSET[config.exporter]
+        lo, hi = opset_range(config.exporter)
+        if not lo <= opset <= hi:
+            other = "torchscript" if config.exporter == "dynamo" else "dynamo"
+            olo, ohi = opset_range(other)
+            raise PassError(
+                f"opset {opset} is not possible with the {config.exporter} exporter: it writes opsets "
+                f"{lo} to {hi} (the {other} exporter: {olo} to {ohi}). Set opset in that range."
+            )
+        module = _unwrap(model.module)
+        inputs = model.prepare_inputs(ctx.inputs)
+        names = list(inputs)
+        args = tuple(inputs.values())
+        with torch.no_grad():
+            out_names = _output_names(module(*args))
+        axes = dynamic_axes(model.input_spec) if config.dynamic else {}
+        ctx.work_dir.mkdir(parents=True, exist_ok=True)
+        path = ctx.work_dir / "model.onnx"
+        ctx.progress(0.1, f"exporting with the {config.exporter} exporter (opset {opset})")
+        before = set(ctx.work_dir.iterdir())
+        t0 = time.perf_counter()
+        try:
+            _export(module, args, path, names, out_names, axes, config, opset)
+        except PassError:
+            raise
+        except Exception as exc:  # the exporters raise many types; all mean "cannot export"
+            log.debug("ONNX export failed", exc_info=True)
+            raise PassError(explain_export_error(exc, config.exporter, opset)) from None
+        ctx.metrics["export_time_s"] = time.perf_counter() - t0
+        ctx.check_cancelled()
+
+        ctx.progress(0.6, "checking the ONNX graph")
+        proto = onnx.load(str(path))
+        nodes_before = len(proto.graph.node)
+        renamed = rename_dims(proto, axes)
+        if config.simplify:
+            ctx.progress(0.7, "simplifying with onnxslim")
+            import onnxslim
+
+            try:
+                proto = onnxslim.slim(proto)
+            except Exception as exc:  # noqa: BLE001 - keep the unsimplified graph
+                ctx.warn(
+                    f"onnxslim could not simplify the graph ({type(exc).__name__}: {exc}); kept it as exported"
+                )
+        external = save_onnx(proto, path, config.external_data)
+        # Exporters may write big weights as one file per tensor; they now live in model.onnx.data.
+        for f in set(ctx.work_dir.iterdir()) - before:
+            if f.name not in (path.name, path.name + ".data") and f.is_file():
+                f.unlink()
+        try:
+            onnx.checker.check_model(str(path), full_check=True)
+        except Exception as exc:  # onnx raises ValidationError / InferenceError
+            raise PassError(
+                f"the exported ONNX model does not pass onnx.checker: {str(exc).splitlines()[0][:400]}. "
+                f"Try the other exporter or another opset."
+            ) from None
+
+        loaded = load_model(str(path), model.input_spec, device=model.device)
+        ctx.add_artifact(path, "onnx")
+        if external:
+            ctx.add_artifact(path.with_name(path.name + ".data"), "onnx_external_data")
+        op_types: dict[str, int] = {}
+        for n in proto.graph.node:
+            op_types[n.op_type] = op_types.get(n.op_type, 0) + 1
+        ctx.details.update(
+            {
+                "exporter": config.exporter,
+                "opset": opset,
+                "dynamic_axes": {k: {str(i): d for i, d in v.items()} for k, v in axes.items()},
+                "output_names": out_names,
+                "external_data": external,
+                "onnx_nodes": len(proto.graph.node),
+                "op_types": dict(sorted(op_types.items(), key=lambda kv: -kv[1])),
+            }
+        )
+        if config.simplify:
+            ctx.details["nodes_before_simplify"] = nodes_before
+        if renamed:
+            ctx.details["renamed_dims"] = renamed
+        ctx.metrics["onnx_nodes"] = float(len(proto.graph.node))
+        metadata = {**model.metadata, "opset": opset, "exporter": config.exporter}
+        return model.replace(
+            kind="onnx",
+            module=None,
+            onnx_path=path,
+            num_params=loaded.num_params,
+            size_bytes=loaded.size_bytes,
+            content_hash=loaded.content_hash,
+            format="onnx",
+            providers=None,
+            session_options={},
+            metadata=metadata,
+        )
+
+    def to_script(self, config: ExportOnnxConfig) -> ScriptStep:
+        opset = config.opset or DEFAULT_OPSET[config.exporter]
+        axes = "DYNAMIC_AXES" if config.dynamic else "{}"
+        lines = [
+            'onnx_path = step_dir / "model.onnx"',
+            "export_args = tuple((x.to(input_casts[k]) if k in input_casts and x.is_floating_point() else x).to(device)",
+            "                    for k, x in inputs.items())",
+            "with torch.no_grad():",
+            "    _out = model(*export_args)",
+            "    _n = len(_out) if isinstance(_out, (tuple, list)) else 1",
+            'output_names = ["output"] if _n == 1 else [f"output_{i}" for i in range(_n)]',
+        ]
+        if config.exporter == "torchscript":
+            lines += [
+                "torch.onnx.export(",
+                "    model, export_args, str(onnx_path), input_names=list(inputs), output_names=output_names,",
+                f"    dynamic_axes={axes} or None, opset_version={opset}, do_constant_folding=True, dynamo=False,",
+                ")",
+            ]
+        else:
+            lines += [
+                f"dynamic_shapes = {{n: {{i: torch.export.Dim.DYNAMIC for i in {axes}.get(n, {{}})}} for n in inputs}}",
+                "program = torch.onnx.export(",
+                "    model, export_args, input_names=list(inputs), output_names=output_names,",
+                f"    dynamic_shapes=dynamic_shapes if {axes} else None, opset_version={opset}, dynamo=True,",
+                "    verbose=False, optimize=True,",
+                ")",
+                f"program.save(str(onnx_path), external_data={bool(config.external_data)!r})",
+            ]
+        imports = ["import onnx"]
+        if config.simplify:
+            imports.append("import onnxslim")
+            lines += ["onnx.save(onnxslim.slim(onnx.load(str(onnx_path))), str(onnx_path))"]
+        lines += [
+            "onnx.checker.check_model(str(onnx_path), full_check=True)",
+            'kind, model, session = "onnx", None, make_session(onnx_path)',
+        ]
+        return ScriptStep(code="\n".join(lines) + "\n", imports=imports)
