@@ -85,8 +85,12 @@ def leaves(outputs, prefix="out"):
             yield from leaves(o, f"{prefix}.{k}")
 
 
-def parity(reference, candidate):
-    """Worst max-abs error and cosine similarity over all outputs, and the verdict."""
+def parity(reference, candidate, gates=None):
+    """Worst max-abs error and cosine similarity over all outputs, and the verdict.
+
+    ``gates`` = (rtol, atol, min_cosine) of a step with its own gates; default: the recipe's.
+    """
+    rtol, atol, min_cosine = gates or (RTOL, ATOL, MIN_COSINE)
     worst_abs, worst_cos, passed = 0.0, 1.0, True
     for (name, a), (_, b) in zip(leaves(reference), leaves(candidate)):
         a, b = a.double(), b.double()
@@ -95,7 +99,7 @@ def parity(reference, candidate):
         diff = (a - b).abs()
         max_abs = float(diff.max()) if diff.numel() else 0.0
         cos = float(F.cosine_similarity(a.flatten(), b.flatten(), dim=0, eps=1e-12)) if a.numel() else 1.0
-        ok = bool(torch.allclose(b, a, rtol=RTOL, atol=ATOL)) or (MIN_COSINE is not None and cos >= MIN_COSINE)
+        ok = bool(torch.allclose(b, a, rtol=rtol, atol=atol)) or (min_cosine is not None and cos >= min_cosine)
         worst_abs, worst_cos, passed = max(worst_abs, max_abs), min(worst_cos, cos), passed and ok
     return {"passed": passed, "max_abs": worst_abs, "cosine": worst_cos}
 
@@ -139,11 +143,11 @@ def calibration_batches(limit=8):
     return [make_inputs(seed=1000 + i) for i in range(limit)]
 
 
-def report(label, index):
+def report(label, index, gates=None):
     global baseline_ms
     outputs = as_float(run(inputs))
     torch.save(outputs, step_dir / "outputs.pt")
-    p = parity(reference, outputs)
+    p = parity(reference, outputs, gates)
     bench = benchmark()
     speedup = baseline_ms / bench["p50_ms"]
     verdict = "pass" if p["passed"] else "FAIL"
@@ -260,6 +264,12 @@ def _model_code(recipe: Recipe, spec: InputSpec) -> tuple[list[str], str, str]:
     return imports, defs, "\n".join(stmt)
 
 
+def _step_gates(step: Any) -> str:
+    """``, gates=(rtol, atol, min_cosine)`` for a step with its own gates, else nothing."""
+    g = step.gates
+    return "" if g is None else f", gates=({g.rtol!r}, {g.atol!r}, {g.min_cosine!r})"
+
+
 def recipe_to_script(recipe: Recipe | dict[str, Any] | str) -> str:
     """The whole script as text (see module docstring)."""
     from accel.models import load_model
@@ -295,7 +305,7 @@ def recipe_to_script(recipe: Recipe | dict[str, Any] | str) -> str:
             "step_dir.mkdir(parents=True, exist_ok=True)\n"
             "torch.manual_seed(SEED)\n"
             f"{textwrap.dedent(snippet.code).strip()}\n"
-            f"report({step.label!r}, {index})\n"
+            f"report({step.label!r}, {index}{_step_gates(step)})\n"
         )
     g = recipe.gates
     b = recipe.benchmark
