@@ -79,6 +79,10 @@ class Compile(Pass):
         from accel.errors import PassError
 
         module = model.module
+        if isinstance(module, torch.jit.ScriptModule):
+            raise PassError(
+                "compile cannot compile a TorchScript module; put compile before torchscript, or drop one."
+            )
         backends = torch._dynamo.list_backends(exclude_tags=())
         if config.backend not in backends:
             raise PassError(

@@ -63,6 +63,15 @@ def _float_input_casts(model: LoadedModel, dtype: str) -> dict[str, str]:
     return casts
 
 
+def _has_low_precision_weights(module) -> bool:
+    import torch
+
+    try:
+        return any(p.dtype in (torch.float16, torch.bfloat16) for p in module.parameters())
+    except Exception:  # noqa: BLE001 - modules without parameters() (scripted oddities)
+        return False
+
+
 class _LowPrecision(Pass):
     dtype: str = "float32"
     category = "precision"
@@ -162,6 +171,18 @@ class Autocast(Pass):
 
         from accel.passes._torch_helpers import AutocastForward
 
+        from accel.errors import PassError
+
+        low = {c for c in model.input_casts.values() if c in ("float16", "bfloat16")}
+        if (
+            low
+            or model.metadata.get("exported_program") is None
+            and _has_low_precision_weights(model.module)
+        ):
+            raise PassError(
+                "autocast is for float32 models, and this one already runs in "
+                f"{', '.join(sorted(low)) or 'low precision'} (an fp16/bf16 step ran); use one or the other."
+            )
         device_type = "cuda" if str(ctx.device).startswith("cuda") else "cpu"
         dtype = (
             config.dtype
