@@ -169,9 +169,8 @@ class Autocast(Pass):
     def apply(self, model: LoadedModel, config: AutocastConfig, ctx: PassContext) -> LoadedModel:
         import torch
 
-        from accel.passes._torch_helpers import AutocastForward
-
         from accel.errors import PassError
+        from accel.passes._torch_helpers import AutocastForward
 
         low = {c for c in model.input_casts.values() if c in ("float16", "bfloat16")}
         if (
