@@ -173,11 +173,7 @@ class Autocast(Pass):
         from accel.passes._torch_helpers import AutocastForward
 
         low = {c for c in model.input_casts.values() if c in ("float16", "bfloat16")}
-        if (
-            low
-            or model.metadata.get("exported_program") is None
-            and _has_low_precision_weights(model.module)
-        ):
+        if low or _has_low_precision_weights(model.module):
             raise PassError(
                 "autocast is for float32 models, and this one already runs in "
                 f"{', '.join(sorted(low)) or 'low precision'} (an fp16/bf16 step ran); use one or the other."
