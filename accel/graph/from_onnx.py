@@ -22,17 +22,21 @@ log = logging.getLogger(__name__)
 def scope_to_module_path(scopes: list[str]) -> str:
     """Join exporter scopes into a dotted module path.
 
-    A scope may be relative (``conv1`` under ``layer1.0``) or already qualified
-    (``layer1.0`` under ``layer1``); qualified ones replace the prefix.
+    A scope is either relative (``conv1`` under ``layer1.0``) or qualified by the scope
+    before it (``downsample.0`` under ``downsample``; the dynamo exporter's full paths
+    ``layer2.0.downsample`` under ``layer2.0``): a qualified one extends the path by
+    what it adds.
     """
     path = ROOT
+    prev = ""
     for s in scopes:
         if not s:
             continue
-        if path and (s == path or s.startswith(path + ".")):
-            path = s
+        if prev and s.startswith(prev + "."):
+            path = path + s[len(prev) :]
         else:
             path = f"{path}.{s}" if path else s
+        prev = s
     return path
 
 
