@@ -3,6 +3,21 @@
 ``profile_model(loaded)`` handles torch and ONNX models and returns a
 ``ModelProfile`` (plain dataclasses with ``to_dict``/``from_dict``).
 Heavy imports (torch, onnxruntime) happen when a profile runs.
+
+From a notebook::
+
+    from accel.models import load_model
+    from accel.profile import profile_model
+
+    prof = profile_model(load_model("zoo:resnet"), iters=20, trace_path="resnet.json")
+    for row in prof.top(10):  # by self time
+        print(f"{row.name:30} {row.type:12} {row.self_ms:7.3f} ms {row.share:6.1%} {row.flops}")
+    prof.ops[:10]               # operators, each with the module it ran in
+    prof.overhead_ratio, prof.coverage   # the profiler's own cost, how well rows add up
+
+    # any nn.Module, no LoadedModel needed
+    from accel.profile import profile_module
+    prof = profile_module(my_module, x, iters=10)
 """
 
 from accel.profile.api import profile_model
