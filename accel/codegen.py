@@ -216,6 +216,9 @@ def _model_code(recipe: Recipe, spec: InputSpec) -> tuple[list[str], str, str]:
         cls = _ZOO_CLASSES[name][-1]
         has_bn = name == "resnet"
         defs = classes
+        if has_bn:
+            # The studio warms BatchNorm with the zoo model's own input spec, whatever the recipe's.
+            defs += "\n\n\n" + _spec_code(InputSpec.parse(zoo.ZOO[name].input_spec), "make_warmup_inputs")
         stmt = [
             "# The studio's demo model, built with its fixed seed.",
             "with torch.random.fork_rng(devices=[]):",
@@ -228,7 +231,7 @@ def _model_code(recipe: Recipe, spec: InputSpec) -> tuple[list[str], str, str]:
                 "    model.train()",
                 "    with torch.no_grad():",
                 "        for i in range(4):",
-                "            model(*make_inputs(seed=100 + i, dims={'batch': 8}).values())",
+                "            model(*make_warmup_inputs(seed=100 + i, dims={'batch': 8}).values())",
             ]
         stmt += ["model = model.eval()", 'kind = "torch"']
     elif target.lower().endswith(".onnx"):

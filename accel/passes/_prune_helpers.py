@@ -192,7 +192,7 @@ def distill(student, teacher, batches, steps, lr=1e-3, on_step=None):
         loss = F.mse_loss(first(student(*batches[i].values())).float(), targets[i])
         loss.backward()
         optimizer.step()
-        loss_value = float(loss)
+        loss_value = float(loss.detach())
         if on_step is not None:
             on_step(step + 1, steps)
     student.zero_grad(set_to_none=True)
