@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
@@ -221,25 +221,21 @@ def convert_fp16(
         )
 
 
-def tidy_graph(proto: Any) -> Any:
+# tidy_graph and ops_without_fp16_cpu_kernel are also written into exported scripts
+# (inspect.getsource), so they carry no annotations and import what they use.
+def tidy_graph(proto):
     """Sort the main graph's nodes so each comes after its producers, dropping exact
     duplicates (the fp16 converter appends its Cast nodes at the end, and adds the same
     Cast twice when a value feeds two blocked nodes; onnx.checker rejects both)."""
     graph = proto.graph
     known = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
-    seen: set[bytes] = set()
+    seen = set()
     pending = []
-    produced: set[str] = set()
     for node in graph.node:
         key = node.SerializeToString(deterministic=True)
-        if key in seen:
-            continue
-        if node.output and all(o in produced for o in node.output if o):
-            # same outputs as an earlier node but not identical: keep it, the checker will say
-            pass
-        seen.add(key)
-        produced.update(node.output)
-        pending.append(node)
+        if key not in seen:
+            seen.add(key)
+            pending.append(node)
     ordered = []
     while pending:
         rest = []
@@ -261,7 +257,7 @@ def tidy_graph(proto: Any) -> Any:
     return proto
 
 
-def ops_without_fp16_cpu_kernel(proto: Any, work_dir: Path) -> list[str]:
+def ops_without_fp16_cpu_kernel(proto, work_dir):
     """Op types of an fp16 model that ORT's CPU provider runs through inserted fp32 casts.
 
     ORT's InsertCastTransformer wraps nodes with no fp16 CPU kernel in Cast nodes named
@@ -384,7 +380,7 @@ class OnnxFp16(Pass):
             "import onnx",
             "from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16",
         ]
-        helpers: list[str] = []
+        helpers: list[str] = [inspect.getsource(tidy_graph)]
         lines = []
         if config.op_block_list is None:
             lines.append("op_block_list = list(DEFAULT_OP_BLOCK_LIST)")
@@ -400,7 +396,7 @@ class OnnxFp16(Pass):
             "fp16_model = to_fp16(op_block_list)",
         ]
         if config.op_block_list is None:
-            helpers.append(_CPU_KERNEL_HELPER)
+            helpers.append(inspect.getsource(ops_without_fp16_cpu_kernel))
             lines += [
                 "if not device.startswith('cuda'):",
                 "    # Keep in fp32 the ops ORT's CPU provider has no fp16 kernel for (no cast ping-pong).",
@@ -411,28 +407,8 @@ class OnnxFp16(Pass):
             ]
         lines += [
             'onnx_path = step_dir / "model_fp16.onnx"',
-            "onnx.save(fp16_model, str(onnx_path))",
+            "onnx.save(tidy_graph(fp16_model), str(onnx_path))",
             "# Same providers and options as an earlier onnxruntime step, if any.",
             'session = make_session(onnx_path, globals().get("ort_providers"), globals().get("ort_options"))',
         ]
         return ScriptStep(code="\n".join(lines) + "\n", imports=imports, helpers=helpers)
-
-
-_CPU_KERNEL_HELPER = '''
-def ops_without_fp16_cpu_kernel(fp16_model, folder):
-    """Op types ONNX Runtime's CPU provider wraps in fp32 casts (no fp16 kernel)."""
-    import onnxruntime as ort
-
-    probe = folder / "fp16_probe.onnx"
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.optimized_model_filepath = str(probe)
-    so.log_severity_level = 3
-    ort.InferenceSession(fp16_model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    graph = onnx.load(str(probe)).graph
-    probe.unlink()
-    to_float = {n.output[0] for n in graph.node if n.op_type == "Cast"
-                and n.name.startswith("InsertedPrecisionFreeCast")
-                and any(a.name == "to" and a.i == onnx.TensorProto.FLOAT for a in n.attribute)}
-    return sorted({n.op_type for n in graph.node if any(i in to_float for i in n.input)})
-'''
