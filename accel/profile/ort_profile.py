@@ -353,4 +353,7 @@ def profile_onnx(
         trace_path=written,
         notes=notes,
         versions={"onnxruntime": ort.__version__},
+        plain_samples_ms=plain,
+        hooked_samples_ms=walls,
+        total_samples_ms=[r["dur"] / 1e3 for r in runs],
     )

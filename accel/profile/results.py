@@ -133,6 +133,11 @@ class ModelProfile:
     threads: int | None = None
     notes: list[str] = field(default_factory=list)
     versions: dict[str, str] = field(default_factory=dict)
+    # Per-iteration samples (ms), in measurement order: plain forward, hooked forward wall
+    # time, and the profiled total (sum of the rows' self times in that iteration).
+    plain_samples_ms: list[float] = field(default_factory=list)
+    hooked_samples_ms: list[float] = field(default_factory=list)
+    total_samples_ms: list[float] = field(default_factory=list)
 
     def row(self, name: str) -> LayerProfile:
         """The row of module path / node ``name``."""

@@ -460,4 +460,7 @@ def profile_torch(
         threads=torch.get_num_threads(),
         notes=notes,
         versions={"torch": torch.__version__},
+        plain_samples_ms=plain,
+        hooked_samples_ms=hooked_wall,
+        total_samples_ms=[a.top for a in per_iter],
     )

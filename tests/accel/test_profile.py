@@ -414,3 +414,13 @@ def test_torchscript_module_is_timed_as_a_whole():
     assert root.params == 64 * 32 + 32
     assert prof.row("0").calls == 0
     assert any("do not accept forward hooks" in n for n in prof.notes)
+
+
+def test_samples_are_kept_per_iteration():
+    prof = profile_module(nn.Linear(8, 8).eval(), torch.randn(2, 8), iters=4, warmup=1, ops=False)
+    assert (
+        len(prof.plain_samples_ms) == len(prof.hooked_samples_ms) == len(prof.total_samples_ms) == 4
+    )
+    middle = sorted(prof.plain_samples_ms)[1:3]
+    assert prof.plain_forward_ms == pytest.approx(sum(middle) / 2)  # median of 4
+    assert prof.total_ms == pytest.approx(sum(sorted(prof.total_samples_ms)[1:3]) / 2)
