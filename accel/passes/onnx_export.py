@@ -382,6 +382,14 @@ class ExportOnnx(Pass):
         if config.simplify:
             imports.append("import onnxslim")
             lines += ["onnx.save(onnxslim.slim(onnx.load(str(onnx_path))), str(onnx_path))"]
+        if config.external_data:
+            lines += [
+                "# Weights in one file next to the model (the folder travels as a whole).",
+                "onnx_model = onnx.load(str(onnx_path))",
+                '(step_dir / "model.onnx.data").unlink(missing_ok=True)  # onnx.save appends to it',
+                "onnx.save(onnx_model, str(onnx_path), save_as_external_data=True,",
+                '          all_tensors_to_one_file=True, location="model.onnx.data")',
+            ]
         lines += [
             "onnx.checker.check_model(str(onnx_path), full_check=True)",
             'kind, model, session = "onnx", None, make_session(onnx_path)',

@@ -24,7 +24,10 @@ RECIPES = {
         },
         "benchmark": BENCH,
         "steps": [
-            {"pass": "export_onnx", "params": {"exporter": "torchscript", "simplify": True}},
+            {
+                "pass": "export_onnx",
+                "params": {"exporter": "torchscript", "simplify": True, "external_data": True},
+            },
             {"pass": "onnxruntime", "params": {"intra_op_threads": 1}},
             {"pass": "onnx_fp16"},
         ],
@@ -78,6 +81,8 @@ def test_script_reproduces_the_runner(tmp_path, key):
         got = torch.load(out / name / "outputs.pt")
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-3, msg=f"{key} {name}")
     assert (out / "step_00_export_onnx" / "model.onnx").is_file()
+    if key == "lstm-torchscript":
+        assert (out / "step_00_export_onnx" / "model.onnx.data").is_file()
     fp16_dir = next(out.glob("step_*_onnx_fp16"))
     assert (fp16_dir / "model_fp16.onnx").is_file() and not (fp16_dir / "fp16_probe.onnx").exists()
     if key == "lstm-torchscript":  # the optimized graph is an artifact of the script too

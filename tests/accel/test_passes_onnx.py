@@ -264,6 +264,23 @@ def test_onnxruntime_provider_fallback_and_options(tmp_path):
     torch.testing.assert_close(out.forward(x)[0], model.forward(x)[0])
 
 
+def test_external_data_stays_in_the_step_folder(tmp_path):
+    module = torch.nn.Conv2d(3, 64, 5)
+    model, ctx = _apply(
+        "export_onnx", module, {"exporter": "torchscript", "external_data": True}, tmp_path
+    )
+    kinds = {a["kind"]: a["path"] for a in ctx.artifacts}
+    assert set(kinds) == {"onnx", "onnx_external_data"}
+    data = tmp_path / "model.onnx.data"
+    assert kinds["onnx_external_data"] == str(data) and data.stat().st_size >= 64 * 3 * 5 * 5 * 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx", "model.onnx.data"]
+    assert ctx.details["external_data"] is True
+    x = model.input_spec.sample(seed=4)
+    torch.testing.assert_close(model.forward(x)[0], module(x["x"]).detach(), atol=1e-5, rtol=1e-5)
+    reloaded = load_model(str(tmp_path / "model.onnx"))  # external data checked and found
+    assert reloaded.num_params == model.num_params == 64 * 3 * 5 * 5 + 64
+
+
 def test_fp16_full_conversion_halves_the_size(tmp_path):
     model = _exported(tmp_path)
     cls = get_pass("onnx_fp16")
