@@ -95,10 +95,14 @@ class TorchScript(Pass):
                     f"torch.jit.{config.method} failed: {type(exc).__name__}: {_first_line(exc)}. "
                     f"Try method: {other}, or use torch_export."
                 ) from None
-        tracer_msgs = []
+        tracer_msgs: list[str] = []
         for w in caught:
             if issubclass(w.category, torch.jit.TracerWarning):
                 msg = str(w.message).splitlines()[0]
+                if "/torch/" not in str(
+                    w.filename
+                ):  # point at the user's line, not torch internals
+                    msg += f" ({w.filename}:{w.lineno})"
                 if msg not in tracer_msgs:
                     tracer_msgs.append(msg)
         for msg in tracer_msgs:
