@@ -32,7 +32,7 @@ def synthetic_graph(num_nodes: int = 10_000, *, blocks: int = 20, seed: int = 0)
 
     b = 0
     while i < budget:
-        block = f"blocks.{b}"
+        block = f"stage{b}"
         start = i
         layer = 0
         while i - start < per_block and i < budget:
