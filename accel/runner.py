@@ -438,7 +438,7 @@ def _build_data(recipe: Recipe, model: Any) -> dict[str, Any]:
         spec = getattr(d, key)
         if spec:
             out[key] = make_data_source(
-                spec, model.input_spec, seed=recipe.seed, require_labels=key != "calibration"
+                spec, model.input_spec, seed=recipe.seed, require_labels=key != "calibration", teacher=model
             )
     return out
 
