@@ -1,16 +1,17 @@
 """Per-module and per-operator profile of a torch module.
 
-Passes (each with its own warm-up, so one does not pay for another's caches):
+Passes:
 
-1. plain forward, no hooks: the reference latency;
-2. timed forward with a pre/post hook on every module. On CPU the hooks read
+1. plain forwards (no hooks) alternating with hooked forwards, after a warm-up,
+   so both see the same machine state: the plain ones give the reference
+   latency, the hooked ones the per-module times. On CPU the hooks read
    ``perf_counter_ns``; the measured cost of the hooks themselves is removed
    from each parent (see ``hooks.estimate_hook_cost_ns``). On CUDA the hooks
    record CUDA events and the stream is synchronised once per iteration, never
-   per layer, so the GPU pipeline keeps running ahead of the CPU;
-3. one forward under ``FlopCounterMode`` that also sums input/output bytes
+   per layer, so the GPU keeps running ahead of the CPU;
+2. one forward under ``FlopCounterMode`` that also sums input/output bytes
    and, on CUDA, the peak memory allocated inside each module;
-4. (``ops=True``) a few forwards under ``torch.profiler`` with each module
+3. (``ops=True``) a few forwards under ``torch.profiler`` with each module
    wrapped in a ``record_function`` scope named after its path, which
    attributes every operator to the innermost module it ran in and gives the
    Chrome/Perfetto trace.
@@ -320,7 +321,7 @@ def profile_torch(
     cuda = device.startswith("cuda")
     notes: list[str] = []
 
-    # 1+2. plain and hooked forwards, interleaved so that both see the same machine state
+    # 1. plain and hooked forwards, interleaved so that both see the same machine state
     # (turbo, caches, other processes) and their ratio is fair.
     steps.phase(0.0, 0.6)
     hook_cost_ns = 0.0
@@ -354,7 +355,7 @@ def profile_torch(
             hooked_wall.append(wall)
         steps.report((i + 1) / (warmup + iters), "per-module timing")
 
-    # 3. FLOPs, bytes, memory
+    # 2. FLOPs, bytes, memory
     steps.phase(0.6, 0.7)
     steps.check()
     info = _InfoPass(module, device)
@@ -366,7 +367,7 @@ def profile_torch(
         )
     steps.report(1.0, "FLOPs and memory")
 
-    # 4. operators
+    # 3. operators
     op_rows: list[OpRow] = []
     written = None
     n_op = 0
