@@ -118,6 +118,9 @@ class RunRow(Base):
     error_type: Mapped[str] = mapped_column(String(128), default="")
     exit_code: Mapped[int | None] = mapped_column(Integer)
     signal: Mapped[str] = mapped_column(String(32), default="")
+    # "host:pid" of the studio process recording the run: if that process dies while the
+    # run is queued or running, the next start-up marks the run as crashed.
+    owner: Mapped[str] = mapped_column(String(128), default="", server_default="")
     # Last lines the worker wrote to stderr, kept when it crashed or timed out.
     log_tail: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

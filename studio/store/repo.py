@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import os
+import socket
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -293,6 +294,7 @@ class Repository:
                 job_params=_json_safe(dict(job_params or {})),
                 notes=notes,
                 parent_run_id=parent_run_id,
+                owner=process_owner(),
                 created_at=utcnow(),
             )
             if model_source:
@@ -387,6 +389,40 @@ class Repository:
                 row.tags = [RunTagRow(tag=t) for t in current]
             s.flush()
             return _run_record(row, row.model, row.recipe, current)
+
+    def recover_interrupted(self) -> list[str]:
+        """Mark as crashed the queued / running runs whose recording process (on this
+        machine) is gone: the studio was killed mid-run. Their finished steps are kept.
+        Returns the run ids changed."""
+        import psutil
+
+        host = socket.gethostname()
+        with self._read() as s:
+            rows = s.execute(
+                select(RunRow.id, RunRow.owner).where(
+                    RunRow.status.in_(["queued", "running"]),
+                    RunRow.owner.startswith(f"{host}:", autoescape=True),
+                )
+            ).all()
+        dead: list[tuple[str, int]] = []
+        for run_id, owner in rows:
+            try:
+                pid = int(owner.rsplit(":", 1)[1])
+            except (IndexError, ValueError):
+                continue
+            if pid != os.getpid() and not psutil.pid_exists(pid):
+                dead.append((run_id, pid))
+        for run_id, pid in dead:
+            self.set_status(
+                run_id,
+                "crashed",
+                error=f"the studio process that ran this job (pid {pid}) exited before the run "
+                "finished; the steps it finished are kept",
+                error_type="StudioExited",
+            )
+        if dead:
+            log.warning("marked %d interrupted runs as crashed", len(dead))
+        return [r for r, _ in dead]
 
     # --- events from the runner -----------------------------------------------------------
 
@@ -797,6 +833,11 @@ class Repository:
 
 
 # --- row -> record --------------------------------------------------------------------------
+
+
+def process_owner() -> str:
+    """``host:pid`` of this process (the recorder of the runs it creates)."""
+    return f"{socket.gethostname()}:{os.getpid()}"[:128]
 
 
 def _check_status(status: str) -> None:

@@ -226,6 +226,11 @@ class WorkerPool:
         self._watchdog = threading.Thread(target=self._watch, name="pool-watchdog", daemon=True)
         self._dispatcher.start()
         self._watchdog.start()
+        if store is not None:
+            try:  # runs left "running" by a studio that was killed: crashed, not pending
+                store.recover_interrupted()
+            except Exception:
+                log.exception("could not check the store for interrupted runs")
 
     # --- public API ------------------------------------------------------------------------
 

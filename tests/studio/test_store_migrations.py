@@ -89,3 +89,31 @@ def test_concurrent_startups_migrate_once(tmp_path):
     engine = dbmod.make_engine(f"sqlite:///{path}")
     assert dbmod.current_revision(engine) == dbmod.head_revision()
     engine.dispose()
+
+
+def test_upgrade_from_first_revision_keeps_runs_and_backs_up(tmp_path):
+    from alembic import command
+
+    path = tmp_path / "old.db"
+    url = f"sqlite:///{path}"
+    engine = dbmod.make_engine(url)
+    cfg = dbmod.alembic_config(url)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0001")
+        conn.exec_driver_sql(
+            "INSERT INTO runs (id, name, kind, status, device, environment, baseline, summary, job_params,"
+            " run_dir, notes, error, error_type, signal, log_tail, created_at)"
+            " VALUES ('r1', 'old', 'run_recipe', 'succeeded', 'cpu', '{}', '{}', '{}', '{}', '', 'n', '', '', '', '',"
+            " '2026-01-01 00:00:00')"
+        )
+    engine.dispose()
+    repo = Repository.open(path)
+    assert dbmod.current_revision(repo.engine) == dbmod.head_revision() != "0001"
+    run = repo.get_run("r1")
+    assert run.run.name == "old" and run.run.notes == "n"
+    repo.close()
+    (backup,) = tmp_path.glob("old.db.bak-0001-*")
+    con = sqlite3.connect(backup)
+    assert con.execute("SELECT version_num FROM alembic_version").fetchall() == [("0001",)]
+    con.close()

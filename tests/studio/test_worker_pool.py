@@ -226,3 +226,29 @@ def test_shutdown_cancels_running_jobs():
     assert h.wait(1).status == "cancelled"
     with pytest.raises(RuntimeError, match="shut down"):
         pool.submit("echo", {})
+
+
+def test_runs_of_a_killed_studio_are_marked_crashed(tmp_path):
+    db = tmp_path / "killed.db"
+    code = (
+        "import os, sys; from studio.store import Repository\n"
+        "r = Repository.open(sys.argv[1]); run = r.create_run(model_source='zoo:mlp', status='running')\n"
+        "r.record_event(run.id, {'event': 'step_finished', 'index': 0, 'pass_name': 'p', 'status': 'succeeded',"
+        " 'duration_s': 0.1, 'metrics': {'speedup': 2.0}, 'parity': None, 'artifacts': []})\n"
+        "r.record_event(run.id, {'event': 'step_started', 'index': 1, 'pass_name': 'q', 'params': {}})\n"
+        "print(run.id, flush=True); os._exit(9)  # killed mid-run\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(db)], capture_output=True, text=True, timeout=120
+    )
+    dead_run = out.stdout.strip()
+    repo = Repository.open(db)
+    alive = repo.create_run(model_source="zoo:mlp", status="running")  # ours: still running
+    with _pool(repo):
+        pass
+    d = repo.get_run(dead_run)
+    assert d.status == "crashed" and "exited before the run finished" in d.run.error
+    assert [s.status for s in d.steps] == ["succeeded", "crashed"]
+    assert d.steps[0].metrics == {"speedup": 2.0}
+    assert repo.get_run(alive.id).status == "running"
+    repo.close()
