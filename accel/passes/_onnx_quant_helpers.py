@@ -36,58 +36,6 @@ def onnx_op_types(model_path):
     return sorted({n.op_type for n in graph.node})
 
 
-def gemm_to_matmul(src_path, dst_path):
-    """Rewrite Gemm nodes with a constant weight as MatMul + Add so dynamic quantization covers them.
-
-    ORT's dynamic quantizer handles MatMul but not Gemm (what torch exports for Linear on 2-D
-    inputs). The MatMul keeps the Gemm's node name so exclusion patterns still apply.
-    Returns the number of rewritten nodes.
-    """
-    import numpy as np
-    import onnx
-    from onnx import helper, numpy_helper
-
-    model = onnx.load(str(src_path))
-    graph = model.graph
-    inits = {i.name: i for i in graph.initializer}
-    nodes, count = [], 0
-    for node in graph.node:
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        ok = (
-            node.op_type == "Gemm"
-            and node.input[1] in inits
-            and attrs.get("transA", 0) == 0
-            and float(attrs.get("alpha", 1.0)) == 1.0
-            and float(attrs.get("beta", 1.0)) == 1.0
-        )
-        if not ok:
-            nodes.append(node)
-            continue
-        weight = numpy_helper.to_array(inits[node.input[1]])
-        if attrs.get("transB", 0):
-            weight = np.ascontiguousarray(weight.T)
-        w_name = f"{node.input[1]}_kn"
-        graph.initializer.append(numpy_helper.from_array(weight, w_name))
-        has_bias = len(node.input) > 2 and node.input[2]
-        mm_out = f"{node.output[0]}_matmul" if has_bias else node.output[0]
-        nodes.append(helper.make_node("MatMul", [node.input[0], w_name], [mm_out], name=node.name))
-        if has_bias:
-            nodes.append(
-                helper.make_node(
-                    "Add", [mm_out, node.input[2]], [node.output[0]], name=f"{node.name}_bias"
-                )
-            )
-        count += 1
-    del graph.node[:]
-    graph.node.extend(nodes)
-    used = {i for n in graph.node for i in n.input}
-    keep = [i for i in graph.initializer if i.name in used]
-    del graph.initializer[:]
-    graph.initializer.extend(keep)
-    onnx.save(model, str(dst_path))
-    return count
-
-
 class BatchCalibrationReader(CalibrationDataReader):
     """Feeds calibration batches (dicts of torch tensors or arrays) to ORT's calibrator."""
 

@@ -69,10 +69,7 @@ class _CommonConfig(PassConfig):
 
 
 class QuantizeOnnxDynamicConfig(_CommonConfig):
-    gemm_to_matmul: bool = Field(
-        True,
-        description="rewrite Gemm (Linear on 2-D inputs) as MatMul + Add so it gets quantized too",
-    )
+    """Dynamic quantization takes the common options only."""
 
 
 class QuantizeOnnxStaticConfig(_CommonConfig):
@@ -154,11 +151,6 @@ class _QuantizeOnnx(Pass):
                     f"{str(exc).splitlines()[0] if str(exc) else ''}. Set preprocess: false to quantize without it."
                 ) from None
             src = pre
-        if self.mode == "dynamic" and config.gemm_to_matmul:
-            rewritten = work / "model_matmul.onnx"
-            n = h.gemm_to_matmul(src, rewritten)
-            ctx.details["gemm_rewritten"] = n
-            src = rewritten
         exclude, unmatched = h.onnx_nodes_matching(src, config.exclude)
         if unmatched:
             sample = h.onnx_nodes_matching(src, ["*"])[0][:8]
@@ -166,6 +158,9 @@ class _QuantizeOnnx(Pass):
                 f"exclude pattern(s) {unmatched} match no node of the model. Node names look like "
                 f"{sample}; use glob patterns such as '/classifier/*'."
             )
+        if self.mode == "dynamic":
+            # The dynamic quantizer rewrites Gemm as MatMul + Add named "<gemm>_MatMul"; exclude both names.
+            exclude = exclude + [f"{n}_MatMul" for n in exclude]
         present = h.onnx_op_types(src)
         op_types = _op_types(config, self.mode, present)
         ctx.details.update(
@@ -292,16 +287,13 @@ class _QuantizeOnnx(Pass):
                 'quant_pre_process(str(src_path), str(step_dir / "model_preprocessed.onnx"))',
                 'src_path = step_dir / "model_preprocessed.onnx"',
             ]
-        if self.mode == "dynamic" and config.gemm_to_matmul:
-            helpers.append(inspect.getsource(h.gemm_to_matmul))
-            lines += [
-                "# The dynamic quantizer skips Gemm; rewrite Gemm as MatMul + Add so Linear layers get quantized.",
-                'gemm_to_matmul(src_path, step_dir / "model_matmul.onnx")',
-                'src_path = step_dir / "model_matmul.onnx"',
-            ]
         lines.append(
             f"exclude = onnx_nodes_matching(src_path, {list(config.exclude)!r})[0]  # kept in float"
         )
+        if self.mode == "dynamic":
+            lines.append(
+                'exclude += [f"{n}_MatMul" for n in exclude]  # quantize_dynamic renames Gemm to <name>_MatMul'
+            )
         op_types = _op_types(config, self.mode, [])
         out = self._out_name(config)
         common = [

@@ -1,0 +1,252 @@
+"""ONNX Runtime quantization passes: parity on zoo models, exclusions, calibration, script export."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+import torch
+from onnx_export_helpers import export_small, recipe, run_script
+
+from accel.errors import PassError
+from accel.models import load_model
+from accel.passes import PassContext, get_pass
+from accel.runner import run_recipe
+
+
+@pytest.fixture(scope="module")
+def onnx_models(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("onnx_models")
+    return {name: export_small(name, folder) for name in ("mlp", "resnet", "transformer", "lstm")}
+
+
+def _run(onnx_models, name, steps, tmp_path, **extra):
+    path, spec = onnx_models[name]
+    res = run_recipe(recipe(path, spec, steps, **extra), out_dir=tmp_path / "run")
+    assert res.ok, res.error
+    return res
+
+
+def _cosine(step):
+    return min(o["cosine"] for o in step.parity["outputs"])
+
+
+def _graph(step):
+    path = next(a["path"] for a in step.artifacts if a["kind"] == "onnx")
+    return onnx.load(path).graph
+
+
+def _float_weight_of(graph, node_name):
+    """The node named node_name exists and its weight input is a float initializer (not quantized)."""
+    node = next(n for n in graph.node if n.name == node_name)
+    inits = {i.name: i for i in graph.initializer}
+    weight = inits.get(node.input[1])
+    return node.op_type, weight is not None and weight.data_type == onnx.TensorProto.FLOAT
+
+
+@pytest.mark.parametrize(
+    ("name", "quant_op", "count"),
+    [
+        ("mlp", "MatMulInteger", 3),
+        ("transformer", "MatMulInteger", 14),
+        ("lstm", "DynamicQuantizeLSTM", 1),
+    ],
+)
+def test_dynamic_quantization_parity(onnx_models, tmp_path, name, quant_op, count):
+    res = _run(onnx_models, name, [{"pass": "quantize_onnx_dynamic"}], tmp_path)
+    step = res.steps[0]
+    assert step.status == "succeeded"
+    assert _cosine(step) > 0.99
+    ops = step.details["quantized_ops"]
+    assert ops.get(quant_op) == count, ops
+    # int8 weights: the file shrinks (the embeddings of transformer/lstm stay float).
+    assert step.metrics["size_bytes_after"] < step.metrics["size_bytes_before"] * (
+        0.4 if name == "mlp" else 0.9
+    )
+    assert (
+        res.model.kind == "onnx"
+        and res.model.onnx_path.parent == tmp_path / "run" / "step_00_quantize_onnx_dynamic"
+    )
+
+
+def test_static_qdq_resnet_int8_parity(onnx_models, tmp_path):
+    res = _run(onnx_models, "resnet", [{"pass": "quantize_onnx_static"}], tmp_path)
+    step = res.steps[0]
+    assert _cosine(step) > 0.99
+    ops = step.details["quantized_ops"]
+    assert (
+        ops["QuantizeLinear"] >= 9 and ops["DequantizeLinear"] >= 9
+    )  # every conv's activation and weight
+    assert step.details["calibration_batches"] == 8  # the recipe's default
+    # top-1 agrees with the float model on the reference batch
+    ref = torch.load(tmp_path / "run" / "reference_outputs.pt")
+    out = torch.load(tmp_path / "run" / "step_00_quantize_onnx_static" / "outputs.pt")
+    assert torch.equal(ref.argmax(-1), out.argmax(-1))
+
+
+@pytest.mark.parametrize(
+    ("params", "expected_op"),
+    [
+        ({"quant_format": "qoperator", "calibration_method": "entropy"}, "QLinearConv"),
+        ({"calibration_method": "percentile", "per_channel": False}, "QuantizeLinear"),
+    ],
+)
+def test_static_formats_and_calibration_methods(onnx_models, tmp_path, params, expected_op):
+    res = _run(
+        onnx_models, "resnet", [{"pass": "quantize_onnx_static", "params": params}], tmp_path
+    )
+    step = res.steps[0]
+    assert step.details["quantized_ops"].get(expected_op, 0) >= 1
+    assert _cosine(step) > 0.99
+
+
+def test_static_transformer_parity(onnx_models, tmp_path):
+    res = _run(
+        onnx_models,
+        "transformer",
+        [{"pass": "quantize_onnx_static", "params": {"calibration_batches": 4}}],
+        tmp_path,
+    )
+    step = res.steps[0]
+    assert step.details["calibration_batches"] == 4
+    assert _cosine(step) > 0.99
+
+
+def test_excluded_nodes_stay_float(onnx_models, tmp_path):
+    params = {"exclude": ["/fc/*", "/layer3/layer3.0/conv2/Conv"]}
+    res = _run(
+        onnx_models, "resnet", [{"pass": "quantize_onnx_static", "params": params}], tmp_path
+    )
+    step = res.steps[0]
+    assert sorted(step.details["excluded_nodes"]) == ["/fc/Gemm", "/layer3/layer3.0/conv2/Conv"]
+    graph = _graph(step)
+    assert _float_weight_of(graph, "/fc/Gemm") == ("Gemm", True)
+    assert _float_weight_of(graph, "/layer3/layer3.0/conv2/Conv") == ("Conv", True)
+    # a conv that was not excluded reads a dequantized int8 weight
+    assert _float_weight_of(graph, "/layer3/layer3.0/conv1/Conv") == ("Conv", False)
+    conv1 = next(n for n in graph.node if n.name == "/layer3/layer3.0/conv1/Conv")
+    producers = {o: n.op_type for n in graph.node for o in n.output}
+    assert producers[conv1.input[1]] == "DequantizeLinear"
+
+
+def test_excluded_op_types_stay_float(onnx_models, tmp_path):
+    params = {"exclude_op_types": ["MatMul"]}
+    res = _run(
+        onnx_models, "transformer", [{"pass": "quantize_onnx_dynamic", "params": params}], tmp_path
+    )
+    step = res.steps[0]
+    assert "MatMul" not in step.details["op_types"]
+    assert step.details["quantized_ops"] == {}
+
+
+def test_dynamic_exclude_classifier(onnx_models, tmp_path):
+    res = _run(
+        onnx_models,
+        "mlp",
+        [{"pass": "quantize_onnx_dynamic", "params": {"exclude": ["/fc3/*"]}}],
+        tmp_path,
+    )
+    step = res.steps[0]
+    # quantize_dynamic turns Gemm into MatMul named "<gemm>_MatMul"; both names are excluded
+    assert step.details["excluded_nodes"] == ["/fc3/Gemm", "/fc3/Gemm_MatMul"]
+    assert step.details["quantized_ops"]["MatMulInteger"] == 2
+    graph = _graph(step)
+    assert _float_weight_of(graph, "/fc3/Gemm_MatMul") == ("MatMul", True)
+    assert any(n.name.startswith("/fc2/") and n.op_type == "MatMulInteger" for n in graph.node)
+
+
+def test_unmatched_exclude_pattern_is_a_clear_error(onnx_models, tmp_path):
+    path, spec = onnx_models["mlp"]
+    model = load_model(path, spec)
+    ctx = PassContext(inputs=model.example_inputs(), work_dir=tmp_path, original=model)
+    cls = get_pass("quantize_onnx_dynamic")
+    with pytest.raises(PassError, match=r"/classifier/\*.*match no node"):
+        cls().apply(model, cls.parse_config({"exclude": ["/classifier/*"]}), ctx)
+
+
+def test_calibration_reports_progress_per_batch_and_uses_context_batches(onnx_models, tmp_path):
+    path, spec = onnx_models["resnet"]
+    model = load_model(path, spec)
+    messages = []
+    ctx = PassContext(
+        inputs=model.example_inputs(),
+        work_dir=tmp_path,
+        original=model,
+        progress_cb=lambda f, m: messages.append((f, m)),
+    )
+    cls = get_pass("quantize_onnx_static")
+    out = cls().apply(model, cls.parse_config({"calibration_batches": 3}), ctx)
+    calib = [m for _, m in messages if m.startswith("calibration batch")]
+    assert calib == ["calibration batch 1/3", "calibration batch 2/3", "calibration batch 3/3"]
+    fractions = [f for f, _ in messages]
+    assert fractions == sorted(fractions)
+    assert out.onnx_path != model.onnx_path and out.content_hash != model.content_hash
+    assert out.num_params > 0 and out.size_bytes < model.size_bytes
+
+
+def test_cancel_during_calibration(onnx_models, tmp_path):
+    from accel.errors import Cancelled
+
+    path, spec = onnx_models["resnet"]
+    model = load_model(path, spec)
+    seen = []
+
+    def progress(f, m):
+        seen.append(m)
+
+    ctx = PassContext(
+        inputs=model.example_inputs(),
+        work_dir=tmp_path,
+        original=model,
+        progress_cb=progress,
+        cancel_cb=lambda: any(m.startswith("calibration batch 2") for m in seen),
+    )
+    cls = get_pass("quantize_onnx_static")
+    with pytest.raises(Cancelled):
+        cls().apply(model, cls.parse_config({"calibration_batches": 4}), ctx)
+
+
+def test_needs_an_onnx_model(tmp_path):
+    res = run_recipe(
+        recipe(
+            "zoo:mlp(in_features=64, hidden=128)",
+            "x:float32[batch,64]; batch=1..8:4",
+            [{"pass": "quantize_onnx_static"}],
+        ),
+        out_dir=tmp_path / "run",
+    )
+    assert not res.ok and "export_onnx" in res.error
+
+
+def test_configs_describe_every_field():
+    for name in ("quantize_onnx_dynamic", "quantize_onnx_static"):
+        d = get_pass(name).describe()
+        assert all(p["description"] for p in d["params"]), name
+    static = {p["name"]: p for p in get_pass("quantize_onnx_static").describe()["params"]}
+    assert static["calibration_method"]["choices"] == ["minmax", "percentile", "entropy"]
+    assert static["quant_format"]["default"] == "qdq"
+
+
+@pytest.mark.parametrize(
+    ("name", "step"),
+    [
+        (
+            "resnet",
+            {
+                "pass": "quantize_onnx_static",
+                "params": {"exclude": ["/fc/*"], "calibration_method": "percentile"},
+            },
+        ),
+        ("transformer", {"pass": "quantize_onnx_dynamic", "params": {"per_channel": True}}),
+    ],
+)
+def test_exported_script_reproduces_the_runner(onnx_models, tmp_path, name, step):
+    path, spec = onnx_models[name]
+    r = recipe(path, spec, [step])
+    res = run_recipe(r, out_dir=tmp_path / "run")
+    assert res.ok, res.error
+    out = run_script(r, tmp_path)
+    folder = f"step_00_{step['pass']}"
+    ours = torch.load(tmp_path / "run" / folder / "outputs.pt")
+    theirs = torch.load(out / folder / "outputs.pt")
+    torch.testing.assert_close(theirs, ours, rtol=1e-5, atol=1e-6)
+    assert (out / folder / f"model_int8_{step['pass'].rsplit('_', 1)[1]}.onnx").is_file()
