@@ -187,50 +187,55 @@ def usable_providers(device: str) -> list[str]:
     return [p for p in available if gpu_ok or p not in _GPU_PROVIDERS]
 
 
+def bind_on_device(session: Any, inputs: Mapping[str, Any], device: str) -> tuple[Any, list] | None:
+    """An IOBinding with ``inputs`` copied to the cuda ``device`` and outputs bound there,
+    plus the tensors it points into (keep them alive while it runs); None unless the
+    session runs on a GPU provider."""
+    import torch
+
+    if not (str(device).startswith("cuda") and session.get_providers()[0] in _GPU_PROVIDERS):
+        return None
+    dev = torch.device(device)
+    binding = session.io_binding()
+    keep = []
+    for meta in session.get_inputs():
+        x = torch.as_tensor(inputs[meta.name]).to(dev)
+        if meta.type == "tensor(float16)" and x.dtype != torch.float16:
+            x = x.half()
+        elif meta.type == "tensor(float)" and x.is_floating_point() and x.dtype != torch.float32:
+            x = x.float()
+        x = x.contiguous()
+        keep.append(x)
+        binding.bind_input(
+            name=meta.name,
+            device_type="cuda",
+            device_id=dev.index or 0,
+            element_type=_np_dtype(x.dtype),
+            shape=tuple(x.shape),
+            buffer_ptr=x.data_ptr(),
+        )
+    for out in session.get_outputs():
+        binding.bind_output(out.name, "cuda", dev.index or 0)
+    torch.cuda.synchronize(dev)  # the copies ran on torch's stream; ORT reads on its own
+    return binding, keep
+
+
 def run_session(
     session: Any, inputs: Mapping[str, Any], device: str = "cpu", io_binding: bool = True
 ) -> tuple:
     """Run an ORT session on torch tensors; outputs come back as CPU torch tensors.
 
     On a cuda device with a GPU provider, inputs and outputs are bound on the device
-    (IOBinding): no host round trip for inputs, and fp16 casts happen on the GPU."""
+    (IOBinding, see bind_on_device); on CPU a plain run."""
     import numpy as np
     import torch
 
-    metas = list(session.get_inputs())
-    on_gpu = (
-        io_binding
-        and str(device).startswith("cuda")
-        and session.get_providers()[0] in _GPU_PROVIDERS
-    )
-    if on_gpu:
-        dev = torch.device(device)
-        binding = session.io_binding()
-        keep = []  # the bound tensors must outlive the run
-        for meta in metas:
-            x = inputs[meta.name]
-            x = torch.as_tensor(x).to(dev)
-            if meta.type == "tensor(float16)" and x.dtype != torch.float16:
-                x = x.half()
-            elif (
-                meta.type == "tensor(float)" and x.dtype != torch.float32 and x.is_floating_point()
-            ):
-                x = x.float()
-            x = x.contiguous()
-            keep.append(x)
-            binding.bind_input(
-                name=meta.name,
-                device_type="cuda",
-                device_id=dev.index or 0,
-                element_type=_np_dtype(x.dtype),
-                shape=tuple(x.shape),
-                buffer_ptr=x.data_ptr(),
-            )
-        for out in session.get_outputs():
-            binding.bind_output(out.name, "cuda", dev.index or 0)
-        torch.cuda.synchronize(dev)  # the copies above ran on torch's stream, ORT reads on its own
+    bound = bind_on_device(session, inputs, device) if io_binding else None
+    if bound is not None:
+        binding, _keep = bound
         session.run_with_iobinding(binding)
         return tuple(torch.from_numpy(np.asarray(o)) for o in binding.copy_outputs_to_cpu())
+    metas = list(session.get_inputs())
     feed = {}
     for meta in metas:
         x = inputs[meta.name]
