@@ -118,6 +118,7 @@ class _Job:
     timeout_s: float | None
     run_id: str | None
     order: int
+    new_run: dict[str, Any] | None = None  # create_run() arguments, applied when queued
     status: str = "queued"
     lane: _Lane | None = None
     proc: subprocess.Popen[str] | None = None
@@ -270,7 +271,8 @@ class WorkerPool:
     ) -> JobHandle:
         """Queue a job. ``device``: None/"auto" (a GPU when there is one), "cpu", "cuda",
         "cuda:N". Higher ``priority`` starts first. With a store, run jobs (kind
-        ``run_recipe``, or ``record=True``) get a run row, queued at once."""
+        ``run_recipe``, or ``record=True``) get a run row (``handle.run_id``), written
+        by the pool's thread before any of the job's events."""
         if self._closed:
             raise RuntimeError("the worker pool is shut down")
         self._lane_for(device, check_only=True)
@@ -278,22 +280,26 @@ class WorkerPool:
         job_id = uuid.uuid4().hex
         if record is None:
             record = kind == "run_recipe"
+        new_run: dict[str, Any] | None = None
         if record and self.store is not None and run_id is None:
             recipe_content = recipe
             if recipe_content is None and isinstance(params.get("recipe"), Mapping):
                 recipe_content = params["recipe"]
-            run = self.store.create_run(
+            # The row is written by the dispatcher (first thing for this job), so submit
+            # never waits on the database: the GUI thread calls it.
+            run_id = uuid.uuid4().hex
+            new_run = dict(
+                run_id=run_id,
                 model_source=model_source or params.get("model"),
                 recipe=recipe_content,
                 kind=kind,
                 device=device or "",
                 parent_run_id=parent_run_id,
-                tags=tags,
+                tags=list(tags),
                 notes=notes,
                 name=name,
                 job_params={"kind": kind, "params": params, "device": device},
             )
-            run_id = run.id
         job = _Job(
             id=job_id,
             kind=kind,
@@ -304,6 +310,7 @@ class WorkerPool:
             timeout_s=timeout_s if timeout_s is not None else self.default_timeout_s,
             run_id=run_id,
             order=next(self._order),
+            new_run=new_run,
         )
         with self._lock:
             self._jobs[job_id] = job
@@ -597,6 +604,8 @@ class WorkerPool:
     def _handle(self, what: str, job: _Job, payload: Any) -> None:
         store = self.store if job.run_id else None
         if what == "queued":
+            if store is not None and job.new_run is not None:
+                self._store_call(store.create_run, **job.new_run)
             self._notify(JobUpdate(job.id, job.kind, "queued", job.status, job.run_id))
         elif what == "started":
             if store is not None:
