@@ -275,8 +275,11 @@ class WorkerPool:
         by the pool's thread before any of the job's events."""
         if self._closed:
             raise RuntimeError("the worker pool is shut down")
-        self._lane_for(device, check_only=True)
         params = dict(params or {})
+        recipe_in = params.get("recipe")
+        if device is None and isinstance(recipe_in, Mapping) and recipe_in.get("device"):
+            device = str(recipe_in["device"])  # a recipe asking for cuda:1 gets that GPU's lane
+        self._lane_for(device, check_only=True)
         job_id = uuid.uuid4().hex
         if record is None:
             record = kind == "run_recipe"
@@ -441,8 +444,10 @@ class WorkerPool:
         params = dict(job.params)
         dev = str(params.get("device") or "")
         # The worker sees only its GPU, as cuda:0.
-        if dev.startswith("cuda") and job.lane is not None:
-            params["device"] = job.lane.worker_device
+        lane = job.lane
+        if lane is not None and lane.name.startswith("cuda"):
+            if dev.startswith("cuda") or job.device.startswith("cuda"):
+                params["device"] = lane.worker_device
         return params
 
     def _supervise(self, job: _Job) -> None:

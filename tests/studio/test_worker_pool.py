@@ -126,8 +126,10 @@ def test_gpu_lanes_set_cuda_visible_devices_and_cpu_hides_gpus():
         )
         on_cpu = pool.submit("echo", {"n": 0}, plugins=[PLUGIN], device="cpu")
         auto = pool.submit("echo", {"n": 0}, plugins=[PLUGIN])
-        r1, r2, r3 = (h.wait(30).result for h in (on_gpu1, on_cpu, auto))
+        by_recipe = pool.submit("echo", {"n": 0, "recipe": {"device": "cuda:1"}}, plugins=[PLUGIN])
+        r1, r2, r3, r4 = (h.wait(30).result for h in (on_gpu1, on_cpu, auto, by_recipe))
     assert r1 == {"n": 0, "device": "cuda:0", "cuda": "5"}  # the worker sees its GPU as cuda:0
+    assert r4 == {"n": 0, "device": "cuda:0", "cuda": "5"}  # the recipe's device picks the lane
     assert r2["cuda"] == ""
     assert r3["cuda"] in ("3", "5")  # auto prefers a GPU
     with _pool(devices=[], cpu_workers=1) as pool:
