@@ -67,7 +67,14 @@ def run_job(
     printer = RunPrinter()
     device = str(params.get("device") or "auto")
     pool = WorkerPool(repo, cpu_workers=1, devices=[] if device == "cpu" else None)
-    pool.subscribe(lambda u: printer.on_event(u.data) if u.what == "event" else None)
+
+    def on_update(u: Any) -> None:
+        if u.what == "event":
+            printer.on_event(u.data)
+        elif u.what == "log" and u.data.get("level") in ("warning", "error", "critical"):
+            print(f"{u.data['level']}: {u.data['message']}", file=sys.stderr, flush=True)
+
+    pool.subscribe(on_update)
     try:
         handle = pool.submit(
             "run_recipe",

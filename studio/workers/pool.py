@@ -57,6 +57,14 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 LOG_TAIL_LINES = 60
 
 
+_CRASH_HINTS = {
+    "SIGSEGV": "a native crash (segmentation fault) in a library the job used",
+    "SIGBUS": "a native crash (bus error) in a library the job used",
+    "SIGABRT": "a library aborted the process",
+    "SIGKILL": "killed from outside, most often by the system's out-of-memory killer; "
+    "try a smaller batch or input shape",
+}
+
 PLUGINS_ENV = "ACCEL_STUDIO_PLUGINS"  # modules or .py files loaded by every worker
 
 
@@ -658,6 +666,9 @@ class WorkerPool:
             if code is None:
                 how = "a worker that could not start"
             error = f"the worker process died ({how}) before finishing the job"
+            hint = _CRASH_HINTS.get(sig)
+            if hint:
+                error += f": {hint}"
         if status not in FINAL:
             status = "failed"
         tail = "\n".join(job.stderr)

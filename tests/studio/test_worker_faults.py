@@ -45,7 +45,7 @@ def test_twenty_crashes_in_a_row_lose_nothing(tmp_path):
         if fault == "segfault":
             assert d.signal == "SIGSEGV" and "Segmentation fault" in d.log_tail
         elif fault == "kill":
-            assert d.signal == "SIGKILL"
+            assert d.signal == "SIGKILL" and "out-of-memory" in d.run.error
         elif fault == "exit":
             assert d.exit_code == 7 and d.signal == ""
     assert repo.count_runs(RunFilter(tags=("good",), status=("succeeded",))) == 20
