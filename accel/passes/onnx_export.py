@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from accel.passes.base import Pass, PassConfig, PassContext, Requirements, ScriptStep, register_pass
+from accel.passes.onnx_runtime import recipe_threads
 
 if TYPE_CHECKING:
     from accel.models.loaded import LoadedModel
@@ -336,6 +337,7 @@ class ExportOnnx(Pass):
             ctx.details["renamed_dims"] = renamed
         ctx.metrics["onnx_nodes"] = float(len(proto.graph.node))
         metadata = {**model.metadata, "opset": opset, "exporter": config.exporter}
+        threads = recipe_threads(ctx)  # time ORT with the recipe's thread count, as eager
         return model.replace(
             kind="onnx",
             module=None,
@@ -345,7 +347,7 @@ class ExportOnnx(Pass):
             content_hash=loaded.content_hash,
             format="onnx",
             providers=None,
-            session_options={},
+            session_options={"intra_op_threads": threads} if threads else {},
             metadata=metadata,
         )
 

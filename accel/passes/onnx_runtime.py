@@ -67,11 +67,21 @@ def requested_providers(config_providers: list[str] | None, device: str) -> list
     return [PROVIDER_NAMES[n] for n in names]
 
 
-def session_options(config: OnnxRuntimeConfig) -> dict[str, Any]:
+def recipe_threads(ctx: PassContext) -> int | None:
+    """The recipe's benchmark thread count: ORT sessions use it too, so eager and ORT
+    are timed with the same number of threads."""
+    bench = getattr(ctx.recipe, "benchmark", None)
+    return getattr(bench, "threads", None)
+
+
+def session_options(
+    config: OnnxRuntimeConfig, default_threads: int | None = None
+) -> dict[str, Any]:
     """The LoadedModel.session_options dict (read by accel.models.onnx_io.create_session)."""
     opts: dict[str, Any] = {"graph_optimization_level": config.graph_optimization_level}
-    if config.intra_op_threads:
-        opts["intra_op_threads"] = config.intra_op_threads
+    threads = config.intra_op_threads or default_threads
+    if threads:
+        opts["intra_op_threads"] = threads
     if config.inter_op_threads:
         opts["inter_op_threads"] = config.inter_op_threads
     if config.execution_mode == "parallel":
@@ -102,7 +112,7 @@ class OnnxRuntime(Pass):
                 f"providers not available here: {', '.join(missing)} "
                 f"(available: {', '.join(usable)}); using the rest of the list"
             )
-        opts = session_options(config)
+        opts = session_options(config, recipe_threads(ctx))
         create_opts = dict(opts)
         optimized = ctx.work_dir / "model.optimized.onnx"
         if config.save_optimized and config.graph_optimization_level != "disabled":
@@ -126,7 +136,7 @@ class OnnxRuntime(Pass):
                 "providers_active": active,
                 "provider": active[0],
                 "graph_optimization_level": config.graph_optimization_level,
-                "intra_op_threads": config.intra_op_threads,
+                "intra_op_threads": opts.get("intra_op_threads"),
                 "inter_op_threads": config.inter_op_threads,
                 "execution_mode": config.execution_mode,
                 "io_binding": bool(config.io_binding and active[0] != "CPUExecutionProvider"),

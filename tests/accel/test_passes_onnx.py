@@ -76,6 +76,7 @@ def test_export_then_onnxruntime_keeps_fp32_parity(pipeline_runs, name):
     assert export.metrics["export_time_s"] > 0 and export.metrics["onnx_nodes"] > 0
     assert ort_step.details["provider"] == "CPUExecutionProvider"
     assert ort_step.details["graph_optimization_level"] == "all"
+    assert ort_step.details["intra_op_threads"] == 1
     assert any(a["kind"] == "onnx_optimized" and a["bytes"] for a in ort_step.artifacts)
     assert ort_step.metrics["latency_p50_ms"] > 0 and ort_step.metrics["session_create_s"] > 0
 
@@ -108,6 +109,13 @@ def test_exported_model_has_dynamic_axes(pipeline_runs, name):
     for t, inp in zip(spec.inputs, proto.graph.input):
         dims = [d.dim_param or d.dim_value for d in inp.type.tensor_type.shape.dim]
         assert dims == list(t.shape)  # symbolic dims keep the spec's names
+    plain = load_model(path)  # no spec given: inferred from the file, dims by name
+    assert [t.dtype for t in plain.input_spec.inputs] == [t.dtype for t in spec.inputs]
+    assert set(plain.input_spec.dims) == set(spec.dims)
+    assert (
+        plain.forward(plain.example_inputs(seed=1))[0].shape[0]
+        == plain.input_spec.dims["batch"].default
+    )
     eager = load_model(SOURCES[name], spec)
     dims = {k: v for k, v in OTHER_DIMS.items() if k in spec.dims}
     x = spec.sample(seed=5, dims=dims)
