@@ -1,0 +1,189 @@
+"""Torch quantization building blocks shared by the quantization passes and the scripts
+they export (their source is copied into the script, so they use only torch, torchao and
+the standard library, and import those inside the function).
+"""
+
+# ruff: noqa: PLC0415 - imports live inside the functions so each one is self-contained in scripts
+
+from __future__ import annotations
+
+
+def select_layers(model, layer_types, exclude=()):
+    """Names of the layers of ``layer_types`` to quantize, those kept in float, and the
+    ``exclude`` patterns that matched nothing.
+
+    A pattern matches a layer by type name ("Linear"), by exact name ("fc1"), as a prefix
+    ("layers.0" covers "layers.0.ffn_in") or as a glob ("layers.*.attention.*").
+    """
+    import fnmatch
+
+    import torch
+
+    classes = tuple(getattr(torch.nn, t) for t in layer_types)
+
+    def is_float(m):  # not quantized already (packed or tensor-subclass weights)
+        params = list(m.parameters(recurse=False))
+        return bool(params) and all(type(p.detach()) is torch.Tensor and p.is_floating_point() for p in params)
+
+    layers = [(n, m) for n, m in model.named_modules() if n and isinstance(m, classes) and is_float(m)]
+    keep, excluded, used = [], [], set()
+    for name, module in layers:
+        hit = [
+            p
+            for p in exclude
+            if p == type(module).__name__
+            or name == p
+            or name.startswith(p + ".")
+            or fnmatch.fnmatchcase(name, p)
+        ]
+        used.update(hit)
+        (excluded if hit else keep).append(name)
+    return keep, excluded, [p for p in exclude if p not in used]
+
+
+def name_filter(names):
+    """A torchao ``quantize_`` filter_fn that accepts exactly the modules called ``names``."""
+    wanted = set(names)
+
+    def filter_fn(module, fqn):
+        return fqn in wanted
+
+    return filter_fn
+
+
+def export_for_quantization(model, example_inputs):
+    """torch.export the model with every input dim left to the exporter (Dim.AUTO), so the
+    quantized graph takes other batch sizes than the example's; returns the graph module."""
+    import torch
+    from torch.export import Dim
+
+    dynamic = {name: {i: Dim.AUTO for i in range(x.dim())} for name, x in example_inputs.items()}
+    ep = torch.export.export(model, tuple(example_inputs.values()), dynamic_shapes=dynamic)
+    return ep.module()
+
+
+def x86_quant_config(observer="histogram", is_qat=False):
+    """X86InductorQuantizer's default int8 config (uint8 per-tensor activations, int8
+    per-channel weights) with the activation observer chosen by name."""
+    import dataclasses
+
+    from torchao.quantization.pt2e import (
+        MinMaxObserver,
+        MovingAverageMinMaxObserver,
+    )
+    from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
+        get_default_x86_inductor_quantization_config,
+    )
+
+    config = get_default_x86_inductor_quantization_config(is_qat=is_qat)
+    if is_qat or observer == "histogram":
+        return config
+    ctor = {"minmax": MinMaxObserver, "moving_average": MovingAverageMinMaxObserver}[observer]
+    act = dataclasses.replace(
+        config.input_activation, observer_or_fake_quant_ctr=ctor.with_args(eps=2**-12)
+    )
+    return dataclasses.replace(config, input_activation=act, output_activation=act)
+
+
+def pt2e_static_quantize(model, batches, observer="histogram", exclude_names=(), on_batch=None):
+    """Post-training static int8 quantization (PT2E): export, insert observers, calibrate
+    on ``batches`` (dicts of inputs), convert to quantize/dequantize + float ops."""
+    import torch
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import X86InductorQuantizer
+
+    batches = list(batches)
+    graph = export_for_quantization(model, batches[0])
+    quantizer = X86InductorQuantizer()
+    quantizer.set_global(x86_quant_config(observer))
+    for name in exclude_names:
+        quantizer.set_module_name_qconfig(name, None)  # stays float
+    prepared = prepare_pt2e(graph, quantizer)
+    with torch.no_grad():
+        for i, batch in enumerate(batches):
+            prepared(*batch.values())
+            if on_batch is not None:
+                on_batch(i, len(batches))
+    return convert_pt2e(prepared)
+
+
+def weight_only_config(bits, group_size=None, layout="intx"):
+    """torchao config for int8 / int4 weight-only quantization.
+
+    ``layout`` "tinygemm" is Int4WeightOnlyConfig (packed int4 kernels: CUDA / mslk);
+    "intx" is IntxWeightOnlyConfig (int4 values in int8 storage, runs on any CPU).
+    """
+    import torch
+    from torchao.quantization import (
+        Int4WeightOnlyConfig,
+        Int8WeightOnlyConfig,
+        IntxWeightOnlyConfig,
+    )
+    from torchao.quantization.granularity import PerAxis, PerGroup
+
+    if bits == 8:
+        return Int8WeightOnlyConfig(group_size=group_size) if group_size else Int8WeightOnlyConfig()
+    if layout == "tinygemm":
+        return Int4WeightOnlyConfig(group_size=group_size or 128)
+    granularity = PerGroup(group_size) if group_size else PerAxis(0)
+    return IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=granularity)
+
+
+def qat_base_config(scheme, group_size=32):
+    """The torchao quantization config a QAT run simulates during training and applies at the end."""
+    import torch
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, IntxWeightOnlyConfig
+    from torchao.quantization.granularity import PerAxis, PerGroup
+
+    if scheme == "int8_dynamic_act_int4_weight":
+        return Int8DynamicActivationIntxWeightConfig(
+            weight_dtype=torch.int4, weight_granularity=PerGroup(group_size)
+        )
+    if scheme == "int8_dynamic_act_int8_weight":
+        return Int8DynamicActivationIntxWeightConfig(
+            weight_dtype=torch.int8, weight_granularity=PerAxis(0)
+        )
+    if scheme == "int4_weight_only":
+        return IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(group_size))
+    raise ValueError(f"unknown QAT scheme {scheme!r}")
+
+
+def first_output(outputs):
+    """The first tensor of a model's outputs (the logits of a classifier)."""
+    import torch
+
+    while not isinstance(outputs, torch.Tensor):
+        outputs = outputs[0] if isinstance(outputs, (list, tuple)) else next(iter(outputs.values()))
+    return outputs
+
+
+def qat_train(model, teacher, batches, steps, lr=1e-4, loss="distill", on_step=None):
+    """Fine-tune a fake-quantized ``model`` for ``steps`` steps (Adam).
+
+    ``batches(step)`` returns ``(inputs, labels)``. loss "distill": MSE to the float
+    ``teacher``'s outputs on the same inputs (needs no labels); "cross_entropy": labels.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    # BatchNorm statistics and dropout stay frozen (eval mode): fine-tuning adapts the
+    # weights to quantization, not to the (often synthetic) data's statistics.
+    model.eval()
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
+    last = float("nan")
+    for step in range(steps):
+        inputs, labels = batches(step)
+        out = first_output(model(*inputs.values()))
+        if loss == "distill":
+            with torch.no_grad():
+                target = first_output(teacher(*inputs.values()))
+            value = F.mse_loss(out, target)
+        else:
+            value = F.cross_entropy(out, labels)
+        optimizer.zero_grad()
+        value.backward()
+        optimizer.step()
+        last = float(value.detach())
+        if on_step is not None:
+            on_step(step, steps, last)
+    return model, last
