@@ -89,6 +89,10 @@ class TorchExport(Pass):
             raise PassError(
                 "torch_export needs a plain nn.Module; put it before torchscript / compile steps."
             )
+        if model.metadata.get("exported_program"):
+            raise PassError(
+                "the model is already a torch.export program; remove the second torch_export step."
+            )
         spec = model.input_spec
         unknown = [d for d in config.static_dims if d not in spec.dims]
         if unknown:

@@ -1,0 +1,162 @@
+"""Exported scripts of recipes with the torch passes reproduce the runner's outputs.
+
+Each recipe is run by the runner and exported with ``recipe_to_script``; the script runs in a
+subprocess (``python script.py --out DIR``) and every ``DIR/step_XX_name/outputs.pt`` is compared
+with the runner's within the step's gates.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from accel.codegen import recipe_to_script
+from accel.parity import Tolerances, compare
+from accel.recipe import load_recipe
+from accel.runner import run_recipe
+
+RESNET = "zoo:resnet(widths=(8, 16, 32), blocks=1)"
+RESNET_SPEC = "x:float32[batch,3,32,32]; batch=1..16:2"
+MLP = "zoo:mlp(in_features=64, hidden=64)"
+MLP_SPEC = "x:float32[batch,64]; batch=1..64:4"
+TRANSFORMER = "zoo:transformer(vocab_size=100, hidden=32, num_layers=1, num_heads=2, ffn=64)"
+TRANSFORMER_SPEC = "input_ids:int64[batch,seq]{0..100}; batch=1..8:1; seq=1..64:16"
+LOW = {"rtol": 0.05, "atol": 0.05, "min_cosine": 0.99}
+
+
+def _recipe(name, source, spec, steps, device="cpu"):
+    return {
+        "name": name,
+        "model": {"source": source, "input_spec": spec},
+        "device": device,
+        "steps": steps,
+        "benchmark": {"warmup": 1, "iters": 3},
+        "on_gate_fail": "stop",
+    }
+
+
+RECIPES = {
+    # fold_batchnorm, channels_last, bf16 and torchscript (trace)
+    "resnet": _recipe(
+        "resnet",
+        RESNET,
+        RESNET_SPEC,
+        [
+            {"pass": "fold_batchnorm"},
+            {"pass": "channels_last"},
+            {"pass": "bf16", "gates": LOW},
+            {"pass": "torchscript"},
+        ],
+    ),
+    # fp16 with the head kept in fp32, then torch.export with a dynamic batch
+    "mlp_fp16_export": _recipe(
+        "mlp",
+        MLP,
+        MLP_SPEC,
+        [
+            {"pass": "fp16", "params": {"keep_last_fp32": True}, "gates": LOW},
+            {"pass": "torch_export"},
+        ],
+    ),
+    # autocast then torch.compile; batch 1 exercises the export-on-2 path elsewhere
+    "mlp_autocast_compile": _recipe(
+        "mlp2",
+        MLP,
+        MLP_SPEC,
+        [
+            {"pass": "autocast", "gates": LOW},
+            {"pass": "compile", "params": {"backend": "aot_eager"}},
+        ],
+    ),
+    # integer inputs, norms kept in fp32, export with batch 1 (exported on a batch-2 example)
+    "transformer": _recipe(
+        "transformer",
+        TRANSFORMER,
+        TRANSFORMER_SPEC,
+        [{"pass": "bf16", "gates": LOW}, {"pass": "torch_export"}],
+    ),
+}
+
+
+def _check_script_matches_runner(recipe: dict, tmp_path: Path) -> list[str]:
+    res = run_recipe(recipe, out_dir=tmp_path / "run")
+    assert res.ok, res.error
+    script = tmp_path / "recipe.py"
+    script.write_text(recipe_to_script(recipe))
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "FAIL" not in proc.stdout, proc.stdout
+    r = load_recipe(recipe)
+    ref_runner = torch.load(tmp_path / "run" / "reference_outputs.pt")
+    ref_script = torch.load(out / "reference_outputs.pt")
+    assert torch.equal(ref_runner, ref_script)
+    compared = []
+    for index, step in r.enabled_steps():
+        name = f"step_{index:02d}_{step.pass_name}"
+        a = torch.load(tmp_path / "run" / name / "outputs.pt")
+        b = torch.load(out / name / "outputs.pt")
+        g = r.gates_for(step)
+        report = compare(a, b, Tolerances(rtol=g.rtol, atol=g.atol, min_cosine=g.min_cosine))
+        assert report.passed, f"{name}: {report.first_failure}"
+        compared.append(name)
+    return compared
+
+
+@pytest.mark.parametrize(
+    "name", ["resnet", "mlp_fp16_export", "mlp_autocast_compile", "transformer"]
+)
+def test_script_reproduces_runner(name, tmp_path):
+    compared = _check_script_matches_runner(RECIPES[name], tmp_path)
+    assert len(compared) == len(RECIPES[name]["steps"])
+    script = (tmp_path / "recipe.py").read_text()
+    assert "accel" not in script.replace("Accel Studio", "")  # public libraries only
+
+
+def test_script_has_the_passes_code():
+    script = recipe_to_script(RECIPES["resnet"])
+    assert "def fold_batchnorm(model):" in script
+    assert "class KeepFloat32(nn.Module):" in script
+    assert "torch.jit.save(" in script and "torch.jit.load(" in script
+    assert "gates=(0.05, 0.05, 0.99)" in script
+    export = recipe_to_script(RECIPES["transformer"])
+    assert (
+        "torch.export.Dim(" in export
+        and "DIMS = {'batch': (1, 8, 1), 'seq': (1, 64, 16)}" in export
+    )
+    compiled = recipe_to_script(RECIPES["mlp_autocast_compile"])
+    assert "torch.compile(model, backend='aot_eager')" in compiled
+    assert "class AutocastForward(nn.Module):" in compiled
+
+
+def test_cuda_graphs_script_text():
+    recipe = _recipe("g", MLP, MLP_SPEC, [{"pass": "cuda_graphs"}], device="cuda:0")
+    script = recipe_to_script(recipe)
+    assert "class CUDAGraphRunner(nn.Module):" in script
+    assert (
+        "model = CUDAGraphRunner(model, prepared_args(inputs, input_casts, device), warmup=3)"
+        in script
+    )
+    compile(script, "recipe.py", "exec")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_graphs_script_reproduces_runner(tmp_path):
+    recipe = _recipe(
+        "g",
+        RESNET,
+        RESNET_SPEC,
+        [{"pass": "bf16", "gates": LOW}, {"pass": "cuda_graphs", "gates": LOW}],
+        "cuda:0",
+    )
+    _check_script_matches_runner(recipe, tmp_path)
