@@ -122,6 +122,15 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--iters and --top must be >= 1, --warmup >= 0")
     if args.threads is not None and args.threads < 1:
         raise CliError("--threads must be >= 1")
+    if args.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise CliError(
+                f"--device {args.device}: CUDA is not available on this machine; use --device cpu"
+            )
+    elif args.device != "cpu":
+        raise CliError(f"unknown --device {args.device!r}: use cpu, cuda or cuda:N")
     loaded = load_model(args.source, args.input, trust_pickle=args.trust_pickle, device=args.device)
     inputs = loaded.example_inputs()
     res = benchmark(

@@ -76,3 +76,13 @@ def test_profile_layers_table_trace_and_json(capsys, tmp_path):
 def test_profile_bad_args(capsys):
     assert main(["profile", "zoo:mlp", "--iters", "0"]) == 2
     assert "--iters" in capsys.readouterr().err
+
+
+def test_profile_device_errors(capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["profile", "zoo:mlp", "--device", "cuda:0"]) == 2
+    assert "CUDA is not available" in capsys.readouterr().err
+    assert main(["profile", "zoo:mlp", "--device", "tpu"]) == 2
+    assert "unknown --device" in capsys.readouterr().err
