@@ -152,6 +152,7 @@ class QuantizeDynamicInt8(Pass):
     )
     category = "quantize"
     Config = DynamicInt8Config
+    layer_types = ("Linear", "LSTM")  # what it quantizes (sensitivity analysis, exclude)
     requires = Requirements(
         model_kinds=("torch",),
         libraries=("torchao",),
@@ -275,6 +276,7 @@ class QuantizeWeightOnly(Pass):
     summary = "Int8 or int4 weights, float activations (torchao); shrinks Linear weights, helps memory-bound inference."
     category = "quantize"
     Config = WeightOnlyConfig
+    layer_types = ("Linear",)  # what it quantizes (sensitivity analysis, exclude)
     requires = Requirements(model_kinds=("torch",), libraries=("torchao",), note="Linear layers")
 
     @staticmethod
@@ -381,6 +383,7 @@ class QuantizeStaticInt8(Pass):
     )
     category = "quantize"
     Config = StaticInt8Config
+    layer_types = _STATIC_TYPES  # what it quantizes (sensitivity analysis, exclude)
     requires = Requirements(
         model_kinds=("torch",),
         libraries=("torchao",),
@@ -486,6 +489,7 @@ class QuantizationAwareTraining(Pass):
     )
     category = "quantize"
     Config = QATConfigModel
+    layer_types = ("Linear",)  # what it quantizes (sensitivity analysis, exclude)
     requires = Requirements(
         model_kinds=("torch",), libraries=("torchao",), note="trains the model for `steps` steps"
     )

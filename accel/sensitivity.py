@@ -1,0 +1,342 @@
+"""Per-layer quantization sensitivity and automatic mixed-precision fallback.
+
+``analyze_sensitivity`` quantizes one layer at a time (the pass's ``exclude`` holds all
+the others) and measures how far the model's outputs move from the float model's on
+the data (max/mean abs error, cosine; accuracy with labelled data). The ranking says
+which layers to keep in float. ``auto_exclude`` walks that ranking and returns the
+smallest prefix of it that, excluded, lets the whole quantized model meet the gate —
+verified by applying the pass with that exclude list.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from accel.errors import AccelError, Cancelled, PassError
+
+log = logging.getLogger(__name__)
+
+ProgressFn = Callable[[float, str], None]
+
+
+@dataclass
+class LayerSensitivity:
+    """Output error when only this layer is quantized."""
+
+    name: str
+    type: str
+    num_params: int = 0
+    max_abs: float | None = None
+    mean_abs: float | None = None
+    cosine: float | None = None
+    accuracy: float | None = None
+    accuracy_drop: float | None = None
+    error: str | None = None  # why the pass could not quantize this layer alone
+
+    def score(self) -> tuple[float, float, float]:
+        """Sort key, most sensitive first: accuracy drop, then 1 - cosine, then max abs."""
+        if self.error is not None:
+            return (-1.0, -1.0, -1.0)
+        return (
+            self.accuracy_drop or 0.0,
+            1.0 - (self.cosine if self.cosine is not None else 1.0),
+            self.max_abs or 0.0,
+        )
+
+
+@dataclass
+class SensitivityReport:
+    model_source: str
+    input_spec: str
+    pass_name: str
+    params: dict[str, Any]
+    data: str
+    num_samples: int
+    baseline_accuracy: float | None
+    full: dict[str, Any]  # every layer quantized
+    layers: list[LayerSensitivity] = field(default_factory=list)  # most sensitive first
+    duration_s: float = 0.0
+
+    def ranking(self) -> list[str]:
+        return [layer.name for layer in self.layers if layer.error is None]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ranking"] = self.ranking()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SensitivityReport:
+        d = dict(d)
+        d.pop("ranking", None)
+        d["layers"] = [LayerSensitivity(**x) for x in d.get("layers", [])]
+        return cls(**d)
+
+
+@dataclass
+class AutoExcludeResult:
+    exclude: list[str]
+    met: bool
+    metrics: dict[str, Any]
+    gate: dict[str, float | None]
+    tried: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _cancel_fn(cancel: Any) -> Callable[[], bool]:
+    if cancel is None:
+        return lambda: False
+    if hasattr(cancel, "is_set"):
+        return cancel.is_set
+    return cancel
+
+
+def _pass_and_types(pass_name: str) -> tuple[Any, tuple[str, ...]]:
+    from accel.passes import get_pass
+
+    cls = get_pass(pass_name)
+    types = getattr(cls, "layer_types", None)
+    if not types or "exclude" not in cls.Config.model_fields:
+        raise PassError(
+            f"sensitivity analysis needs a torch quantization pass with an exclude list; {pass_name} is not one "
+            "(try quantize_static_int8, quantize_dynamic_int8, quantize_weight_only or qat)"
+        )
+    return cls, types
+
+
+def _data_source(data: Any, model: Any) -> Any:
+    from accel.data import DataSource, make_data_source
+
+    if isinstance(data, DataSource):
+        return data
+    return make_data_source(data or "synthetic(batches=4)", model.input_spec, teacher=model)
+
+
+class _Evaluator:
+    """Applies the pass with a given exclude list and scores the result against the float model."""
+
+    def __init__(
+        self,
+        model: Any,
+        pass_name: str,
+        params: dict[str, Any] | None,
+        data: Any,
+        cancel: Callable[[], bool],
+    ):
+        from accel.runner import normalize_outputs
+
+        if model.kind != "torch":
+            raise PassError(
+                f"sensitivity analysis works on torch models; {model.source} is {model.kind}"
+            )
+        self.model = model
+        self.pass_cls, self.types = _pass_and_types(pass_name)
+        self.params = dict(params or {})
+        self.user_exclude = list(self.params.pop("exclude", []) or [])
+        self.pass_cls.parse_config(
+            {**self.params, "exclude": self.user_exclude}
+        )  # bad params fail early
+        self.data = data
+        self.batches = list(data.batches())
+        self.refs = [normalize_outputs(model.forward(b.inputs)) for b in self.batches]
+        self.cancel = cancel
+        self.baseline_accuracy = self._accuracy(model) if data.has_labels else None
+
+    def layers(self) -> list[tuple[str, Any]]:
+        from accel.passes._torch_quant_helpers import select_layers
+
+        keep, _, _ = select_layers(self.model.module, self.types, self.user_exclude)
+        return [(n, self.model.module.get_submodule(n)) for n in keep]
+
+    def _accuracy(self, m: Any) -> float:
+        from accel.data import evaluate_accuracy
+
+        return evaluate_accuracy(m, self.data, "top1")
+
+    def evaluate(self, exclude: list[str]) -> dict[str, Any]:
+        import torch
+
+        from accel.parity import compare
+        from accel.passes import PassContext
+        from accel.runner import normalize_outputs
+
+        config = self.pass_cls.parse_config(
+            {**self.params, "exclude": self.user_exclude + list(exclude)}
+        )
+        ctx = PassContext(
+            inputs=self.batches[0].inputs,
+            device=self.model.device,
+            calibration=self.data,
+            original=self.model,
+            cancel_cb=self.cancel,
+        )
+        candidate = self.model.replace(module=copy.deepcopy(self.model.module))
+        torch.manual_seed(0)
+        quantized = self.pass_cls().apply(candidate, config, ctx)
+        max_abs, mean_abs, cos = 0.0, 0.0, 1.0
+        n = 0
+        for b, ref in zip(self.batches, self.refs):
+            report = compare(ref, normalize_outputs(quantized.forward(b.inputs)))
+            for o in report.outputs:
+                if o.max_abs is None:
+                    continue
+                max_abs = max(max_abs, float(o.max_abs))
+                mean_abs += float(o.mean_abs or 0.0)
+                cos = min(cos, float(o.cosine if o.cosine is not None else 1.0))
+                n += 1
+        out: dict[str, Any] = {"max_abs": max_abs, "mean_abs": mean_abs / max(n, 1), "cosine": cos}
+        if self.baseline_accuracy is not None:
+            acc = self._accuracy(quantized)
+            out["accuracy"] = acc
+            out["accuracy_drop"] = self.baseline_accuracy - acc
+        return out
+
+
+# -- public -----------------------------------------------------------------------------------
+
+
+def analyze_sensitivity(
+    model: Any,
+    pass_name: str = "quantize_static_int8",
+    data: Any = None,
+    params: dict[str, Any] | None = None,
+    progress: ProgressFn | None = None,
+    cancel: Any = None,
+) -> SensitivityReport:
+    """Quantize one layer at a time with ``pass_name`` and rank the layers by output error.
+
+    ``data``: a DataSource or data spec (default ``synthetic(batches=4)``); labelled data
+    adds accuracy. ``params``: the pass's other parameters (its ``exclude`` layers are
+    left out of the analysis and stay float).
+    """
+    t0 = time.perf_counter()
+    report_progress = progress or (lambda f, m: None)
+    is_cancelled = _cancel_fn(cancel)
+    data = _data_source(data, model)
+    ev = _Evaluator(model, pass_name, params, data, is_cancelled)
+    layers = ev.layers()
+    if not layers:
+        raise PassError(f"the model has no {'/'.join(ev.types)} layer for {pass_name} to quantize")
+    names = [n for n, _ in layers]
+    report_progress(0.0, f"{len(layers)} layers; quantizing all of them first")
+    full = ev.evaluate([])
+    results = []
+    for i, (name, module) in enumerate(layers):
+        if is_cancelled():
+            raise Cancelled("sensitivity analysis cancelled")
+        report_progress((i + 1) / (len(layers) + 1), f"layer {i + 1}/{len(layers)}: {name}")
+        entry = LayerSensitivity(
+            name, type(module).__name__, sum(p.numel() for p in module.parameters())
+        )
+        try:
+            m = ev.evaluate([n for n in names if n != name])
+        except Cancelled:
+            raise
+        except AccelError as exc:
+            entry.error = str(exc)
+        else:
+            for k, v in m.items():
+                setattr(entry, k, v)
+        results.append(entry)
+    results.sort(key=lambda e: e.score(), reverse=True)
+    report_progress(1.0, "done")
+    return SensitivityReport(
+        model_source=model.source,
+        input_spec=str(model.input_spec),
+        pass_name=pass_name,
+        params={**(params or {})},
+        data=data.spec,
+        num_samples=data.num_samples,
+        baseline_accuracy=ev.baseline_accuracy,
+        full=full,
+        layers=results,
+        duration_s=time.perf_counter() - t0,
+    )
+
+
+def auto_exclude(
+    report_or_model: Any,
+    max_error: float | None = None,
+    *,
+    min_cosine: float | None = None,
+    max_accuracy_drop: float | None = None,
+    model: Any = None,
+    pass_name: str | None = None,
+    data: Any = None,
+    params: dict[str, Any] | None = None,
+    progress: ProgressFn | None = None,
+    cancel: Any = None,
+) -> AutoExcludeResult:
+    """The fewest most-sensitive layers to keep in float so the quantized model meets the gate
+    (max abs error, min cosine, max accuracy drop), verified by applying the pass.
+
+    ``report_or_model``: a SensitivityReport (the model is reloaded from its source unless
+    ``model`` is given) or a LoadedModel (analysed first with ``pass_name``).
+    """
+    if max_error is None and min_cosine is None and max_accuracy_drop is None:
+        raise ValueError("give a gate: max_error, min_cosine or max_accuracy_drop")
+    report_progress = progress or (lambda f, m: None)
+    if isinstance(report_or_model, SensitivityReport):
+        report = report_or_model
+        if model is None:
+            from accel.models import load_model
+
+            model = load_model(report.model_source, report.input_spec)
+        pass_name = pass_name or report.pass_name
+        params = report.params if params is None else params
+        data = data if data is not None else report.data
+    else:
+        model = report_or_model
+        report = analyze_sensitivity(
+            model,
+            pass_name or "quantize_static_int8",
+            data,
+            params,
+            progress=lambda f, m: report_progress(0.5 * f, m),
+            cancel=cancel,
+        )
+        pass_name = report.pass_name
+    data_src = _data_source(data, model)
+    ev = _Evaluator(model, pass_name, params, data_src, _cancel_fn(cancel))
+    if max_accuracy_drop is not None and ev.baseline_accuracy is None:
+        raise ValueError("max_accuracy_drop needs labelled data (e.g. 'synthetic-labelled')")
+    gate = {
+        "max_error": max_error,
+        "min_cosine": min_cosine,
+        "max_accuracy_drop": max_accuracy_drop,
+    }
+
+    def meets(m: dict[str, Any]) -> bool:
+        return (
+            (max_error is None or m["max_abs"] <= max_error)
+            and (min_cosine is None or m["cosine"] >= min_cosine)
+            and (max_accuracy_drop is None or m.get("accuracy_drop", 0.0) <= max_accuracy_drop)
+        )
+
+    ranking = report.ranking()
+    tried = []
+    best: dict[str, Any] = {}
+    for k in range(len(ranking) + 1):
+        if _cancel_fn(cancel)():
+            raise Cancelled("auto_exclude cancelled")
+        exclude = ranking[:k]
+        report_progress(0.5 + 0.5 * k / (len(ranking) + 1), f"trying {k} layer(s) in float")
+        if k == len(ranking):
+            break  # nothing left to quantize
+        m = ev.evaluate(exclude)
+        tried.append({"exclude": exclude, **m})
+        best = m
+        if meets(m):
+            return AutoExcludeResult(exclude, True, m, gate, tried)
+    log.info("no prefix of the ranking meets the gate %s", gate)
+    return AutoExcludeResult(ranking, False, best, gate, tried)

@@ -1,0 +1,130 @@
+"""`studio analyze SRC --pass NAME`: per-layer quantization sensitivity, most sensitive first,
+and with a gate (--max-error / --min-cosine / --max-accuracy-drop) the smallest set of
+layers to keep in float."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "analyze", help="per-layer quantization sensitivity (which layers to keep in float)"
+    )
+    p.add_argument("source", help="model source (zoo:NAME, file.py:factory, ...)")
+    p.add_argument(
+        "--pass",
+        dest="pass_name",
+        default="quantize_static_int8",
+        help="quantization pass to analyse",
+    )
+    p.add_argument("--input", dest="input_spec", help="input spec, e.g. 'x:float32[batch,64]'")
+    p.add_argument(
+        "--data", help="data: synthetic, synthetic-labelled[:SOURCE], file.npz, pkg.mod:function"
+    )
+    p.add_argument("--params", default="{}", help="the pass's other parameters as JSON")
+    p.add_argument(
+        "--max-error", type=float, help="propose layers to keep in float so max abs error <= this"
+    )
+    p.add_argument("--min-cosine", type=float, help="... so output cosine similarity >= this")
+    p.add_argument(
+        "--max-accuracy-drop", type=float, help="... so accuracy drops at most this (labelled data)"
+    )
+    p.add_argument("--top", type=int, default=0, help="show only the N most sensitive layers")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+
+    from accel.models import load_model
+    from accel.sensitivity import analyze_sensitivity, auto_exclude
+    from studio.cli import CliError
+    from studio.commands._table import fmt_num, render_table
+
+    try:
+        params = json.loads(args.params)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"--params is not JSON: {exc}") from None
+    model = load_model(args.source, args.input_spec)
+
+    def progress(f: float, msg: str) -> None:
+        if not args.json:
+            print(f"\r[{f * 100:3.0f}%] {msg[:70]:<70}", end="", file=sys.stderr, flush=True)
+
+    report = analyze_sensitivity(
+        model, args.pass_name, data=args.data, params=params, progress=progress
+    )
+    gated = any(v is not None for v in (args.max_error, args.min_cosine, args.max_accuracy_drop))
+    auto = None
+    if gated:
+        auto = auto_exclude(
+            report,
+            args.max_error,
+            min_cosine=args.min_cosine,
+            max_accuracy_drop=args.max_accuracy_drop,
+            model=model,
+            progress=progress,
+        )
+    if not args.json:
+        print("\r" + " " * 80 + "\r", end="", file=sys.stderr)
+    if args.json:
+        out = report.to_dict()
+        if auto is not None:
+            out["auto_exclude"] = auto.to_dict()
+        print(json.dumps(out, indent=2))
+        return 0 if auto is None or auto.met else 1
+    labelled = report.baseline_accuracy is not None
+    layers = report.layers[: args.top] if args.top else report.layers
+    headers = ["rank", "layer", "type", "params", "max_abs", "mean_abs", "cosine"]
+    if labelled:
+        headers += ["accuracy", "acc_drop"]
+    rows = []
+    for i, layer in enumerate(layers, 1):
+        row = [
+            i,
+            layer.name,
+            layer.type,
+            layer.num_params,
+            fmt_num(layer.max_abs, 3),
+            fmt_num(layer.mean_abs, 3),
+        ]
+        row.append("-" if layer.cosine is None else f"{layer.cosine:.6f}")
+        if labelled:
+            row += [fmt_num(layer.accuracy, 4), fmt_num(layer.accuracy_drop, 4)]
+        if layer.error:
+            row[4] = f"error: {layer.error[:60]}"
+        rows.append(row)
+    print(
+        f"{report.pass_name} on {report.model_source}: one layer quantized at a time, data {report.data} "
+        f"({report.num_samples} samples), most sensitive first"
+    )
+    print(render_table(headers, rows))
+    f = report.full
+    line = f"all layers quantized: max_abs {_g(f['max_abs'])}, cosine {f['cosine']:.6f}"
+    if labelled:
+        line += f", accuracy {fmt_num(f.get('accuracy'), 4)} (float {fmt_num(report.baseline_accuracy, 4)})"
+    print(line)
+    if auto is not None:
+        m = auto.metrics
+        verdict = (
+            "meets the gate"
+            if auto.met
+            else "no exclude list that leaves a layer quantized meets the gate"
+        )
+        print(
+            f"\nkeep in float: {json.dumps(auto.exclude)} -> max_abs {_g(m.get('max_abs'))}, "
+            f"cosine {m.get('cosine', float('nan')):.6f}: {verdict}"
+        )
+        if auto.met and auto.exclude:
+            print(
+                f"recipe step: {{pass: {report.pass_name}, params: {{exclude: {json.dumps(auto.exclude)}}}}}"
+            )
+        return 0 if auto.met else 1
+    return 0
+
+
+def _g(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3g}"
