@@ -254,3 +254,31 @@ def test_runs_of_a_killed_studio_are_marked_crashed(tmp_path):
     assert d.steps[0].metrics == {"speedup": 2.0}
     assert repo.get_run(alive.id).status == "running"
     repo.close()
+
+
+def test_killed_studio_leaves_no_worker_and_its_run_is_recovered(tmp_path):
+    import psutil
+
+    db = tmp_path / "orphan.db"
+    code = (
+        "import sys, time; from studio.store import Repository; from studio.workers.pool import WorkerPool\n"
+        "repo = Repository.open(sys.argv[1]); pool = WorkerPool(repo, devices=[], cpu_workers=1)\n"
+        f"h = pool.submit('fake_run', {{'steps': 2, 'fault': 'slow', 'fault_at': 1}}, plugins=[{PLUGIN!r}], record=True)\n"
+        "while not pool.jobs() or pool.jobs()[0]['pid'] is None: time.sleep(0.05)\n"
+        "time.sleep(1.0); print(h.run_id, pool.jobs()[0]['pid'], flush=True); time.sleep(600)\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", code, str(db)], stdout=subprocess.PIPE, text=True
+    )
+    run_id, worker_pid = parent.stdout.readline().split()
+    parent.kill()  # the studio dies without any chance to clean up
+    parent.wait(30)
+    worker = psutil.Process(int(worker_pid))
+    worker.wait(timeout=30)  # stdin closed -> the worker cancels itself and exits
+    repo = Repository.open(db)
+    with _pool(repo):  # the next start-up finds the orphaned run
+        pass
+    d = repo.get_run(run_id)
+    assert d.status == "crashed"
+    assert [s.status for s in d.steps][:2] == ["succeeded", "succeeded"]  # baseline, step 0 kept
+    repo.close()
