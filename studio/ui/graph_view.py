@@ -431,6 +431,7 @@ class GraphView(QWidget):
         self._edge_paths: dict[str, list[QPainterPath]] = {}
         self._pending_fit = True
         self._layoutDone.connect(self._on_layout_done)
+        self._executor.submit(lambda: None)  # start the thread now, not mid-flow
         self._dtype_colors: dict[str, QColor] = {}
 
         self.font_main = QFont(self.font())

@@ -84,6 +84,28 @@ def load_panel(module: str, cls: str, state, services, parent=None) -> QWidget:
         return w
 
 
+# Imported when the window is built: a first import on the result path (shiboken's
+# import hook reads each new module's source) would stall the GUI thread mid-flow.
+WARM_IMPORTS = (
+    "accel.models",
+    "accel.models.inputs",
+    "accel.graph",
+    "accel.graph.layout",
+    "accel.profile",
+    "accel.profile.results",
+    "accel.recipe",
+    "studio.ui.open_model_dialog",
+)
+
+
+def warm_imports() -> None:
+    for name in WARM_IMPORTS:
+        try:
+            importlib.import_module(name)
+        except Exception:  # only a head start; the real import reports problems
+            log.debug("warm import of %s failed", name, exc_info=True)
+
+
 class MainWindow(QMainWindow):
     """The studio window. ``settings`` defaults to the app's QSettings (tests pass their own)."""
 
@@ -97,6 +119,7 @@ class MainWindow(QMainWindow):
         self.setAcceptDrops(True)
         self.setDockNestingEnabled(True)
         self.resize(1400, 900)
+        warm_imports()
 
         from studio.ui.graph_view import GraphView
         from studio.ui.netron_view import NetronView

@@ -58,17 +58,50 @@ def _short(text: str, n: int) -> str:
 
 
 class _RowsModel(QAbstractTableModel):
-    """A table of dataclass rows: ``columns`` = [(header, getter, formatter)]."""
+    """A table of dataclass rows: ``columns`` = [(header, getter, formatter)].
+
+    Cells are formatted once in ``set_rows`` and sorting happens here on plain keys:
+    a Python ``data()`` called for every comparison would stall the GUI on big profiles.
+    """
 
     def __init__(self, columns, parent=None) -> None:
         super().__init__(parent)
         self.columns = columns
         self.rows: list = []
+        self._keys: list[tuple] = []
+        self._text: list[list[str]] = []
+
+    @staticmethod
+    def _cell(value, fmt) -> str:
+        if value is None:
+            return "–" if fmt else ""
+        return fmt(value) if fmt else str(value)
 
     def set_rows(self, rows: list) -> None:
         self.beginResetModel()
         self.rows = list(rows)
+        self._keys = [tuple(get(r) for _, get, _ in self.columns) for r in self.rows]
+        fmts = [fmt for _, _, fmt in self.columns]
+        self._text = [[self._cell(v, f) for v, f in zip(keys, fmts)] for keys in self._keys]
         self.endResetModel()
+
+    def sort(self, column: int, order=Qt.SortOrder.AscendingOrder) -> None:
+        if not 0 <= column < len(self.columns) or not self.rows:
+            return
+        self.layoutAboutToBeChanged.emit()
+        numeric = self.columns[column][2] is not None
+
+        def key(i: int):
+            v = self._keys[i][column]
+            if numeric:
+                return -1.0 if v is None else float(v)
+            return "" if v is None else str(v).lower()
+
+        idx = sorted(range(len(self.rows)), key=key, reverse=order == Qt.SortOrder.DescendingOrder)
+        self.rows = [self.rows[i] for i in idx]
+        self._keys = [self._keys[i] for i in idx]
+        self._text = [self._text[i] for i in idx]
+        self.layoutChanged.emit()
 
     def rowCount(self, parent=QModelIndex()) -> int:  # noqa: N802
         return 0 if parent.isValid() else len(self.rows)
@@ -82,26 +115,25 @@ class _RowsModel(QAbstractTableModel):
         return None
 
     def data(self, index, role=Qt.ItemDataRole.DisplayRole):
-        if not index.isValid():
-            return None
-        row = self.rows[index.row()]
-        _, get, fmt = self.columns[index.column()]
-        value = get(row)
         if role == Qt.ItemDataRole.DisplayRole:
-            return fmt(value) if fmt else ("" if value is None else str(value))
-        if role == Qt.ItemDataRole.UserRole:  # sort key
-            return value if value is not None else -1
-        if role == Qt.ItemDataRole.TextAlignmentRole and fmt is not None:
+            return self._text[index.row()][index.column()]
+        if role == Qt.ItemDataRole.TextAlignmentRole and self.columns[index.column()][2]:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
 
 
+class _SourceSortProxy(QSortFilterProxyModel):
+    """Filters rows; sorting is delegated to the source model (fast, see _RowsModel)."""
+
+    def sort(self, column: int, order=Qt.SortOrder.AscendingOrder) -> None:
+        self.sourceModel().sort(column, order)
+
+
 def _table(model: QAbstractTableModel) -> tuple[QTableView, QSortFilterProxyModel]:
-    proxy = QSortFilterProxyModel()
+    proxy = _SourceSortProxy()
     proxy.setSourceModel(model)
-    proxy.setSortRole(Qt.ItemDataRole.UserRole)
     proxy.setFilterCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
-    proxy.setFilterKeyColumn(-1)
+    proxy.setFilterKeyColumn(0)
     view = QTableView()
     view.setModel(proxy)
     view.setSortingEnabled(True)
@@ -110,8 +142,10 @@ def _table(model: QAbstractTableModel) -> tuple[QTableView, QSortFilterProxyMode
     view.setAlternatingRowColors(True)
     view.verticalHeader().setVisible(False)
     view.verticalHeader().setDefaultSectionSize(22)
-    view.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-    view.horizontalHeader().setStretchLastSection(True)
+    header = view.horizontalHeader()
+    header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+    header.setStretchLastSection(True)
+    header.setResizeContentsPrecision(40)  # size columns from 40 rows, not all of them
     return view, proxy
 
 
@@ -126,6 +160,7 @@ class ProfileView(QWidget):
         self.state = state
         self.services = services
         self.top_rows: list = []
+        self._sized = False
 
         self.summary = QLabel("No profile yet. Open a model and press Profile (Ctrl+P).")
         self.summary.setWordWrap(True)
@@ -275,8 +310,14 @@ class ProfileView(QWidget):
         self.ops_model.set_rows(prof.ops)
         self.layers.sortByColumn(2, Qt.SortOrder.DescendingOrder)
         self.ops.sortByColumn(3, Qt.SortOrder.DescendingOrder)
-        self.layers.resizeColumnsToContents()
-        self.ops.resizeColumnsToContents()
+        if not self._sized:
+            # Fixed widths: measuring every cell of a big profile would stall the GUI.
+            self._sized = True
+            for view in (self.layers, self.ops):
+                view.setColumnWidth(0, 190)
+                view.setColumnWidth(1, 110)
+                for c in range(2, view.model().columnCount() - 1):
+                    view.setColumnWidth(c, 78)
         self.export_btn.setEnabled(bool(prof.trace_path))
         flops = f", {_fmt_count(prof.total_flops)}FLOPs" if prof.total_flops else ""
         cov = f", coverage {100 * prof.coverage:.0f} %" if prof.coverage else ""
