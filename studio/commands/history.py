@@ -64,9 +64,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _repo(args: argparse.Namespace):  # noqa: ANN202
-    from studio.store import Repository
+    from studio.cli import CliError
+    from studio.store import Repository, StoreError
 
-    return Repository.open(args.db)
+    try:
+        return Repository.open(args.db)
+    except StoreError as exc:
+        raise CliError(str(exc)) from None
 
 
 def _run_arg(repo: Any, run_id: str) -> str:
@@ -257,18 +261,22 @@ def compare(args: argparse.Namespace) -> int:
         ids = [_run_arg(repo, r) for r in args.runs]
         cmp = repo.compare(ids)
     if args.json:
+        from studio.store.repo import _json_safe
+
         print(
             json.dumps(
-                {
-                    "runs": cmp.columns,
-                    "rows": [
-                        {"step": k[0], "pass": k[1], "metric": k[2], "values": v}
-                        for k, v in cmp.rows.items()
-                    ],
-                    "parity": [
-                        {"step": k[0], "pass": k[1], "passed": v} for k, v in cmp.parity.items()
-                    ],
-                },
+                _json_safe(
+                    {
+                        "runs": cmp.columns,
+                        "rows": [
+                            {"step": k[0], "pass": k[1], "metric": k[2], "values": v}
+                            for k, v in cmp.rows.items()
+                        ],
+                        "parity": [
+                            {"step": k[0], "pass": k[1], "passed": v} for k, v in cmp.parity.items()
+                        ],
+                    }
+                ),
                 indent=2,
             )
         )

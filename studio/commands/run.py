@@ -60,10 +60,10 @@ def run_job(
 ) -> int:
     """Submit a run_recipe job to a one-job pool, print it live, return the exit code."""
     from studio.commands._runprint import RunPrinter
-    from studio.store import Repository
+    from studio.commands.history import _repo
     from studio.workers import WorkerPool
 
-    repo = Repository.open(args.db)
+    repo = _repo(args)
     printer = RunPrinter()
     device = str(params.get("device") or "auto")
     pool = WorkerPool(repo, cpu_workers=1, devices=[] if device == "cpu" else None)

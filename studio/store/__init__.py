@@ -19,7 +19,7 @@ from studio.store.records import (
     RunRecord,
     StepRecord,
 )
-from studio.store.repo import Repository, RunNotFound
+from studio.store.repo import Repository, RunNotFound, StoreError
 
 __all__ = [
     "ArtifactRecord",
@@ -35,6 +35,7 @@ __all__ = [
     "RunNotFound",
     "RunRecord",
     "StepRecord",
+    "StoreError",
     "default_db_path",
     "resolve_db_url",
 ]

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, and_, delete, exists, func, or_, select
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
@@ -60,6 +61,10 @@ log = logging.getLogger(__name__)
 
 EXPORT_FORMAT = "accel-studio.run/1"
 BASELINE_INDEX = -1
+
+
+class StoreError(RuntimeError):
+    """The database cannot be opened or migrated; the message says which and why."""
 
 
 class RunNotFound(KeyError):
@@ -166,9 +171,16 @@ class Repository:
     def open(cls, db: str | os.PathLike[str] | None = None, *, migrate: bool = True) -> Repository:
         """Open (and migrate) the database given by ``--db``, settings or the default file."""
         url = dbmod.resolve_db_url(db)
-        engine = dbmod.make_engine(url)
-        if migrate:
-            dbmod.migrate(engine)
+        try:
+            engine = dbmod.make_engine(url)
+            if migrate:
+                dbmod.migrate(engine)
+        except Exception as exc:
+            shown = make_url(url).render_as_string(hide_password=True)
+            raise StoreError(
+                f"cannot open the database {shown}: {type(exc).__name__}: {exc}. "
+                f"Check --db, ${dbmod.DB_ENV} or the 'database' setting."
+            ) from exc
         return cls(engine, owns_engine=True)
 
     @property

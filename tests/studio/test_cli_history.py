@@ -180,3 +180,10 @@ def test_ctrl_c_cancels_and_records_cancelled(tmp_path):
     assert d.status == "cancelled" and d.steps[-1].status == "cancelled"
     assert d.exit_code == 0  # stopped cooperatively
     repo.close()
+
+
+def test_unreachable_database_is_a_clear_error(capsys):
+    assert main(["--db", "postgresql+psycopg://me:hunter2@127.0.0.1:1/nodb", "history"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot open the database" in err and "--db" in err
+    assert "hunter2" not in err  # the password is not shown
