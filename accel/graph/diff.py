@@ -82,7 +82,10 @@ FUSIBLE = {
 
 def normalize_op(op: str) -> str:
     """``aten.conv2d`` / ``Conv`` / ``Conv2d`` -> ``conv``."""
-    base = op.rsplit(".", 1)[-1].lower()
+    parts = op.split(".")
+    # aten.conv2d.default -> conv2d; com.microsoft.FusedConv -> FusedConv
+    base = parts[1] if len(parts) >= 2 and parts[0] in ("aten", "prims", "torch") else parts[-1]
+    base = base.lower()
     base = re.sub(r"[^a-z0-9]", "", base)
     return _ALIASES.get(base, base)
 

@@ -340,7 +340,10 @@ def bisect_run(
             out.append(BisectStep(step, None, error="no saved model in this step"))
             continue
         try:
-            cand = load_model(str(artifact), original.input_spec)
+            try:
+                cand = load_model(str(artifact), original.input_spec)
+            except AccelError:  # e.g. an export that renamed the inputs: use its own spec
+                cand = load_model(str(artifact))
             rep = compare_layers(original, cand, inputs, atol=atol, rtol=rtol)
             out.append(BisectStep(step, str(artifact), rep))
         except (AccelError, RuntimeError, ValueError, OSError) as exc:

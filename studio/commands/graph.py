@@ -121,7 +121,9 @@ def run_parity(args: argparse.Namespace) -> int:
     from accel.graph.layer_parity import compare_layers
 
     a = _load(args.source_a, args.input, args.trust_pickle)
-    b = _load(args.source_b, args.input or a.input_spec, args.trust_pickle)
+    # B keeps its own input names (an ONNX export may call `x` `input.1`); A's sample
+    # inputs are fed by name where they match, else by position.
+    b = _load(args.source_b, args.input, args.trust_pickle)
     report = compare_layers(
         a, b, a.example_inputs(), atol=args.atol, rtol=args.rtol, min_cosine=args.min_cosine
     )
