@@ -300,3 +300,20 @@ def test_sqlite_connection_settings(repo):
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar_one() == "wal"
         assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar_one() == 1
         assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar_one() == dbmod.BUSY_TIMEOUT_MS
+
+
+def test_writes_begin_immediate_reads_deferred(repo):
+    from sqlalchemy import event
+
+    seen: list[str] = []
+
+    def record(conn, cursor, statement, *rest):
+        seen.append(" ".join(statement.split()[:2]))
+
+    event.listen(repo.engine, "before_cursor_execute", record)
+    repo.create_run(model_source="zoo:mlp")
+    writes = [s for s in seen if s.startswith("BEGIN")]
+    seen.clear()
+    repo.list_runs()
+    reads = [s for s in seen if s.startswith("BEGIN")]
+    assert writes == ["BEGIN IMMEDIATE"] and reads == ["BEGIN DEFERRED"]
