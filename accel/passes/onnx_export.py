@@ -108,12 +108,31 @@ _OP_PATTERNS = (
 
 def explain_export_error(exc: BaseException, exporter: str, opset: int) -> str:
     """A PassError message for an exporter failure: which op, and the ways out."""
-    text = str(exc)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    where = re.search(
+        r"The following call raised this error:\s*\n\s*File \"([^\"]+)\", line (\d+), in (\w+)\n\s*(.+)",
+        text,
+    )
+    if "data-dependent" in text or "GuardOnDataDependent" in text:
+        at = (
+            f" at {Path(where.group(1)).name}:{where.group(2)} (`{where.group(4).strip()}`)"
+            if where
+            else ""
+        )
+        return (
+            f"the {exporter} ONNX exporter cannot capture data-dependent control flow{at}: a Python "
+            "branch or size that depends on tensor values. Ways out: rewrite it with torch.where / "
+            "torch.cond, or use exporter: torchscript, which traces only the path the example "
+            "inputs take (check parity on other inputs)."
+        )
+    summary = re.search(r"Exception summary\s*\n\s*<class '([\w.]+)'>: (.+)", text)
     op = next((m.group(1) for p in _OP_PATTERNS if (m := p.search(text))), None)
     added = re.search(r"added in version (\d+)", text)
     other = "torchscript" if exporter == "dynamo" else "dynamo"
     if op is None:
         first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
+        if summary:
+            first = f"{summary.group(1).rsplit('.', 1)[-1]}: {summary.group(2).strip()}"
         return (
             f"the {exporter} ONNX exporter failed at opset {opset}: {type(exc).__name__}: {first[:400]}. "
             f"Try exporter: {other}, a higher opset, or rewrite the part of forward() it cannot trace."
@@ -150,16 +169,19 @@ def _export(
     axes: dict[str, dict[int, str]],
     config: ExportOnnxConfig,
     opset: int,
-) -> None:
-    """Run the chosen exporter; the file lands at ``path`` (external data may follow)."""
+) -> list[str]:
+    """Run the chosen exporter; the file lands at ``path`` (external data may follow).
+
+    Returns the tracer's warnings about Python values frozen into the graph (data-dependent
+    control flow the TorchScript exporter traced along one path)."""
     import warnings
 
     import torch
 
-    with warnings.catch_warnings():
-        # The TorchScript exporter is deprecated in torch 2.9+, and tracing warns about
-        # Python control flow; neither is actionable for the user here.
-        warnings.simplefilter("ignore")
+    with warnings.catch_warnings(record=True) as caught:
+        # Recorded, not shown: the TorchScript exporter's deprecation is not actionable here;
+        # tracer warnings come back to the user through ctx.warn.
+        warnings.simplefilter("always")
         with torch.inference_mode(False), torch.no_grad():
             if config.exporter == "torchscript":
                 torch.onnx.export(
@@ -191,6 +213,15 @@ def _export(
                     optimize=True,
                 )
                 program.save(str(path), external_data=bool(config.external_data))
+    found = []
+    torch_dir = str(Path(torch.__file__).parent)
+    for w in caught:
+        # torch's own modules (nn.LSTM...) warn about values that are safe to freeze
+        if w.category.__name__ == "TracerWarning" and not w.filename.startswith(torch_dir):
+            msg = f"{Path(w.filename).name}:{w.lineno}: {str(w.message).split('. ')[0]}"
+            if msg not in found:
+                found.append(msg)
+    return found
 
 
 def rename_dims(proto: Any, axes: dict[str, dict[int, str]]) -> int:
@@ -277,13 +308,18 @@ class ExportOnnx(Pass):
         before = set(ctx.work_dir.iterdir())
         t0 = time.perf_counter()
         try:
-            _export(module, args, path, names, out_names, axes, config, opset)
+            traced = _export(module, args, path, names, out_names, axes, config, opset)
         except PassError:
             raise
         except Exception as exc:  # the exporters raise many types; all mean "cannot export"
             log.debug("ONNX export failed", exc_info=True)
             raise PassError(explain_export_error(exc, config.exporter, opset)) from None
         ctx.metrics["export_time_s"] = time.perf_counter() - t0
+        for msg in traced[:3]:
+            ctx.warn(
+                f"the tracer froze a Python value computed from a tensor ({msg}); the graph follows "
+                "the example inputs' path there. Check parity on other inputs or use exporter: dynamo."
+            )
         ctx.check_cancelled()
 
         ctx.progress(0.6, "checking the ONNX graph")

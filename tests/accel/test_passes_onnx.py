@@ -73,6 +73,7 @@ def test_export_then_onnxruntime_keeps_fp32_parity(pipeline_runs, name):
     onnx_file = next(a for a in export.artifacts if a["kind"] == "onnx")
     assert onnx_file["path"].endswith("model.onnx") and onnx_file["sha256"]
     assert export.details["exporter"] == "torchscript" and export.details["opset"] == 17
+    assert "warnings" not in export.details  # no tracer warnings: no frozen data-dependent values
     assert export.metrics["export_time_s"] > 0 and export.metrics["onnx_nodes"] > 0
     assert ort_step.details["provider"] == "CPUExecutionProvider"
     assert ort_step.details["graph_optimization_level"] == "all"
@@ -206,6 +207,24 @@ def test_dynamo_op_without_mapping(tmp_path):
         _apply("export_onnx", _CustomOpNet(), {"exporter": "dynamo"}, tmp_path)
     msg = str(err.value)
     assert "accel_test.scale2" in msg and "exporter: torchscript" in msg
+
+
+class _BranchNet(torch.nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:  # data-dependent control flow
+            return x * 2
+        return x - 1
+
+
+def test_data_dependent_control_flow(tmp_path):
+    with pytest.raises(PassError) as err:
+        _apply("export_onnx", _BranchNet(), {"exporter": "dynamo"}, tmp_path / "d")
+    msg = str(err.value)
+    assert "data-dependent control flow" in msg and "if x.sum() > 0:" in msg
+    assert "torch.cond" in msg and "exporter: torchscript" in msg
+    _, ctx = _apply("export_onnx", _BranchNet(), {"exporter": "torchscript"}, tmp_path / "t")
+    (warning,) = ctx.details["warnings"]
+    assert "test_passes_onnx.py" in warning and "example inputs' path" in warning
 
 
 @pytest.mark.parametrize(
