@@ -472,3 +472,29 @@ def test_cuda_graphs_on_gpu(tmp_path_factory):
     m = res.model
     x = m.example_inputs(seed=1, batch=5)
     assert m.forward(x).shape == (5, 10)
+
+
+# -- sample recipes --------------------------------------------------------------------------------
+
+RECIPES_DIR = Path(__file__).resolve().parents[2] / "resources" / "recipes"
+
+
+@pytest.mark.parametrize("model", ["mlp", "resnet", "transformer", "lstm"])
+def test_sample_recipes_cover_the_core_passes(model):
+    from accel.recipe import load_recipe
+
+    torch_path = load_recipe(RECIPES_DIR / f"{model}.yaml")
+    onnx_path = load_recipe(RECIPES_DIR / f"{model}_onnx.yaml")
+    for r in (torch_path, onnx_path):
+        assert r.model.source == f"zoo:{model}"
+    torch_steps = [s.pass_name for s in torch_path.steps]
+    assert torch_steps[-2:] == ["bf16", "compile"]
+    assert [s.pass_name for s in onnx_path.steps][-3:] == ["export_onnx", "onnxruntime", "onnx_fp16"]
+    # low-precision steps carry loose, cosine/top-1 based gates; exact steps keep the strict default
+    for r in (torch_path, onnx_path):
+        for s in r.steps:
+            g = r.gates_for(s)
+            if s.pass_name in ("bf16", "compile", "onnx_fp16"):
+                assert s.gates is not None and g.min_cosine >= 0.99 and g.min_top1 is not None
+            else:
+                assert s.gates is None and g.atol <= 1e-4
