@@ -517,7 +517,9 @@ class Repository:
         parity = event.get("parity")
         step.parity = _json_safe(dict(parity)) if parity else None
         step.parity_passed = parity.get("passed") if parity else None
-        s.execute(delete(ParityResultRow).where(ParityResultRow.step_id == step.id))
+        fresh = getattr(step, "_fresh", False)  # just inserted: nothing to replace
+        if not fresh:
+            s.execute(delete(ParityResultRow).where(ParityResultRow.step_id == step.id))
         for out_name, metric, value, passed in flatten_parity(parity):
             v, nan = _split_float(value)
             s.add(
@@ -530,7 +532,8 @@ class Repository:
                     passed=passed,
                 )
             )
-        s.execute(delete(ArtifactRow).where(ArtifactRow.step_id == step.id))
+        if not fresh:
+            s.execute(delete(ArtifactRow).where(ArtifactRow.step_id == step.id))
         for art in event.get("artifacts") or []:
             s.add(
                 ArtifactRow(
@@ -552,6 +555,7 @@ class Repository:
             )
             s.add(step)
             s.flush()
+            step._fresh = True  # type: ignore[attr-defined]
         return step
 
     # --- reading --------------------------------------------------------------------------
@@ -880,7 +884,8 @@ def _prune_empty(folder: Path, stop: Path | None) -> None:
 
 
 def _set_metrics(s: Session, step: StepRow, metrics: Mapping[str, Any]) -> None:
-    s.execute(delete(MetricRow).where(MetricRow.step_id == step.id))
+    if not getattr(step, "_fresh", False):
+        s.execute(delete(MetricRow).where(MetricRow.step_id == step.id))
     for key, value in metrics.items():
         if isinstance(value, bool):
             value = float(value)
