@@ -1,0 +1,292 @@
+"""Pruning passes: channel counts, parameters/FLOPs, coupled layers, fine-tuning, ONNX export
+of pruned models, unstructured sparsity, 2:4 on CPU (clear error), script reproduction."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+from onnx_export_helpers import SMALL, export_module, recipe, run_script
+
+from accel.errors import PassError
+from accel.models import load_model
+from accel.passes import PassContext, get_pass
+from accel.runner import run_recipe
+
+
+def _apply(name: str, params: dict, model_name: str, **ctx_kw):
+    model = load_model(*SMALL[model_name])
+    cls = get_pass(name)
+    ctx = PassContext(
+        inputs=model.example_inputs(),
+        original=model,
+        work_dir=ctx_kw.pop("work_dir", "."),
+        **ctx_kw,
+    )
+    ref = model.forward(ctx.inputs)  # before: passes may change the module in place
+    out = cls().apply(model, cls.parse_config(params), ctx)
+    return out, ctx, ref
+
+
+def _cos(a, b):
+    return float(
+        torch.nn.functional.cosine_similarity(a.flatten().double(), b.flatten().double(), dim=0)
+    )
+
+
+def _convs(module):
+    return {n: m for n, m in module.named_modules() if isinstance(m, torch.nn.Conv2d)}
+
+
+def test_prune_channels_resnet_30_percent_removes_30_percent_of_channels(tmp_path):
+    out, ctx, ref = _apply("prune_channels", {"ratio": 0.3}, "resnet", work_dir=tmp_path)
+    convs = _convs(out.module)
+    # every conv keeps int(0.7 * width) output channels: 16 -> 11, 32 -> 22, 64 -> 44
+    widths = {n: c.out_channels for n, c in convs.items()}
+    assert (
+        widths["stem.0"] == 11 and widths["layer1.0.conv1"] == 11 and widths["layer1.0.conv2"] == 11
+    )
+    assert widths["layer2.0.conv1"] == 22 and widths["layer2.0.downsample.0"] == 22
+    assert widths["layer3.0.conv1"] == 44 and widths["layer3.0.conv2"] == 44
+    # residual partners and BatchNorms follow
+    blk = out.module.layer2[0]
+    assert blk.conv2.out_channels == blk.downsample[0].out_channels == blk.bn2.num_features == 22
+    assert (
+        blk.conv1.in_channels == 11
+        and out.module.fc.in_features == 44
+        and out.module.fc.out_features == 10
+    )
+    # conv params scale with ~0.7^2, so the whole model keeps about half its parameters and FLOPs
+    m = ctx.metrics
+    assert m["params_before"] == 78042 and m["params_after"] == sum(
+        p.numel() for p in out.module.parameters()
+    )
+    assert 0.44 < m["params_ratio"] < 0.52 and 0.44 < m["flops_ratio"] < 0.52
+    assert out.num_params == m["params_after"] and out.content_hash != ""
+    pruned = out.forward(ctx.inputs)
+    assert pruned.shape == ref.shape and _cos(ref, pruned) > 0.9
+
+
+def test_prune_channels_transformer_keeps_heads_consistent(tmp_path):
+    out, ctx, ref = _apply("prune_channels", {"ratio": 0.3}, "transformer", work_dir=tmp_path)
+    mod = out.module
+    for layer in mod.layers:
+        att = layer.attention
+        assert (
+            att.query.out_features == att.key.out_features == att.value.out_features == 44
+        )  # 4 heads x 11
+        assert att.out.in_features == 44 and att.num_heads == 4 and att.head_dim == 11
+        assert layer.ffn_in.out_features == 89 and layer.ffn_out.in_features == 89
+        assert layer.norm1.normalized_shape == (
+            64,
+        )  # hidden is tied to the (kept) embeddings via residuals
+    assert mod.token_embedding.weight.shape == (1000, 64) and mod.classifier.out_features == 4
+    assert ctx.details["attention_blocks"] == 2
+    assert ctx.metrics["flops_ratio"] < 0.75
+    assert _cos(ref, out.forward(ctx.inputs)) > 0.85
+
+
+def test_prune_heads_removes_whole_heads(tmp_path):
+    out, ctx, _ = _apply(
+        "prune_channels", {"ratio": 0.3, "prune_heads": True}, "transformer", work_dir=tmp_path
+    )
+    att = out.module.layers[0].attention
+    # torch-pruning removes ceil(0.3 * 4) = 2 heads per block; each head keeps its 16 dims
+    assert att.num_heads == 2 and att.head_dim == 16 and att.query.out_features == 32
+    ids = out.example_inputs(seed=3, batch=3, seq=7)
+    assert out.forward(ids).shape == (3, 4)
+
+
+def test_global_pruning_reaches_the_overall_ratio(tmp_path):
+    out, ctx, _ = _apply(
+        "prune_channels", {"ratio": 0.3, "global_pruning": True}, "mlp", work_dir=tmp_path
+    )
+    fc1, fc2, fc3 = out.module.fc1, out.module.fc2, out.module.fc3
+    assert fc1.out_features + fc2.out_features == int(
+        256 * 0.7
+    )  # 30% of all hidden channels, split unevenly
+    assert fc3.out_features == 10  # head kept
+
+
+def test_ignore_patterns_and_round_to(tmp_path):
+    out, ctx, _ = _apply(
+        "prune_channels", {"ratio": 0.3, "ignore": ["layer3.*"]}, "resnet", work_dir=tmp_path
+    )
+    convs = _convs(out.module)
+    assert convs["layer3.0.conv1"].out_channels == 64 and convs["layer3.0.conv2"].out_channels == 64
+    assert convs["layer3.0.conv1"].in_channels == 22  # its input (layer2) was pruned
+    assert "layer3.0.conv1" in ctx.details["ignored_layers"]
+    out, _, _ = _apply("prune_channels", {"ratio": 0.3, "round_to": 8}, "resnet", work_dir=tmp_path)
+    assert all(c.out_channels % 8 == 0 for c in _convs(out.module).values())
+
+
+@pytest.mark.parametrize("importance", ["l1", "bn_scale", "taylor"])
+def test_importance_criteria(tmp_path, importance):
+    out, ctx, ref = _apply(
+        "prune_channels", {"ratio": 0.3, "importance": importance}, "resnet", work_dir=tmp_path
+    )
+    assert _convs(out.module)["layer2.0.conv1"].out_channels == 22
+    assert _cos(ref, out.forward(ctx.inputs)) > 0.8
+
+
+def test_iterative_steps_report_progress(tmp_path):
+    msgs = []
+    out, ctx, _ = _apply(
+        "prune_channels",
+        {"ratio": 0.3, "iterative_steps": 3},
+        "resnet",
+        work_dir=tmp_path,
+        progress_cb=lambda f, m: msgs.append(m),
+    )
+    assert msgs == ["pruning step 1/3", "pruning step 2/3", "pruning step 3/3"]
+    assert _convs(out.module)["layer3.0.conv1"].out_channels == 44
+
+
+def test_finetune_distillation_recovers_parity(tmp_path):
+    base, ctx0, ref = _apply("prune_channels", {"ratio": 0.3}, "mlp", work_dir=tmp_path)
+    tuned, ctx1, _ = _apply(
+        "prune_channels", {"ratio": 0.3, "finetune_steps": 60}, "mlp", work_dir=tmp_path
+    )
+    before, after = _cos(ref, base.forward(ctx0.inputs)), _cos(ref, tuned.forward(ctx1.inputs))
+    assert after > before + 0.05 and after > 0.85, (before, after)
+    assert ctx1.metrics["finetune_loss"] is not None
+    assert not tuned.module.training and all(p.grad is None for p in tuned.module.parameters())
+
+
+def test_pruning_is_deterministic(tmp_path):
+    a, ctx, _ = _apply(
+        "prune_channels", {"ratio": 0.4, "importance": "taylor", "finetune_steps": 5}, "resnet"
+    )
+    b, _, _ = _apply(
+        "prune_channels", {"ratio": 0.4, "importance": "taylor", "finetune_steps": 5}, "resnet"
+    )
+    assert torch.equal(a.forward(ctx.inputs), b.forward(ctx.inputs))
+
+
+@pytest.mark.parametrize("model_name", ["resnet", "transformer"])
+def test_channel_pruned_model_exports_to_onnx_and_runs_in_ort(tmp_path, model_name):
+    out, ctx, _ = _apply("prune_channels", {"ratio": 0.5}, model_name, work_dir=tmp_path)
+    inputs = out.example_inputs(seed=5, batch=3)
+    path = export_module(out.module, inputs, tmp_path / "pruned.onnx")
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (got,) = sess.run(None, {k: v.numpy() for k, v in inputs.items()})
+    expected = out.forward(inputs)
+    np.testing.assert_allclose(got, expected.numpy(), rtol=1e-4, atol=1e-5)
+    # the file is smaller than the unpruned export
+    full = load_model(*SMALL[model_name])
+    full_path = export_module(full.module, inputs, tmp_path / "full.onnx")
+    assert path.stat().st_size < 0.8 * full_path.stat().st_size
+
+
+def test_lstm_channel_pruning_is_a_clear_error(tmp_path):
+    with pytest.raises(PassError, match="nothing was pruned"):
+        _apply("prune_channels", {}, "lstm", work_dir=tmp_path)
+
+
+def test_torchscript_model_is_refused(tmp_path):
+    model = load_model(*SMALL["mlp"])
+    scripted = model.replace(module=torch.jit.script(model.module))
+    cls = get_pass("prune_channels")
+    with pytest.raises(PassError, match="eager nn.Module"):
+        cls().apply(scripted, cls.parse_config({}), PassContext(inputs=model.example_inputs()))
+
+
+# -- unstructured ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("global_pruning", [True, False])
+def test_prune_unstructured_sparsity(tmp_path, global_pruning):
+    params = {"amount": 0.6, "global_pruning": global_pruning}
+    out, ctx, ref = _apply("prune_unstructured", params, "resnet", work_dir=tmp_path)
+    assert abs(ctx.metrics["sparsity"] - 0.6) < 1e-3
+    assert out.module.fc.weight.count_nonzero() == out.module.fc.weight.numel()  # head left dense
+    for name, conv in _convs(out.module).items():
+        frac = 1 - conv.weight.count_nonzero().item() / conv.weight.numel()
+        if not global_pruning:
+            assert abs(frac - 0.6) < 0.01, name
+    # permanent: plain parameters again, no masks or hooks left
+    sd = out.module.state_dict()
+    assert not any(k.endswith(("weight_orig", "weight_mask")) for k in sd)
+    assert any("dense kernels do not run faster" in w for w in ctx.details["warnings"])
+    assert _cos(ref, out.forward(ctx.inputs)) > 0.9
+
+
+def test_prune_unstructured_covers_lstm_weights(tmp_path):
+    out, ctx, _ = _apply("prune_unstructured", {"amount": 0.5}, "lstm", work_dir=tmp_path)
+    assert ctx.details["pruned_layers"] == ["lstm"]
+    w = out.module.lstm.weight_hh_l0
+    assert abs(1 - w.count_nonzero().item() / w.numel() - 0.5) < 0.02
+    assert out.forward(out.example_inputs()).shape == (2, 4)
+
+
+# -- 2:4 ------------------------------------------------------------------------------------------
+
+
+def test_sparsity_2_4_on_cpu_is_a_clear_pass_error(tmp_path):
+    with pytest.raises(PassError, match="CUDA GPU"):
+        _apply("sparsity_2_4", {}, "mlp", work_dir=tmp_path)
+    res = run_recipe(recipe(*SMALL["mlp"], [{"pass": "sparsity_2_4"}]), out_dir=tmp_path / "run")
+    assert res.status == "failed" and "CUDA" in res.error
+
+
+def test_mask_2_4_keeps_two_of_every_four():
+    from accel.passes._prune_helpers import mask_2_4
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(128, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    assert mask_2_4(model) == ["0"]
+    groups = model[0].weight.reshape(-1, 4)
+    assert (groups.count_nonzero(dim=1) == 2).all()
+    assert model[2].weight.count_nonzero() == model[2].weight.numel()
+
+
+@pytest.mark.gpu
+def test_sparsity_2_4_on_gpu(tmp_path):
+    res = run_recipe(
+        recipe(
+            "zoo:mlp(in_features=256, hidden=256)",
+            "x:float32[batch,256]; batch=1..64:32",
+            [{"pass": "sparsity_2_4"}],
+            device="cuda:0",
+        ),
+        out_dir=tmp_path / "run",
+    )
+    assert res.ok, res.error
+    assert res.steps[0].parity["outputs"][0]["cosine"] > 0.8
+
+
+# -- script export --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model_name", "steps"),
+    [
+        (
+            "resnet",
+            [
+                {
+                    "pass": "prune_channels",
+                    "params": {"ratio": 0.3, "importance": "taylor", "finetune_steps": 10},
+                }
+            ],
+        ),
+        (
+            "transformer",
+            [
+                {"pass": "prune_channels", "params": {"prune_heads": True}},
+                {"pass": "prune_unstructured"},
+            ],
+        ),
+    ],
+)
+def test_exported_script_reproduces_the_runner(tmp_path, model_name, steps):
+    r = recipe(*SMALL[model_name], steps)
+    res = run_recipe(r, out_dir=tmp_path / "run")
+    assert res.ok, res.error
+    out = run_script(r, tmp_path)
+    for step in res.steps:
+        folder = f"step_{step.index:02d}_{step.pass_name}"
+        ours = torch.load(tmp_path / "run" / folder / "outputs.pt")
+        theirs = torch.load(out / folder / "outputs.pt")
+        torch.testing.assert_close(theirs, ours, rtol=1e-4, atol=1e-5)
