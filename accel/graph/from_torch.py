@@ -45,6 +45,8 @@ def graph_from_torch(
         if not hasattr(model, "example_inputs"):
             raise ValueError("pass sample inputs (dict name -> tensor) for a bare nn.Module")
         inputs = model.example_inputs()
+    if isinstance(inputs, Mapping) and hasattr(model, "prepare_inputs"):
+        inputs = model.prepare_inputs(inputs)  # dtype casts of an fp16/bf16 model
     if isinstance(inputs, Mapping):
         names = list(inputs)
         args = tuple(inputs.values())
