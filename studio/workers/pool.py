@@ -652,9 +652,10 @@ class WorkerPool:
                 sig = signal.Signals(-code).name
         if done is not None:
             status = done.status
-            if job.timed_out and status == "cancelled":
-                status = "timed_out"
             error, error_type = done.error, done.error_type
+            if job.timed_out and status == "cancelled":
+                status, error_type = "timed_out", "Timeout"
+                error = f"the job ran past its timeout of {job.timeout_s:g} s and stopped"
         elif job.timed_out:
             status, error_type = "timed_out", "Timeout"
             error = f"the job ran past its timeout of {job.timeout_s:g} s and was stopped"

@@ -220,6 +220,20 @@ def test_timeout_ends_run_as_timed_out(repo):
     assert [s.status for s in d.steps] == ["succeeded", "succeeded", "cancelled"]
 
 
+def test_timeout_of_a_cooperative_job(repo):
+    with _pool(repo, cancel_grace_s=10) as pool:
+        out = pool.submit(
+            "fake_run",
+            {"steps": 1, "fault": "slow", "fault_at": 0},
+            plugins=[PLUGIN],
+            record=True,
+            timeout_s=1.0,
+        ).wait(30)
+    assert out.status == "timed_out" and out.exit_code == 0  # it stopped itself at the timeout
+    assert "timeout of 1 s" in out.error
+    assert repo.get_run(out.run_id).status == "timed_out"
+
+
 def test_shutdown_cancels_running_jobs():
     pool = _pool()
     h = pool.submit("fake_run", {"steps": 1, "fault": "slow", "fault_at": 0}, plugins=[PLUGIN])
