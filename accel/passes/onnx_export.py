@@ -296,6 +296,26 @@ class ExportOnnx(Pass):
                 f"{lo} to {hi} (the {other} exporter: {olo} to {ohi}). Set opset in that range."
             )
         module = _unwrap(model.module)
+        low = {
+            p.dtype
+            for p in module.parameters()
+            if p.is_floating_point() and p.dtype in (torch.bfloat16, torch.float16)
+        }
+        upcast = torch.bfloat16 in low or (low and not str(ctx.device).startswith("cuda"))
+        if upcast:
+            # ONNX Runtime has no bf16 (and on CPU hardly any fp16) kernels for Gemm/Conv/MatMul.
+            # Export in float32: the weights keep their low-precision rounding (the upcast is
+            # exact), the compute is fp32. onnx_fp16 is the way to fp16 in ONNX Runtime.
+            import copy
+
+            names_low = ", ".join(sorted(str(d).replace("torch.", "") for d in low))
+            ctx.warn(
+                f"the model has {names_low} weights, which ONNX Runtime cannot run on {ctx.device}; "
+                "exported in float32 (weights keep their rounding). Use onnx_fp16 after export for fp16 in ONNX Runtime."
+            )
+            module = copy.deepcopy(module).float()
+            model = model.replace(input_casts={})
+            ctx.details["upcast_to_float32"] = names_low
         inputs = model.prepare_inputs(ctx.inputs)
         names = list(inputs)
         args = tuple(inputs.values())
@@ -391,6 +411,11 @@ class ExportOnnx(Pass):
         opset = config.opset or DEFAULT_OPSET[config.exporter]
         axes = "DYNAMIC_AXES" if config.dynamic else "{}"
         lines = [
+            "# ONNX Runtime lacks bf16 (and on CPU most fp16) kernels: export such a model in fp32.",
+            "_low = {p.dtype for p in model.parameters() if p.dtype in (torch.bfloat16, torch.float16)}",
+            'if torch.bfloat16 in _low or (_low and not device.startswith("cuda")):',
+            "    model = model.float()",
+            "    input_casts = {}",
             'onnx_path = step_dir / "model.onnx"',
             "export_args = tuple((x.to(input_casts[k]) if k in input_casts and x.is_floating_point() else x).to(device)",
             "                    for k, x in inputs.items())",
