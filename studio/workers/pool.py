@@ -236,10 +236,9 @@ class WorkerPool:
         self._dispatcher.start()
         self._watchdog.start()
         if store is not None:
-            try:  # runs left "running" by a studio that was killed: crashed, not pending
-                store.recover_interrupted()
-            except Exception:
-                log.exception("could not check the store for interrupted runs")
+            # Runs left "running" by a studio that was killed end as crashed; done on the
+            # pool's thread, before any job, so creating a pool never waits on the database.
+            self._inbox.put(("recover", None, None))  # type: ignore[arg-type]
 
     # --- public API ------------------------------------------------------------------------
 
@@ -600,6 +599,10 @@ class WorkerPool:
             what, job, payload = self._inbox.get()
             if what == "stop":
                 return
+            if what == "recover":
+                if self.store is not None:
+                    self._store_call(self.store.recover_interrupted)
+                continue
             try:
                 self._handle(what, job, payload)
             except Exception:
