@@ -199,7 +199,9 @@ def migrate(engine: Engine, *, backup: bool = True) -> str:
             saved = backup_sqlite(path, current)
             log.info("backed up %s to %s before migrating", path, saved)
         cfg = alembic_config(url)
-        mig_engine = make_engine(url, foreign_keys=False)
+        in_memory = engine.dialect.name == "sqlite" and path is None
+        # In-memory SQLite lives in the engine's one connection: migrate through it.
+        mig_engine = engine if in_memory else make_engine(url, foreign_keys=False)
         try:
             with write_engine(mig_engine).begin() as conn:
                 cfg.attributes["connection"] = conn
@@ -209,7 +211,8 @@ def migrate(engine: Engine, *, backup: bool = True) -> str:
                     if broken:
                         raise RuntimeError(f"migration left broken foreign keys: {broken[:5]}")
         finally:
-            mig_engine.dispose()
+            if mig_engine is not engine:
+                mig_engine.dispose()
         log.info("migrated database from %s to %s", current, head)
     return head
 

@@ -317,3 +317,10 @@ def test_writes_begin_immediate_reads_deferred(repo):
     repo.list_runs()
     reads = [s for s in seen if s.startswith("BEGIN")]
     assert writes == ["BEGIN IMMEDIATE"] and reads == ["BEGIN DEFERRED"]
+
+
+def test_in_memory_database_works():
+    r = Repository.open("sqlite://")
+    run = r.create_run(model_source="zoo:mlp", tags=["mem"])
+    assert r.get_run(run.id).run.tags == ["mem"] and r.count_runs() == 1
+    r.close()
