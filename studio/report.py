@@ -1,0 +1,232 @@
+"""Run reports without Qt: per-step rows, Pareto fronts, CSV / JSON / Markdown exports.
+
+Used by the History and Runs panels and testable on plain store records.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+STEP_COLUMNS = (
+    "run",
+    "model",
+    "recipe",
+    "status",
+    "step",
+    "pass",
+    "latency_p50_ms",
+    "speedup",
+    "size_bytes",
+    "parity",
+    "max_abs",
+    "cosine",
+    "accuracy",
+)
+
+
+@dataclass(frozen=True)
+class StepRow:
+    run_id: str
+    model: str
+    recipe: str
+    run_status: str
+    index: int  # -1: the original model
+    pass_name: str
+    status: str
+    latency_p50_ms: float | None
+    speedup: float | None
+    size_bytes: float | None
+    parity_passed: bool | None
+    max_abs: float | None
+    cosine: float | None
+    accuracy: float | None
+    error: str = ""
+
+    @property
+    def verdict(self) -> str:
+        if self.index < 0:
+            return "reference"
+        if self.status == "failed":
+            return "error"
+        if self.parity_passed is None:
+            return "-"
+        return "pass" if self.parity_passed else "FAIL"
+
+
+def _num(v: Any) -> float | None:
+    if v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else f
+
+
+def worst_parity(step: Any) -> tuple[float | None, float | None]:
+    """(largest max-abs error, smallest cosine) over a step's outputs."""
+    max_abs: float | None = None
+    cosine: float | None = None
+    for p in getattr(step, "parity", []) or []:
+        m = p.metrics if hasattr(p, "metrics") else p
+        a, c = _num(m.get("max_abs")), _num(m.get("cosine"))
+        if a is not None:
+            max_abs = a if max_abs is None else max(max_abs, a)
+        if c is not None:
+            cosine = c if cosine is None else min(cosine, c)
+    return max_abs, cosine
+
+
+def step_rows(detail: Any) -> list[StepRow]:
+    """One row for the original model and one per step of a stored run (RunDetail)."""
+    run = detail.run
+    base = detail.baseline or {}
+    rows = [
+        StepRow(
+            run.id,
+            run.model_source,
+            run.recipe_name,
+            run.status,
+            -1,
+            "original",
+            "reference",
+            _num(base.get("latency_p50_ms")),
+            1.0 if base.get("latency_p50_ms") else None,
+            _num(base.get("size_bytes")),
+            None,
+            None,
+            None,
+            _num(base.get("accuracy")),
+        )
+    ]
+    for st in sorted(detail.steps, key=lambda s: s.index):
+        if st.index < 0:
+            continue
+        m = st.metrics or {}
+        max_abs, cos = worst_parity(st)
+        rows.append(
+            StepRow(
+                run.id,
+                run.model_source,
+                run.recipe_name,
+                run.status,
+                st.index,
+                st.pass_name,
+                st.status,
+                _num(m.get("latency_p50_ms")),
+                _num(m.get("speedup")),
+                _num(m.get("size_bytes")),
+                st.parity_passed,
+                max_abs,
+                cos,
+                _num(m.get("accuracy")),
+                st.error or "",
+            )
+        )
+    return rows
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of points not dominated when maximising x (speedup) and minimising y (error)."""
+    front = []
+    for i, (x, y) in enumerate(points):
+        dominated = any(
+            (x2 >= x and y2 <= y) and (x2 > x or y2 < y)
+            for j, (x2, y2) in enumerate(points)
+            if j != i
+        )
+        if not dominated:
+            front.append(i)
+    return sorted(front, key=lambda i: points[i][0])
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def _row_values(r: StepRow) -> list[Any]:
+    return [
+        r.run_id,
+        r.model,
+        r.recipe,
+        r.run_status,
+        r.index + 1,
+        r.pass_name,
+        r.latency_p50_ms,
+        r.speedup,
+        r.size_bytes,
+        r.verdict,
+        r.max_abs,
+        r.cosine,
+        r.accuracy,
+    ]
+
+
+def runs_to_csv(details: Sequence[Any]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(STEP_COLUMNS)
+    for d in details:
+        for r in step_rows(d):
+            w.writerow([_fmt(v) for v in _row_values(r)])
+    return buf.getvalue()
+
+
+def runs_to_json(details: Sequence[Any]) -> str:
+    from studio.store.records import to_json
+
+    return json.dumps([_json_safe(to_json(d)) for d in details], indent=2, default=str)
+
+
+def _json_safe(v: Any) -> Any:
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return None
+    if isinstance(v, dict):
+        return {k: _json_safe(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_json_safe(x) for x in v]
+    return v
+
+
+def runs_to_markdown(details: Sequence[Any]) -> str:
+    lines = ["# Accel Studio runs", ""]
+    for d in details:
+        run = d.run
+        env = d.environment or {}
+        lines += [
+            f"## {run.name or run.recipe_name or 'run'} `{run.id[:8]}` — {run.status}",
+            "",
+            f"- model: `{run.model_source}` ({run.model_kind}) on {run.device}",
+            f"- recipe: {run.recipe_name} (`{(run.recipe_hash or '')[:12]}`)",
+            f"- started: {run.started_at or run.created_at}; duration: {_fmt(run.duration_s)} s",
+            f"- torch {env.get('torch', '?')}, onnxruntime {env.get('onnxruntime', '?')}, CPU {env.get('cpu', env.get('cpu_name', '?'))}",
+        ]
+        if run.tags:
+            lines.append(f"- tags: {', '.join(run.tags)}")
+        if run.notes:
+            lines.append(f"- notes: {run.notes}")
+        if run.error:
+            lines.append(f"- error: {run.error}")
+        lines += [
+            "",
+            "| # | step | p50 ms | speedup | size | parity | max abs | cosine | accuracy |",
+            "|---|---|---:|---:|---:|---|---:|---:|---:|",
+        ]
+        for r in step_rows(d):
+            lines.append(
+                f"| {r.index + 1} | {r.pass_name} | {_fmt(r.latency_p50_ms)} | "
+                f"{'' if r.speedup is None else f'{r.speedup:.2f}x'} | {_fmt(r.size_bytes)} | {r.verdict} | "
+                f"{_fmt(r.max_abs)} | {_fmt(r.cosine)} | {_fmt(r.accuracy)} |"
+            )
+        lines.append("")
+    return "\n".join(lines)

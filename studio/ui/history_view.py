@@ -1,0 +1,381 @@
+"""History panel: every run in the store, filtered and searched; compare, delete, tag,
+annotate and export selected runs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, QTimer
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QInputDialog,
+    QLabel,
+    QLineEdit,
+    QMenu,
+    QMessageBox,
+    QPushButton,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+log = logging.getLogger(__name__)
+
+PAGE = 200
+STATUSES = [
+    "any status",
+    "succeeded",
+    "failed",
+    "crashed",
+    "cancelled",
+    "timed_out",
+    "running",
+    "queued",
+]
+PERIODS = {"any time": None, "last 24 hours": 1, "last 7 days": 7, "last 30 days": 30}
+
+
+class RunTableModel(QAbstractTableModel):
+    """Pages of RunRecords fetched from the repository as the view scrolls."""
+
+    COLUMNS = [
+        "run",
+        "created",
+        "recipe",
+        "model",
+        "status",
+        "device",
+        "duration s",
+        "tags",
+        "notes",
+    ]
+
+    def __init__(self, repo, parent=None):
+        super().__init__(parent)
+        self.repo = repo
+        self.filter: Any = None
+        self.rows: list[Any] = []
+        self.total = 0
+
+    def reload(self, run_filter: Any) -> None:
+        self.beginResetModel()
+        self.filter = run_filter
+        self.rows = []
+        self.total = 0
+        if self.repo is not None:
+            try:
+                self.total = self.repo.count_runs(run_filter)
+                self.rows = list(self.repo.list_runs(run_filter, limit=PAGE, offset=0))
+            except Exception:
+                log.exception("could not read the run history")
+        self.endResetModel()
+
+    def canFetchMore(self, parent=QModelIndex()) -> bool:  # noqa: B008, N802 - Qt API
+        return not parent.isValid() and len(self.rows) < self.total
+
+    def fetchMore(self, parent=QModelIndex()) -> None:  # noqa: B008, N802 - Qt API
+        if parent.isValid() or self.repo is None:
+            return
+        more = self.repo.list_runs(self.filter, limit=PAGE, offset=len(self.rows))
+        if not more:
+            self.total = len(self.rows)
+            return
+        self.beginInsertRows(QModelIndex(), len(self.rows), len(self.rows) + len(more) - 1)
+        self.rows.extend(more)
+        self.endInsertRows()
+
+    def rowCount(self, parent=QModelIndex()) -> int:  # noqa: B008, N802
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent=QModelIndex()) -> int:  # noqa: B008, N802
+        return len(self.COLUMNS)
+
+    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
+        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
+            return self.COLUMNS[section]
+        return None
+
+    def flags(self, index):
+        f = super().flags(index)
+        if self.COLUMNS[index.column()] == "notes":
+            f |= Qt.ItemFlag.ItemIsEditable
+        return f
+
+    def data(self, index, role=Qt.ItemDataRole.DisplayRole):
+        r = self.rows[index.row()]
+        col = self.COLUMNS[index.column()]
+        if role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.EditRole):
+            if col == "run":
+                return r.id[:8]
+            if col == "created":
+                return r.created_at.strftime("%Y-%m-%d %H:%M:%S") if r.created_at else ""
+            if col == "recipe":
+                return r.name or r.recipe_name
+            if col == "model":
+                return r.model_source
+            if col == "status":
+                return r.status
+            if col == "device":
+                return r.device
+            if col == "duration s":
+                return "" if r.duration_s is None else f"{r.duration_s:.1f}"
+            if col == "tags":
+                return ", ".join(r.tags)
+            if col == "notes":
+                return r.notes
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return r.error or r.notes or r.id
+        if role == Qt.ItemDataRole.ForegroundRole and col == "status":
+            from PySide6.QtGui import QColor
+
+            return QColor(
+                {
+                    "succeeded": "#2e9d4a",
+                    "failed": "#d03030",
+                    "crashed": "#d03030",
+                    "timed_out": "#d08020",
+                }.get(r.status, "#888888")
+            )
+        return None
+
+    def setData(self, index, value, role=Qt.ItemDataRole.EditRole) -> bool:  # noqa: N802
+        if (
+            role != Qt.ItemDataRole.EditRole
+            or self.COLUMNS[index.column()] != "notes"
+            or self.repo is None
+        ):
+            return False
+        r = self.rows[index.row()]
+        try:
+            self.rows[index.row()] = self.repo.update_run(r.id, notes=str(value))
+        except Exception as exc:
+            log.warning("could not save notes: %s", exc)
+            return False
+        self.dataChanged.emit(index, index)
+        return True
+
+    def run_ids(self, rows: list[int]) -> list[str]:
+        return [self.rows[i].id for i in rows if 0 <= i < len(self.rows)]
+
+
+class HistoryView(QWidget):
+    """All runs, newest first."""
+
+    def __init__(self, state, services, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.services = services
+        self.repo = getattr(services, "repo", None)
+        self.model = RunTableModel(self.repo, self)
+
+        self.search = QLineEdit()
+        self.search.setPlaceholderText("search names, tags, notes, models, recipes…")
+        self.search.setClearButtonEnabled(True)
+        self.status_combo = QComboBox()
+        self.status_combo.addItems(STATUSES)
+        self.model_edit = QLineEdit()
+        self.model_edit.setPlaceholderText("model")
+        self.pass_edit = QLineEdit()
+        self.pass_edit.setPlaceholderText("pass")
+        self.pass_edit.setToolTip("runs with a step of this pass (e.g. quantize_static_int8)")
+        self.period_combo = QComboBox()
+        self.period_combo.addItems(list(PERIODS))
+        self._debounce = QTimer(self)
+        self._debounce.setSingleShot(True)
+        self._debounce.setInterval(250)
+        self._debounce.timeout.connect(self.reload)
+        for w in (self.search, self.model_edit, self.pass_edit):
+            w.textChanged.connect(self._debounce.start)
+        for c in (self.status_combo, self.period_combo):
+            c.currentIndexChanged.connect(self._debounce.start)
+        filters = QHBoxLayout()
+        filters.addWidget(self.search, 3)
+        filters.addWidget(self.model_edit, 1)
+        filters.addWidget(self.pass_edit, 1)
+        filters.addWidget(self.status_combo)
+        filters.addWidget(self.period_combo)
+
+        self.table = QTableView()
+        self.table.setObjectName("historyTable")
+        self.table.setModel(self.model)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.table.setEditTriggers(
+            QAbstractItemView.EditTrigger.DoubleClicked
+            | QAbstractItemView.EditTrigger.EditKeyPressed
+        )
+        self.table.verticalHeader().setVisible(False)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.setColumnWidth(0, 80)
+        self.table.setColumnWidth(1, 140)
+        self.table.setColumnWidth(2, 150)
+        self.table.setColumnWidth(3, 160)
+        self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.table.customContextMenuRequested.connect(self._menu)
+        self.table.selectionModel().selectionChanged.connect(lambda *_: self._update_buttons())
+        self.table.doubleClicked.connect(self._open_run)
+
+        self.btn_compare = QPushButton("Compare")
+        self.btn_compare.setToolTip("select two or more runs")
+        self.btn_compare.clicked.connect(self.compare_selected)
+        self.btn_tag = QPushButton("Tag…")
+        self.btn_tag.clicked.connect(self.tag_selected)
+        self.btn_delete = QPushButton("Delete…")
+        self.btn_delete.clicked.connect(self.delete_selected)
+        self.btn_export = QPushButton("Export…")
+        export_menu = QMenu(self)
+        for label, fmt_ in (("CSV", "csv"), ("JSON", "json"), ("Markdown report", "md")):
+            export_menu.addAction(label, lambda f=fmt_: self.export_selected(f))
+        self.btn_export.setMenu(export_menu)
+        self.count_label = QLabel()
+        actions = QHBoxLayout()
+        for b in (self.btn_compare, self.btn_tag, self.btn_delete, self.btn_export):
+            actions.addWidget(b)
+        actions.addStretch(1)
+        actions.addWidget(self.count_label)
+
+        root = QVBoxLayout(self)
+        root.setContentsMargins(2, 2, 2, 2)
+        root.addLayout(filters)
+        root.addWidget(self.table, 1)
+        root.addLayout(actions)
+        if self.repo is None:
+            self.count_label.setText("no database: history is unavailable")
+        state.runsChanged.connect(self._debounce.start)
+        self.reload()
+
+    # -- data ------------------------------------------------------------------------------
+    def current_filter(self):
+        from studio.store import RunFilter
+
+        status = self.status_combo.currentText()
+        days = PERIODS[self.period_combo.currentText()]
+        kwargs: dict[str, Any] = {
+            "status": () if status == STATUSES[0] else (status,),
+            "model": self.model_edit.text().strip() or None,
+            "search": self.search.text().strip() or None,
+            "since": dt.datetime.now(dt.UTC) - dt.timedelta(days=days) if days else None,
+        }
+        pass_name = self.pass_edit.text().strip()
+        if pass_name and "pass_name" in RunFilter.__dataclass_fields__:
+            kwargs["pass_name"] = pass_name
+        elif pass_name:
+            kwargs["search"] = " ".join(filter(None, [kwargs["search"], pass_name]))
+        return RunFilter(**kwargs)
+
+    def reload(self) -> None:
+        if self.repo is None:
+            return
+        self.model.reload(self.current_filter())
+        self.count_label.setText(f"{self.model.total} runs")
+        self._update_buttons()
+
+    def selected_ids(self) -> list[str]:
+        rows = sorted({i.row() for i in self.table.selectionModel().selectedRows()})
+        return self.model.run_ids(rows)
+
+    def _update_buttons(self) -> None:
+        n = len(self.selected_ids())
+        self.btn_compare.setEnabled(n >= 2)
+        for b in (self.btn_tag, self.btn_delete, self.btn_export):
+            b.setEnabled(n >= 1)
+
+    # -- actions ---------------------------------------------------------------------------
+    def compare_selected(self) -> None:
+        ids = self.selected_ids()
+        if len(ids) < 2:
+            return
+        from studio.ui.compare_view import CompareView
+
+        dlg = CompareView(self.repo, ids, self)
+        dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dlg.show()
+        self._compare = dlg
+
+    def tag_selected(self, tag: str | None = None) -> None:
+        ids = self.selected_ids()
+        if not ids:
+            return
+        if tag is None:
+            tag, ok = QInputDialog.getText(
+                self, "Tag runs", f"Tag for {len(ids)} run(s) (prefix with - to remove):"
+            )
+            if not ok or not tag.strip():
+                return
+        tag = tag.strip()
+        for rid in ids:
+            if tag.startswith("-"):
+                self.repo.update_run(rid, remove_tags=[tag[1:]])
+            else:
+                self.repo.update_run(rid, add_tags=[tag])
+        self.reload()
+
+    def delete_selected(self, confirm: bool = True, delete_files: bool | None = None) -> None:
+        ids = self.selected_ids()
+        if not ids:
+            return
+        if confirm:
+            box = QMessageBox(
+                QMessageBox.Icon.Warning,
+                "Delete runs",
+                f"Delete {len(ids)} run(s) from the history?",
+                QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+                self,
+            )
+            files = QCheckBox("also delete their artifact files (models, ONNX files, reports)")
+            box.setCheckBox(files)
+            if box.exec() != QMessageBox.StandardButton.Yes:
+                return
+            delete_files = files.isChecked()
+        for rid in ids:
+            self.repo.delete_run(rid, delete_files=bool(delete_files))
+        self.reload()
+
+    def export_selected(self, fmt_: str, path: str | None = None) -> str | None:
+        ids = self.selected_ids()
+        if not ids:
+            return None
+        from studio import report
+
+        details = [self.repo.get_run(r) for r in ids]
+        text = {
+            "csv": report.runs_to_csv,
+            "json": report.runs_to_json,
+            "md": report.runs_to_markdown,
+        }[fmt_](details)
+        if path is None:
+            filters = {"csv": "CSV (*.csv)", "json": "JSON (*.json)", "md": "Markdown (*.md)"}
+            path, _ = QFileDialog.getSaveFileName(
+                self, "Export runs", f"runs.{fmt_}", filters[fmt_]
+            )
+        if not path:
+            return None
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        self.state.status.emit(f"exported {len(ids)} run(s) to {path}")
+        return path
+
+    def _open_run(self, index) -> None:
+        if self.model.COLUMNS[index.column()] == "notes":
+            return
+        rid = self.model.run_ids([index.row()])
+        if rid:
+            self.state.current_run_id = rid[0]
+            self.state.currentRunChanged.emit(rid[0])
+
+    def _menu(self, pos) -> None:
+        menu = QMenu(self)
+        n = len(self.selected_ids())
+        a = menu.addAction("Compare", self.compare_selected)
+        a.setEnabled(n >= 2)
+        menu.addAction("Tag…", self.tag_selected).setEnabled(n >= 1)
+        menu.addAction("Delete…", self.delete_selected).setEnabled(n >= 1)
+        menu.exec(self.table.viewport().mapToGlobal(pos))

@@ -1,0 +1,528 @@
+"""Recipe panel: pass palette, step list, generated parameter forms, gates, run.
+
+Clicking a pass in the palette (double-click or Add) records it as a step of
+``state.recipe``; other panels (the graph's context menu) add steps through
+``state`` too, and ``state.recipeChanged`` keeps this view in sync.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QKeySequence
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QMessageBox,
+    QPushButton,
+    QScrollArea,
+    QSplitter,
+    QTabWidget,
+    QToolButton,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from accel.passes import list_passes
+from accel.recipe import BenchSettings, Gates, Step
+from studio.ui.param_form import ParamForm
+
+log = logging.getLogger(__name__)
+
+CATEGORY_TITLES = {
+    "precision": "Precision",
+    "layout": "Layout",
+    "compile": "Compile",
+    "quantize": "Quantize",
+    "prune": "Prune",
+    "export": "Export",
+    "runtime": "Runtime",
+}
+
+
+def kinds_along(recipe_steps: list[Step], start_kind: str) -> list[str]:
+    """The model kind each step receives (torch / onnx), following export passes."""
+    from accel.passes import get_pass
+
+    kinds = []
+    kind = start_kind
+    for step in recipe_steps:
+        kinds.append(kind)
+        if not step.enabled:
+            continue
+        try:
+            out = get_pass(step.pass_name).output_kind
+        except Exception:  # unknown pass: the step list shows the error
+            out = None
+        kind = out or kind
+    kinds.append(kind)
+    return kinds
+
+
+class RecipeView(QWidget):
+    """Build a recipe by clicking passes; edit, reorder, save, export, run."""
+
+    runRequested = Signal()
+
+    def __init__(self, state, services, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.services = services
+        self._passes = {p.name: p for p in list_passes()}
+        self._syncing = False
+        self._form: ParamForm | None = None
+
+        # -- palette ---------------------------------------------------------------------
+        self.palette = QTreeWidget()
+        self.palette.setHeaderHidden(True)
+        self.palette.setObjectName("passPalette")
+        self.palette.itemDoubleClicked.connect(lambda item, _c: self._add_from_palette(item))
+        self._palette_items: dict[str, QTreeWidgetItem] = {}
+        groups: dict[str, QTreeWidgetItem] = {}
+        for p in self._passes.values():
+            cat = p.category
+            if cat not in groups:
+                g = QTreeWidgetItem([CATEGORY_TITLES.get(cat, cat.title())])
+                g.setFlags(Qt.ItemFlag.ItemIsEnabled)
+                f = g.font(0)
+                f.setBold(True)
+                g.setFont(0, f)
+                self.palette.addTopLevelItem(g)
+                groups[cat] = g
+            item = QTreeWidgetItem([p.name])
+            item.setData(0, Qt.ItemDataRole.UserRole, p.name)
+            item.setToolTip(0, p.summary)
+            groups[cat].addChild(item)
+            self._palette_items[p.name] = item
+        self.palette.expandAll()
+        add_btn = QPushButton("Add step")
+        add_btn.clicked.connect(lambda: self._add_from_palette(self.palette.currentItem()))
+        self.palette_hint = QLabel()
+        self.palette_hint.setWordWrap(True)
+        self.palette_hint.setStyleSheet("color: palette(mid);")
+        self.palette.currentItemChanged.connect(self._palette_selected)
+        pal_box = QWidget()
+        pv = QVBoxLayout(pal_box)
+        pv.setContentsMargins(0, 0, 0, 0)
+        pv.addWidget(QLabel("<b>Passes</b>"))
+        pv.addWidget(self.palette, 1)
+        pv.addWidget(self.palette_hint)
+        pv.addWidget(add_btn)
+
+        # -- steps -----------------------------------------------------------------------
+        self.steps = QListWidget()
+        self.steps.setObjectName("stepList")
+        self.steps.setDragDropMode(QAbstractItemView.DragDropMode.InternalMove)
+        self.steps.model().rowsMoved.connect(self._rows_moved)
+        self.steps.itemChanged.connect(self._item_changed)
+        self.steps.currentRowChanged.connect(self._show_step)
+        btns = QHBoxLayout()
+        self.btn_up = self._tool("▲", "Move the step up", lambda: self._move(-1))
+        self.btn_down = self._tool("▼", "Move the step down", lambda: self._move(1))
+        self.btn_dup = self._tool("Copy", "Duplicate the step", self._duplicate)
+        self.btn_remove = self._tool("✕", "Remove the step (Del)", self._remove)
+        self.btn_remove.setShortcut(QKeySequence.StandardKey.Delete)
+        for b in (self.btn_up, self.btn_down, self.btn_dup, self.btn_remove):
+            btns.addWidget(b)
+        btns.addStretch(1)
+        steps_box = QWidget()
+        sv = QVBoxLayout(steps_box)
+        sv.setContentsMargins(0, 0, 0, 0)
+        sv.addWidget(QLabel("<b>Steps</b> (checked = enabled, drag to reorder)"))
+        sv.addWidget(self.steps, 1)
+        sv.addLayout(btns)
+
+        # -- forms -----------------------------------------------------------------------
+        self.tabs = QTabWidget()
+        self.step_area = QScrollArea()
+        self.step_area.setWidgetResizable(True)
+        self.step_title = QLabel()
+        self.step_title.setWordWrap(True)
+        step_tab = QWidget()
+        st = QVBoxLayout(step_tab)
+        st.addWidget(self.step_title)
+        st.addWidget(self.step_area, 1)
+        self.tabs.addTab(step_tab, "Step")
+        self.gates_form = ParamForm(Gates, self.state.recipe.gates.model_dump())
+        self.gates_form.changed.connect(self._gates_changed)
+        self.tabs.addTab(_scroll(self.gates_form), "Parity gates")
+        self.bench_form = ParamForm(BenchSettings, self.state.recipe.benchmark.model_dump())
+        self.bench_form.changed.connect(self._bench_changed)
+        self.tabs.addTab(_scroll(self.bench_form), "Benchmark")
+        settings_tab = QWidget()
+        fl = QFormLayout(settings_tab)
+        self.name_edit = QLineEdit()
+        self.name_edit.editingFinished.connect(self._settings_changed)
+        self.device_combo = QComboBox()
+        self.device_combo.addItem("cpu")
+        for lane in getattr(getattr(services, "pool", None), "lanes", []) or []:
+            if lane.name.startswith("cuda"):
+                self.device_combo.addItem(lane.name)
+        self.device_combo.currentIndexChanged.connect(self._settings_changed)
+        self.gate_combo = QComboBox()
+        self.gate_combo.addItems(["warn", "stop"])
+        self.gate_combo.setToolTip(
+            "when a step fails its parity gate: warn and go on, or stop the run"
+        )
+        self.gate_combo.currentIndexChanged.connect(self._settings_changed)
+        fl.addRow("name", self.name_edit)
+        fl.addRow("device", self.device_combo)
+        fl.addRow("on gate failure", self.gate_combo)
+        self.tabs.addTab(settings_tab, "Recipe")
+
+        # -- toolbar ---------------------------------------------------------------------
+        bar = QHBoxLayout()
+        self.btn_open = QPushButton("Open…")
+        self.btn_open.clicked.connect(self.open_recipe)
+        self.btn_save = QPushButton("Save…")
+        self.btn_save.clicked.connect(self.save_recipe)
+        self.btn_script = QPushButton("Export as Python script…")
+        self.btn_script.clicked.connect(self.export_script)
+        self.btn_run = QPushButton("Run")
+        self.btn_run.setObjectName("runButton")
+        self.btn_run.setToolTip("Run the recipe in a worker (Ctrl+R)")
+        self.btn_run.clicked.connect(self.run)
+        self.problem = QLabel()
+        self.problem.setStyleSheet("color: #d03030;")
+        self.problem.setWordWrap(True)
+        for b in (self.btn_open, self.btn_save, self.btn_script):
+            bar.addWidget(b)
+        bar.addStretch(1)
+        bar.addWidget(self.btn_run)
+
+        split = QSplitter()
+        split.addWidget(pal_box)
+        split.addWidget(steps_box)
+        split.addWidget(self.tabs)
+        split.setStretchFactor(0, 2)
+        split.setStretchFactor(1, 2)
+        split.setStretchFactor(2, 3)
+        root = QVBoxLayout(self)
+        root.addLayout(bar)
+        root.addWidget(self.problem)
+        root.addWidget(split, 1)
+
+        state.recipeChanged.connect(self.refresh)
+        state.modelChanged.connect(self.refresh)
+        self.refresh()
+
+    @staticmethod
+    def _tool(text: str, tip: str, slot) -> QToolButton:
+        b = QToolButton()
+        b.setText(text)
+        b.setToolTip(tip)
+        b.clicked.connect(slot)
+        return b
+
+    # -- state -> view ---------------------------------------------------------------------
+    def refresh(self) -> None:
+        self._syncing = True
+        try:
+            recipe = self.state.recipe
+            row = self.steps.currentRow()
+            self.steps.clear()
+            start_kind = (self.state.model_info or {}).get("kind", "torch")
+            kinds = kinds_along(recipe.steps, start_kind)
+            problems = []
+            for i, step in enumerate(recipe.steps):
+                item = QListWidgetItem(
+                    f"{i + 1}. {step.label}" + (f"  {_short(step.params)}" if step.params else "")
+                )
+                item.setFlags(
+                    item.flags() | Qt.ItemFlag.ItemIsUserCheckable | Qt.ItemFlag.ItemIsDragEnabled
+                )
+                item.setCheckState(
+                    Qt.CheckState.Checked if step.enabled else Qt.CheckState.Unchecked
+                )
+                why = self._step_problem(step, kinds[i])
+                if why:
+                    item.setForeground(Qt.GlobalColor.red)
+                    item.setToolTip(why)
+                    if step.enabled:
+                        problems.append(f"step {i + 1}: {why}")
+                else:
+                    p = self._passes.get(step.pass_name)
+                    item.setToolTip(p.summary if p else "")
+                self.steps.addItem(item)
+            if self.steps.count():
+                self.steps.setCurrentRow(min(max(row, 0), self.steps.count() - 1))
+            else:
+                self._show_step(-1)
+            self.problem.setText("\n".join(problems))
+            self.problem.setVisible(bool(problems))
+            self.btn_run.setEnabled(bool(recipe.enabled_steps()) and not problems)
+            self.btn_run.setToolTip(
+                "Run the recipe in a worker (Ctrl+R)"
+                if recipe.enabled_steps()
+                else "add at least one step to run"
+            )
+            self.name_edit.setText(recipe.name)
+            self.device_combo.setCurrentText(recipe.device)
+            self.gate_combo.setCurrentText(recipe.on_gate_fail)
+            self.gates_form.set_values(recipe.gates.model_dump())
+            self.bench_form.set_values(recipe.benchmark.model_dump())
+            self._update_palette(kinds[-1])
+        finally:
+            self._syncing = False
+
+    def _has_gpu(self) -> bool:
+        lanes = getattr(getattr(self.services, "pool", None), "lanes", []) or []
+        return any(lane.name.startswith("cuda") for lane in lanes)
+
+    def _step_problem(self, step: Step, kind: str) -> str:
+        p = self._passes.get(step.pass_name)
+        if p is None:
+            return f"unknown pass {step.pass_name!r}"
+        if kind not in p.requires.model_kinds:
+            need = "/".join(p.requires.model_kinds)
+            fix = (
+                "add export_onnx before it"
+                if "onnx" in p.requires.model_kinds
+                else "move it before the export step"
+            )
+            return f"{p.name} needs a {need} model here, the model is {kind}: {fix}"
+        if p.requires.cuda and not self._has_gpu():
+            return f"{p.name} needs a CUDA GPU; none on this machine"
+        try:
+            p.parse_config(step.params)
+        except Exception as exc:  # pydantic error text is the message
+            return f"invalid parameters: {exc}".splitlines()[0]
+        return ""
+
+    def _update_palette(self, kind: str) -> None:
+        for name, item in self._palette_items.items():
+            p = self._passes[name]
+            reason = ""
+            before_export = (
+                kind not in p.requires.model_kinds and self._insert_index(name) is not None
+            )
+            if kind not in p.requires.model_kinds and not before_export:
+                reason = (
+                    f"needs a {'/'.join(p.requires.model_kinds)} model; the recipe's model is {kind} at the end"
+                    + (" — add export_onnx first" if "onnx" in p.requires.model_kinds else "")
+                )
+            elif p.requires.cuda and not self._has_gpu():
+                reason = "needs a CUDA GPU; none on this machine"
+            item.setDisabled(bool(reason))
+            note = f"\n\nUnavailable: {reason}" if reason else ""
+            if before_export and not reason:
+                note = "\n\nAdded before the export step (it needs a torch model)."
+            item.setToolTip(0, p.summary + note)
+            item.setData(0, Qt.ItemDataRole.UserRole + 1, reason)
+
+    def _palette_selected(self, item: QTreeWidgetItem | None, _prev: Any = None) -> None:
+        if item is None or item.data(0, Qt.ItemDataRole.UserRole) is None:
+            self.palette_hint.setText("")
+            return
+        p = self._passes[item.data(0, Qt.ItemDataRole.UserRole)]
+        reason = item.data(0, Qt.ItemDataRole.UserRole + 1)
+        self.palette_hint.setText(p.summary + (f"\n⚠ {reason}" if reason else ""))
+
+    def _show_step(self, row: int) -> None:
+        old = self.step_area.takeWidget()
+        if old is not None:
+            old.deleteLater()
+        self._form = None
+        steps = self.state.recipe.steps
+        if not (0 <= row < len(steps)):
+            self.step_title.setText("Add a step from the pass palette (double-click a pass).")
+            self.step_area.setWidget(QWidget())
+            return
+        step = steps[row]
+        p = self._passes.get(step.pass_name)
+        if p is None:
+            self.step_title.setText(f"Unknown pass {step.pass_name!r}")
+            self.step_area.setWidget(QWidget())
+            return
+        self.step_title.setText(f"<b>{row + 1}. {p.name}</b> — {p.summary}")
+        form = ParamForm(p.Config, step.params)
+        form.changed.connect(lambda params, r=row: self._params_changed(r, params))
+        self._form = form
+        self.step_area.setWidget(form)
+
+    # -- view -> state ---------------------------------------------------------------------
+    def _add_from_palette(self, item: QTreeWidgetItem | None) -> None:
+        if item is None:
+            return
+        name = item.data(0, Qt.ItemDataRole.UserRole)
+        if not name or item.isDisabled():
+            return
+        index = self.state.add_step(name, index=self._insert_index(name))
+        self.steps.setCurrentRow(index)
+
+    def _insert_index(self, name: str) -> int | None:
+        """Append, or, for a torch pass after the model became ONNX, insert before the export."""
+        steps = self.state.recipe.steps
+        kinds = kinds_along(steps, (self.state.model_info or {}).get("kind", "torch"))
+        p = self._passes[name]
+        if kinds[-1] in p.requires.model_kinds:
+            return None
+        for i, kind in enumerate(kinds[:-1]):
+            if kind in p.requires.model_kinds and kinds[i + 1] not in p.requires.model_kinds:
+                # the step at i changes the kind (an export): insert the new step before it
+                return i
+        return None
+
+    def _params_changed(self, row: int, params: dict[str, Any]) -> None:
+        steps = list(self.state.recipe.steps)
+        if not (0 <= row < len(steps)) or steps[row].params == params:
+            return
+        steps[row] = steps[row].model_copy(update={"params": params})
+        self._syncing = True
+        try:
+            self.state.update_steps(steps)
+        finally:
+            self._syncing = False
+        item = self.steps.item(row)
+        if item is not None:
+            item.setText(
+                f"{row + 1}. {steps[row].label}" + (f"  {_short(params)}" if params else "")
+            )
+
+    def _item_changed(self, item: QListWidgetItem) -> None:
+        if self._syncing:
+            return
+        row = self.steps.row(item)
+        steps = list(self.state.recipe.steps)
+        enabled = item.checkState() == Qt.CheckState.Checked
+        if 0 <= row < len(steps) and steps[row].enabled != enabled:
+            steps[row] = steps[row].model_copy(update={"enabled": enabled})
+            self.state.update_steps(steps)
+
+    def _rows_moved(self, _parent, start: int, _end: int, _dest, row: int) -> None:
+        if self._syncing:
+            return
+        steps = list(self.state.recipe.steps)
+        step = steps.pop(start)
+        steps.insert(row - 1 if row > start else row, step)
+        self.state.update_steps(steps)
+
+    def _move(self, delta: int) -> None:
+        row = self.steps.currentRow()
+        steps = list(self.state.recipe.steps)
+        new = row + delta
+        if not (0 <= row < len(steps) and 0 <= new < len(steps)):
+            return
+        steps[row], steps[new] = steps[new], steps[row]
+        self.state.update_steps(steps)
+        self.steps.setCurrentRow(new)
+
+    def _duplicate(self) -> None:
+        row = self.steps.currentRow()
+        steps = list(self.state.recipe.steps)
+        if 0 <= row < len(steps):
+            steps.insert(row + 1, steps[row].model_copy())
+            self.state.update_steps(steps)
+            self.steps.setCurrentRow(row + 1)
+
+    def _remove(self) -> None:
+        row = self.steps.currentRow()
+        steps = list(self.state.recipe.steps)
+        if 0 <= row < len(steps):
+            steps.pop(row)
+            self.state.update_steps(steps)
+
+    def _gates_changed(self, params: dict[str, Any]) -> None:
+        if self._syncing:
+            return
+        gates = Gates.model_validate({**self.state.recipe.gates.model_dump(), **params})
+        if gates != self.state.recipe.gates:
+            self.state.set_recipe(
+                self.state.recipe.model_copy(update={"gates": gates}), self.state.recipe_path
+            )
+
+    def _bench_changed(self, params: dict[str, Any]) -> None:
+        if self._syncing:
+            return
+        bench = BenchSettings.model_validate({**self.state.recipe.benchmark.model_dump(), **params})
+        if bench != self.state.recipe.benchmark:
+            self.state.set_recipe(
+                self.state.recipe.model_copy(update={"benchmark": bench}), self.state.recipe_path
+            )
+
+    def _settings_changed(self, *_: Any) -> None:
+        if self._syncing:
+            return
+        r = self.state.recipe
+        update = {
+            "name": self.name_edit.text().strip() or "untitled",
+            "device": self.device_combo.currentText(),
+            "on_gate_fail": self.gate_combo.currentText(),
+        }
+        if any(getattr(r, k) != v for k, v in update.items()):
+            self.state.set_recipe(r.model_copy(update=update), self.state.recipe_path)
+
+    # -- files, script, run ----------------------------------------------------------------
+    def open_recipe(self, path: str | None = None) -> bool:
+        from accel.recipe import load_recipe
+
+        if not path:
+            path, _ = QFileDialog.getOpenFileName(
+                self, "Open recipe", "", "Recipes (*.yaml *.yml *.json)"
+            )
+        if not path:
+            return False
+        try:
+            recipe = load_recipe(path)
+        except Exception as exc:
+            QMessageBox.warning(self, "Cannot open recipe", f"{path}:\n\n{exc}")
+            return False
+        self.state.set_recipe(recipe, str(path))
+        if recipe.model.source != self.state.model_source and hasattr(self.services, "open_model"):
+            self.services.open_model(recipe.model.source, recipe.model.input_spec)
+        return True
+
+    def save_recipe(self, path: str | None = None) -> bool:
+        from accel.recipe import save_recipe
+
+        if not path:
+            path, _ = QFileDialog.getSaveFileName(
+                self,
+                "Save recipe",
+                self.state.recipe_path or f"{self.state.recipe.name}.yaml",
+                "Recipes (*.yaml *.yml *.json)",
+            )
+        if not path:
+            return False
+        try:
+            save_recipe(self.state.recipe, path)
+        except OSError as exc:
+            QMessageBox.warning(self, "Cannot save recipe", f"{path}:\n\n{exc}")
+            return False
+        self.state.recipe_path = str(path)
+        self.state.status.emit(f"recipe saved to {path}")
+        return True
+
+    def export_script(self) -> None:
+        from studio.ui.script_dialog import ScriptDialog
+
+        ScriptDialog(self.state, self.services, self).open()
+
+    def run(self) -> None:
+        if not self.btn_run.isEnabled():
+            return
+        self.runRequested.emit()
+        self.services.run_recipe(self.state.recipe)
+
+
+def _scroll(w: QWidget) -> QScrollArea:
+    s = QScrollArea()
+    s.setWidgetResizable(True)
+    s.setWidget(w)
+    return s
+
+
+def _short(params: dict[str, Any]) -> str:
+    text = ", ".join(f"{k}={v}" for k, v in params.items())
+    return f"({text[:60]}{'…' if len(text) > 60 else ''})"

@@ -1,0 +1,407 @@
+"""Runs panel: the job queue with per-job and per-step progress, live log, cancel,
+re-run, open the run folder, and each run's per-step table."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from PySide6.QtCore import Qt, QUrl
+from PySide6.QtGui import QDesktopServices
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+VERDICT = {"succeeded": "pass", "gate_failed": "FAIL", "failed": "error", "skipped": "skipped"}
+STATUS_COLOR = {
+    "succeeded": "#2e9d4a",
+    "failed": "#d03030",
+    "crashed": "#d03030",
+    "timed_out": "#d08020",
+    "cancelled": "#888888",
+    "running": "#2f6fd0",
+    "queued": "#888888",
+}
+
+
+@dataclass
+class RunEntry:
+    job_id: str
+    run_id: str = ""
+    name: str = ""
+    model: str = ""
+    status: str = "queued"
+    total: int = 0
+    done: int = 0
+    step_fraction: float = 0.0
+    step_label: str = ""
+    run_dir: str = ""
+    baseline: dict[str, Any] = field(default_factory=dict)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    log: list[str] = field(default_factory=list)
+    recipe: dict[str, Any] | None = None
+    started: float = field(default_factory=time.time)
+    item: QTreeWidgetItem | None = None
+    job_bar: QProgressBar | None = None
+    step_bar: QProgressBar | None = None
+
+
+def fmt(v: Any, digits: int = 3) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}g}" if abs(v) < 1e-3 or abs(v) >= 1e4 else f"{v:.{digits}f}"
+    return str(v)
+
+
+class RunsView(QWidget):
+    """Live view of recipe runs (jobs of kind ``run_recipe`` in the pool)."""
+
+    COLUMNS = ["run", "recipe", "model", "status", "progress", "current step"]
+
+    def __init__(self, state, services, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.services = services
+        self.entries: dict[str, RunEntry] = {}
+
+        self.queue = QTreeWidget()
+        self.queue.setObjectName("runQueue")
+        self.queue.setRootIsDecorated(False)
+        self.queue.setHeaderLabels(self.COLUMNS)
+        self.queue.header().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        self.queue.setColumnWidth(0, 80)
+        self.queue.setColumnWidth(1, 140)
+        self.queue.setColumnWidth(2, 140)
+        self.queue.setColumnWidth(3, 90)
+        self.queue.setColumnWidth(4, 150)
+        self.queue.currentItemChanged.connect(lambda *_: self._show_selected())
+
+        self.btn_cancel = QPushButton("Cancel")
+        self.btn_rerun = QPushButton("Re-run")
+        self.btn_folder = QPushButton("Open run folder")
+        self.btn_cancel.clicked.connect(self.cancel_selected)
+        self.btn_rerun.clicked.connect(self.rerun_selected)
+        self.btn_folder.clicked.connect(self.open_folder)
+        buttons = QHBoxLayout()
+        for b in (self.btn_cancel, self.btn_rerun, self.btn_folder):
+            buttons.addWidget(b)
+        buttons.addStretch(1)
+        self.empty = QLabel(
+            "No runs yet. Build a recipe in the Recipe panel and press Run (Ctrl+R)."
+        )
+        self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
+
+        self.table = QTableWidget(0, 8)
+        self.table.setObjectName("stepTable")
+        self.table.setHorizontalHeaderLabels(
+            ["#", "step", "p50 ms", "speedup", "size", "parity", "worst metric", "accuracy"]
+        )
+        self.table.verticalHeader().setVisible(False)
+        self.table.horizontalHeader().setSectionResizeMode(6, QHeaderView.ResizeMode.Stretch)
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.log = QPlainTextEdit()
+        self.log.setObjectName("runLog")
+        self.log.setReadOnly(True)
+        self.log.setMaximumBlockCount(5000)
+
+        left = QWidget()
+        lv = QVBoxLayout(left)
+        lv.setContentsMargins(0, 0, 0, 0)
+        lv.addWidget(self.empty)
+        lv.addWidget(self.queue, 1)
+        lv.addLayout(buttons)
+        right = QSplitter(Qt.Orientation.Vertical)
+        right.addWidget(self.table)
+        right.addWidget(self.log)
+        split = QSplitter()
+        split.addWidget(left)
+        split.addWidget(right)
+        split.setStretchFactor(0, 2)
+        split.setStretchFactor(1, 3)
+        root = QVBoxLayout(self)
+        root.setContentsMargins(2, 2, 2, 2)
+        root.addWidget(split)
+
+        bridge = services.bridge
+        bridge.jobQueued.connect(self._queued)
+        bridge.jobStarted.connect(self._started)
+        bridge.jobEvent.connect(self._event)
+        bridge.jobLog.connect(self._log)
+        bridge.jobFinished.connect(self._finished)
+        services.runQueued.connect(self._run_queued)
+        self._update_buttons()
+
+    # -- pool -> view -----------------------------------------------------------------------
+    def _entry(self, job_id: str, create: bool = False) -> RunEntry | None:
+        e = self.entries.get(job_id)
+        if e is None and create:
+            e = RunEntry(job_id)
+            self.entries[job_id] = e
+            item = QTreeWidgetItem(["", "", "", "queued", "", ""])
+            self.queue.insertTopLevelItem(0, item)
+            e.item = item
+            e.job_bar = QProgressBar()
+            e.job_bar.setRange(0, 1000)
+            e.job_bar.setTextVisible(True)
+            e.job_bar.setFormat("%p%")
+            self.queue.setItemWidget(item, 4, e.job_bar)
+            e.step_bar = QProgressBar()
+            e.step_bar.setRange(0, 1000)
+            e.step_bar.setTextVisible(False)
+            e.step_bar.setMaximumHeight(6)
+            self.empty.hide()
+            if self.queue.currentItem() is None:
+                self.queue.setCurrentItem(item)
+        return e
+
+    def _run_queued(self, job_id: str, run_id: str) -> None:
+        e = self._entry(job_id, create=True)
+        e.run_id = run_id
+        recipe = self.state.recipe
+        e.recipe = recipe.to_dict()
+        e.name = recipe.name
+        e.model = recipe.model.source
+        self._render(e)
+
+    def _queued(self, job_id: str, kind: str) -> None:
+        if kind == "run_recipe":
+            self._render(self._entry(job_id, create=True))
+
+    def _started(self, job_id: str, kind: str) -> None:
+        if kind != "run_recipe":
+            return
+        e = self._entry(job_id, create=True)
+        e.status = "running"
+        e.started = time.time()
+        self._render(e)
+
+    def _event(self, job_id: str, ev: dict) -> None:
+        e = self.entries.get(job_id)
+        if e is None:
+            return
+        kind = ev.get("event")
+        if kind == "run_started":
+            e.total = int(ev.get("num_steps") or 0)
+            e.run_dir = ev.get("run_dir", "")
+            e.baseline = ev.get("baseline") or {}
+            e.model = ev.get("model_source", e.model)
+            e.recipe = ev.get("recipe") or e.recipe
+            e.name = (e.recipe or {}).get("name", e.name)
+            self._append(
+                e,
+                f"started on {ev.get('device')}: baseline p50 {fmt(e.baseline.get('latency_p50_ms'))} ms",
+            )
+        elif kind == "step_started":
+            e.step_label = ev.get("pass_name", "")
+            e.step_fraction = 0.0
+            self._append(e, f"step {ev['index'] + 1}: {e.step_label} {ev.get('params') or ''}")
+        elif kind == "progress":
+            e.step_fraction = float(ev.get("fraction") or 0.0)
+            if ev.get("index", -1) < 0:
+                e.step_label = ev.get("message", "preparing")
+        elif kind == "step_finished":
+            e.steps.append(ev)
+            e.done += 1
+            e.step_fraction = 0.0
+            verdict = VERDICT.get(ev.get("status"), ev.get("status"))
+            m = ev.get("metrics") or {}
+            self._append(
+                e,
+                f"step {ev['index'] + 1} {ev['pass_name']}: {verdict}, p50 {fmt(m.get('latency_p50_ms'))} ms, "
+                f"speedup {fmt(m.get('speedup'), 2)}x"
+                + (f" — {ev['error']}" if ev.get("error") else ""),
+            )
+        elif kind == "log":
+            self._append(e, f"{ev.get('level')}: {ev.get('message')}")
+        elif kind == "run_failed":
+            self._append(e, f"run failed: {ev.get('error')}")
+        self._render(e)
+
+    def _log(self, job_id: str, rec: dict) -> None:
+        e = self.entries.get(job_id)
+        if e is not None:
+            self._append(
+                e, f"{rec.get('level', '')} {rec.get('logger', '')}: {rec.get('message', '')}"
+            )
+
+    def _finished(self, job_id: str, outcome: Any) -> None:
+        e = self.entries.get(job_id)
+        if e is None:
+            return
+        e.status = outcome.status if outcome is not None else "cancelled"
+        if outcome is not None:
+            e.run_id = e.run_id or (outcome.run_id or "")
+            if outcome.status in ("crashed", "timed_out"):
+                why = outcome.error or outcome.status
+                if outcome.exit_code is not None:
+                    why += f" (exit code {outcome.exit_code})"
+                if outcome.signal:
+                    why += f" (signal {outcome.signal})"
+                self._append(e, f"worker {outcome.status}: {why}")
+                for line in (outcome.log_tail or "").splitlines()[-10:]:
+                    self._append(e, f"  | {line}")
+            elif outcome.error and outcome.status != "succeeded":
+                self._append(e, f"{outcome.status}: {outcome.error}")
+        self._append(e, f"run {e.status} after {time.time() - e.started:.1f} s")
+        self._render(e)
+
+    # -- rendering -------------------------------------------------------------------------
+    def _append(self, e: RunEntry, line: str) -> None:
+        stamp = time.strftime("%H:%M:%S")
+        e.log.append(f"{stamp}  {line}")
+        if self._selected() is e:
+            self.log.appendPlainText(e.log[-1])
+
+    def _render(self, e: RunEntry) -> None:
+        item = e.item
+        if item is None:
+            return
+        item.setText(0, (e.run_id or e.job_id)[:8])
+        item.setText(1, e.name)
+        item.setText(2, e.model)
+        item.setText(3, e.status)
+        item.setForeground(3, _color(STATUS_COLOR.get(e.status, "#888888")))
+        total = max(e.total, 1)
+        frac = 1.0 if e.status == "succeeded" else min(1.0, (e.done + e.step_fraction) / total)
+        if e.job_bar is not None:
+            e.job_bar.setValue(int(frac * 1000))
+            e.job_bar.setFormat(f"{e.done}/{e.total or '?'} steps")
+        item.setText(
+            5, f"{e.step_label} {e.step_fraction * 100:.0f}%" if e.status == "running" else ""
+        )
+        if self._selected() is e:
+            self._fill_table(e)
+        self._update_buttons()
+
+    def _selected(self) -> RunEntry | None:
+        item = self.queue.currentItem()
+        if item is None:
+            return None
+        return next((e for e in self.entries.values() if e.item is item), None)
+
+    def _show_selected(self) -> None:
+        e = self._selected()
+        self.log.setPlainText("\n".join(e.log) if e else "")
+        self._fill_table(e)
+        self._update_buttons()
+
+    def _fill_table(self, e: RunEntry | None) -> None:
+        rows: list[list[str]] = []
+        if e is not None:
+            b = e.baseline
+            if b:
+                rows.append(
+                    [
+                        "0",
+                        "original",
+                        fmt(b.get("latency_p50_ms")),
+                        "1.00x",
+                        _bytes(b.get("size_bytes")),
+                        "reference",
+                        "",
+                        fmt(b.get("accuracy")),
+                    ]
+                )
+            for ev in e.steps:
+                m = ev.get("metrics") or {}
+                parity = ev.get("parity") or {}
+                rows.append(
+                    [
+                        str(ev["index"] + 1),
+                        ev["pass_name"],
+                        fmt(m.get("latency_p50_ms")),
+                        f"{m['speedup']:.2f}x" if m.get("speedup") else "-",
+                        _bytes(m.get("size_bytes")),
+                        VERDICT.get(ev.get("status"), ev.get("status")),
+                        worst_metric(parity) or (ev.get("error") or ""),
+                        fmt(m.get("accuracy")),
+                    ]
+                )
+        self.table.setRowCount(len(rows))
+        for r, row in enumerate(rows):
+            for c, text in enumerate(row):
+                it = QTableWidgetItem(text)
+                if c == 5:
+                    it.setForeground(
+                        _color(
+                            {"pass": "#2e9d4a", "FAIL": "#d03030", "error": "#d03030"}.get(
+                                text, "#888888"
+                            )
+                        )
+                    )
+                if c in (2, 3, 4, 7):
+                    it.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                self.table.setItem(r, c, it)
+        self.table.resizeColumnsToContents()
+
+    def _update_buttons(self) -> None:
+        e = self._selected()
+        self.btn_cancel.setEnabled(e is not None and e.status in ("queued", "running"))
+        self.btn_rerun.setEnabled(
+            e is not None and e.recipe is not None and e.status not in ("queued", "running")
+        )
+        self.btn_folder.setEnabled(bool(e and e.run_dir))
+
+    # -- actions ---------------------------------------------------------------------------
+    def cancel_selected(self) -> None:
+        e = self._selected()
+        if e is not None:
+            self.services.cancel(e.job_id)
+            self._append(e, "cancel requested")
+
+    def rerun_selected(self) -> None:
+        e = self._selected()
+        if e is None or e.recipe is None:
+            return
+        kwargs = {"parent_run_id": e.run_id} if e.run_id else {}
+        self.services.run_recipe(e.recipe, **kwargs)
+
+    def open_folder(self) -> None:
+        e = self._selected()
+        if e and e.run_dir:
+            QDesktopServices.openUrl(QUrl.fromLocalFile(e.run_dir))
+
+
+def worst_metric(parity: dict[str, Any]) -> str:
+    outs = parity.get("outputs") or []
+    if not outs:
+        return ""
+    max_abs = max((o.get("max_abs") or 0.0) for o in outs)
+    cos = [o.get("cosine") for o in outs if o.get("cosine") is not None]
+    text = f"max_abs {max_abs:.2e}"
+    if cos:
+        text += f", cosine {min(cos):.5f}"
+    if parity.get("first_failure"):
+        text += f" — {parity['first_failure']}"
+    return text
+
+
+def _bytes(n: Any) -> str:
+    if n is None:
+        return "-"
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return "-"
+
+
+def _color(hex_: str):
+    from PySide6.QtGui import QBrush, QColor
+
+    return QBrush(QColor(hex_))
