@@ -184,6 +184,7 @@ class RunFilter:
     tags: tuple[str, ...] = ()  # all of these tags
     search: str | None = None  # words found in name, tags, notes, model, recipe (all words)
     kind: str | None = None
+    pass_name: str | None = None  # runs with a step of this pass
     parent_run_id: str | None = None
     since: dt.datetime | None = None
     until: dt.datetime | None = None

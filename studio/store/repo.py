@@ -626,6 +626,10 @@ class Repository:
                     RecipeRow.hash.startswith(f.recipe, autoescape=True),
                 )
             )
+        if f.pass_name:
+            conds.append(
+                exists().where(and_(StepRow.run_id == RunRow.id, StepRow.pass_name == f.pass_name))
+            )
         if f.parent_run_id:
             conds.append(RunRow.parent_run_id == f.parent_run_id)
         if f.since is not None:
