@@ -324,6 +324,7 @@ def layered_layout(
     for li in range(nlayers):
         m = members[li]
         members[li] = m[np.argsort(rank[m], kind="stable")]
+    pos = rank.astype(np.int64)  # position of every node within its layer
 
     # -- x coordinates: neighbour means projected onto non-overlapping, order-keeping rows.
     x = np.zeros(total)
@@ -337,12 +338,40 @@ def layered_layout(
         seps.append(s.tolist())
         x[m] = c - c[-1] / 2.0
 
+    # Deep, narrow graphs have thousands of one-node layers: those take a pure-Python path
+    # (numpy's per-call overhead would dominate).
+    single = [len(m) == 1 for m in members]
+    wl = weight.tolist()
+    near_dn: dict[int, list[tuple[int, float]]] = {}
+    near_up: dict[int, list[tuple[int, float]]] = {}
+    for u, v in zip(seg_u.tolist(), seg_v.tolist()):
+        w_uv = wl[u] * wl[v]
+        if single[layer_of[v]]:
+            near_dn.setdefault(v, []).append((u, w_uv))
+        if single[layer_of[u]]:
+            near_up.setdefault(u, []).append((v, w_uv))
+
+    def place_single(li: int, dn: bool, up: bool) -> None:
+        v = int(members[li][0])
+        sx = cx = 0.0
+        if dn:
+            for f, w_f in near_dn.get(v, ()):
+                sx += x[f] * w_f
+                cx += w_f
+        if up:
+            for f, w_f in near_up.get(v, ()):
+                sx += x[f] * w_f
+                cx += w_f
+        if cx > 0:
+            x[v] = sx / cx
+
     def place_layer(li: int, segs_dn: np.ndarray | None, segs_up: np.ndarray | None) -> None:
+        if single[li]:
+            place_single(li, segs_dn is not None, segs_up is not None)
+            return
         m = members[li]
         sum_x = np.zeros(len(m))
         cnt_x = np.zeros(len(m))
-        idx = np.empty(total, dtype=np.int64)
-        idx[m] = np.arange(len(m))
         for segs, near_arr, far_arr in (
             (segs_dn, seg_v, seg_u),
             (segs_up, seg_u, seg_v),
@@ -351,8 +380,8 @@ def layered_layout(
                 continue
             near, far = near_arr[segs], far_arr[segs]
             wf = weight[far] * weight[near]
-            sum_x += np.bincount(idx[near], weights=x[far] * wf, minlength=len(m))
-            cnt_x += np.bincount(idx[near], weights=wf, minlength=len(m))
+            sum_x += np.bincount(pos[near], weights=x[far] * wf, minlength=len(m))
+            cnt_x += np.bincount(pos[near], weights=wf, minlength=len(m))
         desired = np.where(cnt_x > 0, sum_x / np.maximum(cnt_x, 1e-9), x[m])
         c = offs[li]
         y = _pav((desired - c).tolist(), (weight[m] * (cnt_x + 0.25)).tolist())
