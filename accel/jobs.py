@@ -211,12 +211,50 @@ def export_onnx_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> 
     return {"path": str(out)}
 
 
+def graph_diff_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
+    """params: ``model`` (original source), optional ``input_spec``, ``run_dir`` (a run
+    folder) and ``step`` (step folder name; default: the last step that saved a model).
+    Returns ``{"graph": the step's Graph.to_dict(), "diff": GraphDiff.to_dict(), "step",
+    "artifact"}``: what the recipe did to the original graph."""
+    from accel.errors import AccelError
+    from accel.graph import graph_from_model
+    from accel.graph.diff import diff_graphs
+    from accel.graph.layer_parity import step_model_artifacts
+    from accel.models import InputSpec, load_model
+
+    spec = params.get("input_spec")
+    if spec is not None:
+        spec = InputSpec.parse(spec) if isinstance(spec, str) else InputSpec.from_dict(spec)
+    steps = [(s, p) for s, p in step_model_artifacts(params["run_dir"]) if p is not None]
+    if params.get("step"):
+        steps = [(s, p) for s, p in steps if s == params["step"]]
+    if not steps:
+        raise AccelError(
+            "no step of this run saved a model file to compare with; run a recipe whose "
+            "steps export or save the model (export_onnx, torch_export ...)"
+        )
+    step, artifact = steps[-1]
+    emit({"event": "progress", "index": -1, "fraction": 0.2, "message": "original graph"})
+    original = load_model(params["model"], spec, trust_pickle=bool(params.get("trust_pickle")))
+    graph_a = graph_from_model(original)
+    emit({"event": "progress", "index": -1, "fraction": 0.6, "message": f"graph of {step}"})
+    candidate = load_model(str(artifact), spec or original.input_spec)
+    graph_b = graph_from_model(candidate)
+    return {
+        "graph": graph_b.to_dict(),
+        "diff": diff_graphs(graph_a, graph_b).to_dict(),
+        "step": step,
+        "artifact": str(artifact),
+    }
+
+
 JOBS: dict[str, Job] = {
     "run_recipe": run_recipe_job,
     "profile": profile_job,
     "analyze": analyze_job,
     "inspect": inspect_job,
     "export_onnx": export_onnx_job,
+    "graph_diff": graph_diff_job,
 }
 
 

@@ -50,6 +50,7 @@ class Services(QObject):
     modelOpened = Signal(str)  # source: state.model_info and state.graph are set
     profileReady = Signal()  # state.profile is set
     onnxExported = Signal(str)  # path of the ONNX export of the current model
+    diffReady = Signal(object)  # {"graph", "diff", "step", "artifact"} of diff_run()
     runQueued = Signal(str, str)  # job_id, run_id ("" without a store)
     runFinished = Signal(str, object)  # job_id, JobOutcome
     jobFailed = Signal(str, str)  # job kind, message for the user
@@ -210,6 +211,34 @@ class Services(QObject):
         st.status.emit("exporting to ONNX…")
         return job_id
 
+    def diff_run(self, run_id: str | None = None) -> str | None:
+        """Diff the original graph against the last saved model of run ``run_id`` (default:
+        ``state.current_run_id``) in a worker; the result comes with ``diffReady``."""
+        st = self.state
+        run_id = run_id or st.current_run_id
+        if not run_id or self.repo is None or not st.model_source:
+            self.jobFailed.emit(
+                "diff", "run a recipe first: the diff compares a run's step with the original"
+            )
+            return None
+        try:
+            run_dir = self.repo.get_run(run_id).run_dir
+        except Exception as exc:
+            self.jobFailed.emit("diff", f"run {run_id} not found: {exc}")
+            return None
+        if not run_dir:
+            self.jobFailed.emit("diff", "this run has no run folder (it did not start)")
+            return None
+        params: dict[str, Any] = {"model": st.model_source, "run_dir": run_dir}
+        if st.input_spec:
+            params["input_spec"] = st.input_spec
+        if st.model_source in self._trusted:
+            params["trust_pickle"] = True
+        job_id = self._submit("diff", "graph_diff", params, device="cpu", priority=5)
+        self._context[job_id] = {"source": st.model_source, "run_id": run_id}
+        st.status.emit("comparing graphs…")
+        return job_id
+
     def cancel(self, job_id: str) -> None:
         self.pool.cancel(job_id)
 
@@ -260,6 +289,9 @@ class Services(QObject):
                 f"profiled {ctx.get('source')}: {prof.total_ms:.2f} ms per forward"
             )
             self._record_profile(prof, ctx)
+        elif kind == "diff":
+            if ctx.get("source") == self.state.model_source:
+                self.diffReady.emit(dict(result, run_id=ctx.get("run_id")))
         elif kind == "export":
             path = str(result.get("path") or "")
             self.state.model_info = {**self.state.model_info, "onnx_export": path}

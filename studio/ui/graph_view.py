@@ -87,6 +87,7 @@ _CATEGORY_COLORS = {
     "group": ("#f6f7f9", "#2b2f36"),
     "other": ("#eef0f3", "#3a3f46"),
 }
+DIFF_COLORS = {"removed": "#ff8787", "fused": "#ffa94d", "changed": "#74c0fc"}
 _DTYPE_COLORS = [
     "#4e79a7",
     "#f28e2b",
@@ -591,6 +592,11 @@ class GraphView(QWidget):
         self._layouts = GroupLayouts(self.graph)
         self.expanded = self.default_expanded(self.graph)
         self._dtype_colors = {}
+        self._diff, self._diff_status = None, {}
+        if self.diff_box.isChecked():
+            self.diff_box.blockSignals(True)
+            self.diff_box.setChecked(False)
+            self.diff_box.blockSignals(False)
         self._pending_fit = True
         self._show_message("Laying out the graph…")
         self._request_layout()
@@ -824,6 +830,12 @@ class GraphView(QWidget):
                 f"<span style='background:{self._dtype_color(d).name()};color:#000'>&nbsp;{d}&nbsp;</span>"
                 for d in dts
             )
+        if self.diff_box.isChecked() and self._diff is not None:
+            legend = " ".join(
+                f"<span style='background:{c};color:#000'>&nbsp;{k}&nbsp;</span>"
+                for k, c in DIFF_COLORS.items()
+            )
+            legend += f" {html.escape(self._diff_label)}"
         self.legend.setText(legend)
         self._apply_fills()
 
@@ -839,9 +851,13 @@ class GraphView(QWidget):
         theme = 1 if getattr(self, "_dark", False) else 0
         hi = max(self._values.values()) if self._values else 0.0
         lo_color = QColor("#3a3f46") if theme else QColor("#f1f3f5")
+        diff_on = self.diff_box.isChecked() and self._diff is not None
         for uid, item in self._items.items():
             node = item.node
-            if key in ("latency", "params", "parity") and node.op not in ("input", "output"):
+            if diff_on:
+                d = self.diff_of(uid)
+                item.fill = QColor(DIFF_COLORS[d]) if d else lo_color
+            elif key in ("latency", "params", "parity") and node.op not in ("input", "output"):
                 v = self._values.get(uid)
                 if v is None or hi <= 0 or math.isnan(v):
                     item.fill = lo_color
@@ -868,6 +884,9 @@ class GraphView(QWidget):
 
     # -- diff -----------------------------------------------------------------------------
     def _setup_diff(self) -> None:
+        self._diff = None  # accel.graph.diff.GraphDiff of the original vs a run's step
+        self._diff_status: dict[str, str] = {}  # original node id -> removed|fused|changed
+        self._diff_label = ""
         try:
             from accel.graph import diff as _diff  # noqa: F401
         except ImportError:
@@ -876,8 +895,67 @@ class GraphView(QWidget):
                 "Diff of the original graph and the current step's graph: "
                 "not available in this build (accel.graph.diff is missing)"
             )
-        else:
-            self.diff_box.setToolTip("Colour nodes added / removed / changed by the recipe")
+            return
+        self.diff_box.setToolTip(
+            "Compare the original graph with the last saved model of the current run: "
+            "nodes removed (red), fused (orange), changed dtype/op (blue)"
+        )
+        self.diff_box.toggled.connect(self._on_diff_toggled)
+        if self.services is not None:
+            self.services.diffReady.connect(self.set_diff)
+            self.services.jobFailed.connect(self._on_diff_failed)
+
+    def _on_diff_toggled(self, on: bool) -> None:
+        if on and self._diff is None and self.services is not None:
+            self.legend.setText("comparing with the run's last step…")
+            if self.services.diff_run() is None:
+                return
+        self._refresh_overlay()
+
+    def _on_diff_failed(self, kind: str, message: str) -> None:
+        if kind == "diff":
+            self.diff_box.blockSignals(True)
+            self.diff_box.setChecked(False)
+            self.diff_box.blockSignals(False)
+            self._refresh_overlay()
+            self.legend.setText(f"<span style='color:#e03131'>diff: {html.escape(message)}</span>")
+
+    def set_diff(self, result: dict) -> None:
+        """Show ``graph_diff`` job output: colours original nodes by what the step did."""
+        from accel.graph.diff import GraphDiff
+
+        diff = GraphDiff.from_dict(result["diff"])
+        self._diff = diff
+        status: dict[str, str] = {}
+        for c in diff.dtype_changed + diff.op_changed:
+            status[c.a] = "changed"
+        for a in diff.fused:
+            status[a] = "fused"
+        for a in diff.removed:
+            status[a] = "removed"
+        self._diff_status = status
+        self._diff_label = (
+            f"{result.get('step', '')}: {len(diff.removed)} removed, {len(diff.fused)} fused, "
+            f"{len(diff.dtype_changed) + len(diff.op_changed)} changed, +{len(diff.added)} added"
+        )
+        if not self.diff_box.isChecked():
+            self.diff_box.blockSignals(True)
+            self.diff_box.setChecked(True)
+            self.diff_box.blockSignals(False)
+        self._refresh_overlay()
+
+    def diff_of(self, unit: str) -> str | None:
+        """removed | fused | changed | None for a visible node or group box."""
+        node = self._view_nodes.get(unit)
+        if node is None or not self._diff_status:
+            return None
+        if node.op != "group":
+            return self._diff_status.get(node.id)
+        found = {self._diff_status.get(n.id) for n in self.graph.nodes_of_group(node.module_path)}
+        for key in ("removed", "fused", "changed"):
+            if key in found:
+                return key
+        return None
 
     # -- selection ------------------------------------------------------------------------
     def unit_for(self, key: str) -> tuple[str | None, str | None]:
@@ -1021,6 +1099,9 @@ class GraphView(QWidget):
                 )
                 if row.flops is not None:
                     rows.append(("FLOPs", fmt_count(row.flops)))
+        d = self.diff_of(unit) if unit else None
+        if d and self.diff_box.isChecked():
+            rows.append(("Diff", d))
         v = self.overlay_value(unit) if unit else None
         if v is not None and self.state.overlay == "parity":
             rows.append(("Parity error", f"{v:.3g}"))

@@ -24,7 +24,7 @@ import webbrowser
 from pathlib import Path
 
 from PySide6.QtCore import QUrl
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QApplication, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +215,8 @@ class NetronView(QWidget):
             return
         # A private (off-the-record) profile: no cookies or cache on disk, and our
         # interceptor and script apply to Netron only.
-        self._profile = QWebEngineProfile(self)
+        # Parented to the application: the profile must outlive the page (Qt warns otherwise).
+        self._profile = QWebEngineProfile(QApplication.instance())
         self.interceptor = LocalOnlyInterceptor(self._profile)
         self._profile.setUrlRequestInterceptor(self.interceptor)
         script = QWebEngineScript()

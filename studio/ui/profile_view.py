@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSpinBox,
     QSplitter,
+    QStackedWidget,
     QTableView,
     QTabWidget,
     QVBoxLayout,
@@ -237,8 +238,14 @@ class ProfileView(QWidget):
         bl.addWidget(self.filter)
         bl.addWidget(self.tabs)
         # Side by side: the panel usually docks wide and short at the bottom.
+        self.empty = QLabel("The chart of the slowest layers appears here after a profile.")
+        self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty.setWordWrap(True)
+        self.chart = QStackedWidget()
+        self.chart.addWidget(self.empty)
+        self.chart.addWidget(self.plot)
         split = QSplitter(Qt.Orientation.Horizontal)
-        split.addWidget(self.plot)
+        split.addWidget(self.chart)
         split.addWidget(bottom)
         split.setSizes([480, 620])
 
@@ -331,6 +338,7 @@ class ProfileView(QWidget):
         self.plot.clear()
         self.bars = None
         prof = self.state.profile
+        self.chart.setCurrentWidget(self.plot if prof is not None else self.empty)
         if prof is None:
             self.top_rows = []
             return

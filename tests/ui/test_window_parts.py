@@ -1,0 +1,247 @@
+"""Window parts without workers: themes, layout, drops, the open dialog, Netron, the CLI."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import QMimeData, QPointF, QSettings, Qt, QUrl
+from PySide6.QtGui import QDropEvent, QPalette
+
+
+class FakePool:
+    """Stands in for WorkerPool: records submissions, runs nothing."""
+
+    lanes = []
+
+    def __init__(self) -> None:
+        self.submitted: list[tuple[str, dict]] = []
+        self._listeners = []
+
+    def subscribe(self, fn):
+        self._listeners.append(fn)
+        return lambda: None
+
+    def submit(self, kind, params=None, **kw):
+        self.submitted.append((kind, dict(params or {})))
+
+        class H:
+            job_id = f"job{len(self.submitted)}"
+            run_id = None
+
+        return H()
+
+    def cancel(self, job_id, reason=""):
+        pass
+
+    def shutdown(self, **kw):
+        pass
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    from studio.services import Services
+    from studio.state import AppState
+    from studio.ui.main_window import MainWindow
+
+    state = AppState()
+    pool = FakePool()
+    services = Services(state, pool=pool, open_store=False)
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    win = MainWindow(state, services, settings=settings)
+    qtbot.addWidget(win)
+    win.pool = pool
+    yield win
+    win.netron_view.stop_server()
+
+
+def test_first_start_opens_the_demo_then_the_last_model(window):
+    window.open_initial_model()
+    assert window.pool.submitted == [("inspect", {"model": "zoo:resnet"})]
+    window.settings.setValue("last_model", "zoo:mlp")
+    window.open_initial_model()
+    assert window.pool.submitted[-1] == ("inspect", {"model": "zoo:mlp"})
+    window.open_initial_model("m.onnx")
+    assert window.pool.submitted[-1] == ("inspect", {"model": "m.onnx"})
+
+
+def test_theme_menu_switches_palette_and_is_remembered(window, qapp):
+    window.set_theme("dark")
+    assert qapp.palette().color(QPalette.ColorRole.Window).lightness() < 100
+    assert window.settings.value("theme") == "dark"
+    assert window.theme_actions["dark"].isChecked()
+    window.set_theme("light")
+    assert qapp.palette().color(QPalette.ColorRole.Window).lightness() > 150
+    window.set_theme("system")
+    assert window.theme_actions["system"].isChecked()
+
+
+def test_layout_is_saved_and_restored(window, tmp_path, qtbot):
+    from studio.ui.main_window import MainWindow
+
+    window.docks["history"].hide()
+    window.save_layout()
+    again = MainWindow(window.state, window.services, settings=window.settings)
+    qtbot.addWidget(again)
+    assert again.docks["history"].isHidden()
+    assert not again.docks["model"].isHidden()
+    again.reset_layout()
+    assert not again.docks["history"].isHidden()
+
+
+def test_shortcuts(window):
+    keys = {
+        "open": window.act_open,
+        "profile": window.act_profile,
+        "run": window.act_run,
+        "find": window.act_find,
+        "fit": window.act_fit,
+    }
+    assert keys["open"].shortcut().toString() == "Ctrl+O"
+    assert keys["profile"].shortcut().toString() == "Ctrl+P"
+    assert keys["run"].shortcut().toString() == "Ctrl+R"
+    assert keys["find"].shortcut().toString() == "Ctrl+F"
+    assert keys["fit"].shortcut().toString() == "F"
+
+
+def _drop(win, paths):
+    md = QMimeData()
+    md.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
+    ev = QDropEvent(
+        QPointF(10, 10),
+        Qt.DropAction.CopyAction,
+        md,
+        Qt.MouseButton.NoButton,
+        Qt.KeyboardModifier.NoModifier,
+    )
+    win.dropEvent(ev)
+
+
+def test_dropping_a_model_file_opens_it(window, tmp_path):
+    f = tmp_path / "net.onnx"
+    f.write_bytes(b"")
+    _drop(window, [tmp_path / "notes.txt", f])
+    assert window.pool.submitted == [("inspect", {"model": str(f)})]
+
+
+def test_dropping_a_recipe_loads_it_and_opens_its_model(window, tmp_path):
+    r = tmp_path / "r.yaml"
+    r.write_text("name: dropped\nmodel: {source: zoo:mlp}\nsteps:\n  - pass: channels_last\n")
+    _drop(window, [r])
+    assert window.state.recipe.name == "dropped"
+    assert window.state.recipe_path == str(r)
+    assert [s.pass_name for s in window.state.recipe.steps] == ["channels_last"]
+    assert window.pool.submitted[-1][1]["model"] == "zoo:mlp"
+
+
+def test_open_dialog_builds_sources_and_validates_the_spec(qtbot):
+    from studio.ui.open_model_dialog import OpenModelDialog
+
+    dlg = OpenModelDialog(recent=["a.onnx"])
+    qtbot.addWidget(dlg)
+    dlg.tabs.setCurrentIndex(1)
+    assert dlg.source() == "zoo:resnet"
+    dlg.tabs.setCurrentIndex(2)
+    dlg.factory.setText("my_pkg.nets:build(width=8)")
+    dlg.weights.setText("w.pt")
+    dlg.spec.setText("x:float32[1,3")
+    assert dlg.spec_error.text()
+    assert not dlg.buttons.button(dlg.buttons.StandardButton.Open).isEnabled()
+    dlg.spec.setText("x:float32[1,3,8,8]")
+    assert dlg.spec_error.text() == ""
+    assert dlg.source() == "my_pkg.nets:build(width=8)@w.pt"
+    assert dlg.input_spec() == "x:float32[1,3,8,8]"
+
+
+def test_about_lists_library_versions():
+    from studio.ui.main_window import about_html, library_versions
+
+    v = library_versions()
+    assert "PySide6" in v and "Python" in v
+    assert v["PySide6"] in about_html()
+
+
+def test_missing_panel_becomes_a_placeholder(window):
+    from studio.ui.main_window import load_panel
+
+    w = load_panel("studio.ui.no_such_panel", "NoSuchView", window.state, window.services)
+    assert w.objectName() == "placeholder_NoSuchView"
+
+
+def test_gui_command_honours_db(monkeypatch):
+    import studio.app
+    from studio import cli
+
+    seen = {}
+    monkeypatch.setattr(studio.app, "run_gui", lambda **kw: seen.update(kw) or 0)
+    assert cli.main(["--db", "x.db"]) == 0
+    assert seen == {"db": "x.db", "model": None, "recipe": None}
+    assert cli.main(["--db", "y.db", "gui", "zoo:mlp"]) == 0
+    assert seen["db"] == "y.db" and seen["model"] == "zoo:mlp"
+
+
+def test_netron_serves_locally_without_consent_or_telemetry(window, qtbot, tmp_path):
+    pytest.importorskip("netron")
+    from studio.ui import netron_view
+
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Relu", ["x"], ["y"])
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    path = tmp_path / "relu.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    nv = window.netron_view
+    window.state.set_model(str(path), {"kind": "onnx", "onnx_path": str(path)})
+    assert nv.target_file() == str(path)
+    assert not nv.export_btn.isVisible()
+    nv.show_file(str(path))
+    assert nv.url().startswith("http://localhost:")
+    if not netron_view.HAVE_WEBENGINE:
+        return
+    loaded = []
+    nv.web.loadFinished.connect(loaded.append)
+    qtbot.waitUntil(lambda: bool(loaded), timeout=60000)
+    assert loaded[0] is True
+    out = []
+    qtbot.waitUntil(lambda: _js(nv, "document.cookie", out), timeout=20000)
+    assert "consent=" in out[-1]
+    # Netron's "packaged" mode starts analytics: its beacon is stubbed, and any request
+    # that is not to the local server is blocked (the list holds only non-local URLs).
+    assert all(not netron_view.is_local_url(u) for u in nv.interceptor.blocked)
+    sent = []
+    qtbot.waitUntil(
+        lambda: _js(nv, "String(navigator.sendBeacon).includes('native code')", sent), timeout=20000
+    )
+    assert sent[-1] in ("False", "false")
+    body = []
+    qtbot.waitUntil(lambda: _js(nv, "document.body.innerText", body), timeout=20000)
+    assert "cookies" not in body[-1].lower()
+
+
+def _js(nv, code, out):
+    if getattr(nv, "_js_pending", False):
+        return False
+    nv._js_pending = True
+
+    def done(result):
+        nv._js_pending = False
+        out.append(str(result))
+
+    nv.web.page().runJavaScript(code, 0, done)
+    return bool(out)
+
+
+def test_netron_offers_export_for_torch_models(window):
+    nv = window.netron_view
+    window.state.set_model("zoo:resnet", {"kind": "torch"})
+    window.center.setCurrentWidget(nv)
+    assert nv.target_file() is None
+    assert nv.export_btn.isEnabled()
+    nv.export()
+    kind, params = window.pool.submitted[-1]
+    assert kind == "export_onnx" and params["model"] == "zoo:resnet"
+    assert params["out"].endswith(".onnx")
