@@ -3,6 +3,8 @@ of pruned models, unstructured sparsity, 2:4 on CPU (clear error), script reprod
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -14,9 +16,19 @@ from accel.models import load_model
 from accel.passes import PassContext, get_pass
 from accel.runner import run_recipe
 
+_LOADED: dict = {}
+
+
+def _load(model_name: str):
+    """A fresh copy of a small zoo model (loaded once per session: loading is the slow part)."""
+    if model_name not in _LOADED:
+        _LOADED[model_name] = load_model(*SMALL[model_name])
+    cached = _LOADED[model_name]
+    return cached.replace(module=copy.deepcopy(cached.module))
+
 
 def _apply(name: str, params: dict, model_name: str, **ctx_kw):
-    model = load_model(*SMALL[model_name])
+    model = _load(model_name)
     cls = get_pass(name)
     ctx = PassContext(
         inputs=model.example_inputs(),
@@ -155,12 +167,10 @@ def test_finetune_distillation_recovers_parity(tmp_path):
 
 
 def test_pruning_is_deterministic(tmp_path):
-    a, ctx, _ = _apply(
-        "prune_channels", {"ratio": 0.4, "importance": "taylor", "finetune_steps": 5}, "resnet"
-    )
-    b, _, _ = _apply(
-        "prune_channels", {"ratio": 0.4, "importance": "taylor", "finetune_steps": 5}, "resnet"
-    )
+    params = {"ratio": 0.4, "importance": "taylor", "global_pruning": True, "finetune_steps": 5}
+    a, ctx, _ = _apply("prune_channels", params, "mlp")
+    b, _, _ = _apply("prune_channels", params, "mlp")
+    assert a.module.fc1.out_features == b.module.fc1.out_features
     assert torch.equal(a.forward(ctx.inputs), b.forward(ctx.inputs))
 
 
@@ -174,7 +184,7 @@ def test_channel_pruned_model_exports_to_onnx_and_runs_in_ort(tmp_path, model_na
     expected = out.forward(inputs)
     np.testing.assert_allclose(got, expected.numpy(), rtol=1e-4, atol=1e-5)
     # the file is smaller than the unpruned export
-    full = load_model(*SMALL[model_name])
+    full = _load(model_name)
     full_path = export_module(full.module, inputs, tmp_path / "full.onnx")
     assert path.stat().st_size < 0.8 * full_path.stat().st_size
 
@@ -185,7 +195,7 @@ def test_lstm_channel_pruning_is_a_clear_error(tmp_path):
 
 
 def test_torchscript_model_is_refused(tmp_path):
-    model = load_model(*SMALL["mlp"])
+    model = _load("mlp")
     scripted = model.replace(module=torch.jit.script(model.module))
     cls = get_pass("prune_channels")
     with pytest.raises(PassError, match="eager nn.Module"):
