@@ -471,8 +471,9 @@ class GroupLayouts:
         # group only touches its own edges.
         self._edges_at: dict[str, list[tuple[str, str]]] = {}
         paths = {n.id: n.module_path for n in graph.nodes}
+        chains = {p: ancestors(p) for p in set(paths.values()) | {ROOT}}
         for e in graph.edges:
-            a, b = ancestors(paths.get(e.src, ROOT)), ancestors(paths.get(e.dst, ROOT))
+            a, b = chains[paths.get(e.src, ROOT)], chains[paths.get(e.dst, ROOT)]
             k = 0
             while k + 1 < len(a) and k + 1 < len(b) and a[k + 1] == b[k + 1]:
                 k += 1
@@ -484,7 +485,7 @@ class GroupLayouts:
         # Units of every group (member nodes and child groups) in first-execution order.
         self._units: dict[str, dict[str, None]] = {}
         for n in graph.nodes:
-            chain = ancestors(n.module_path)
+            chain = chains[n.module_path]
             for g, child in zip(chain, chain[1:]):
                 self._units.setdefault(g, {}).setdefault(GROUP_PREFIX + child, None)
             self._units.setdefault(n.module_path, {}).setdefault(n.id, None)
