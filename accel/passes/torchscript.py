@@ -25,7 +25,8 @@ class TorchScriptConfig(PassConfig):
         True, description="check the traced model on a second input (other seed and shapes)"
     )
     freeze: bool = Field(
-        False, description="torch.jit.freeze + optimize_for_inference (inlines weights, fuses ops)"
+        False,
+        description="torch.jit.freeze: weights and attributes inlined as constants, conv+bn folded (optimize_for_inference is not applied: its files do not reload)",
     )
 
 
@@ -111,7 +112,7 @@ class TorchScript(Pass):
                 "check the result or use method: script."
             )
         if config.freeze:
-            jit = torch.jit.optimize_for_inference(torch.jit.freeze(jit.eval()))
+            jit = torch.jit.freeze(jit.eval())
         path = ctx.work_dir / "model.ts"
         torch.jit.save(jit, str(path))
         ctx.add_artifact(path, "torchscript")
@@ -153,8 +154,14 @@ class TorchScript(Pass):
         got_l = (
             [got] if isinstance(got, torch.Tensor) else list(torch.utils._pytree.tree_leaves(got))
         )
+        # A low-precision model's two runs may round differently (other kernels after freezing).
+        low = any(c in ("float16", "bfloat16") for c in model.input_casts.values())
+        low = low or any(
+            p.dtype in (torch.float16, torch.bfloat16) for p in model.module.parameters()
+        )
+        tol = 5e-2 if low else 1e-3
         ok = len(want_l) == len(got_l) and all(
-            a.shape == b.shape and torch.allclose(a.double(), b.double(), rtol=1e-3, atol=1e-4)
+            a.shape == b.shape and torch.allclose(a.double(), b.double(), rtol=tol, atol=tol / 10)
             for a, b in zip(want_l, got_l)
             if isinstance(a, torch.Tensor)
         )
@@ -176,9 +183,7 @@ class TorchScript(Pass):
         else:
             make = "scripted = torch.jit.script(model.eval())\n"
         if config.freeze:
-            make += (
-                "scripted = torch.jit.optimize_for_inference(torch.jit.freeze(scripted.eval()))\n"
-            )
+            make += "scripted = torch.jit.freeze(scripted.eval())\n"
         code = (
             make + "torch.jit.save(scripted, str(step_dir / 'model.ts'))\n"
             "# From here on the script runs the saved file, as the studio does.\n"

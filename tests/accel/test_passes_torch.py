@@ -391,13 +391,15 @@ def test_torchscript_trace_check_catches_shape_branch(tmp_path_factory, branchy_
     assert any("branchy.py:13" in w for w in warnings)
 
 
-def test_torchscript_script_method(tmp_path_factory):
-    res = run(
-        tmp_path_factory, MLP, MLP_SPEC, [{"pass": "torchscript", "params": {"method": "script"}}]
-    )
+def test_torchscript_script_method_frozen(tmp_path_factory):
+    steps = [{"pass": "torchscript", "params": {"method": "script", "freeze": True}}]
+    res = run(tmp_path_factory, MLP, MLP_SPEC, steps)
     assert res.ok, res.error
-    assert worst(res.steps[0])["max_abs"] < 1e-6
-    assert isinstance(res.model.module, torch.jit.ScriptModule)
+    assert worst(res.steps[0])["max_abs"] < 1e-5
+    module = res.model.module
+    assert isinstance(module, torch.jit.ScriptModule)
+    # frozen: the weights are constants of the graph, no parameters left
+    assert not list(module.parameters())
 
 
 # -- torch_export ----------------------------------------------------------------------------------
@@ -489,7 +491,11 @@ def test_sample_recipes_cover_the_core_passes(model):
         assert r.model.source == f"zoo:{model}"
     torch_steps = [s.pass_name for s in torch_path.steps]
     assert torch_steps[-2:] == ["bf16", "compile"]
-    assert [s.pass_name for s in onnx_path.steps][-3:] == ["export_onnx", "onnxruntime", "onnx_fp16"]
+    assert [s.pass_name for s in onnx_path.steps][-3:] == [
+        "export_onnx",
+        "onnxruntime",
+        "onnx_fp16",
+    ]
     # low-precision steps carry loose, cosine/top-1 based gates; exact steps keep the strict default
     for r in (torch_path, onnx_path):
         for s in r.steps:
