@@ -95,6 +95,7 @@ def load_model(
     if lm.kind == "torch":
         _fill_torch_stats(lm)
         if device != "cpu":
+            _check_device(device)
             lm.module.to(device)
             lm.device = device
         if validate:
@@ -105,6 +106,23 @@ def load_model(
 
 
 # -- helpers ------------------------------------------------------------------------------
+
+
+def _check_device(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ModelLoadError(
+                f"device {device!r} asked for, but no CUDA GPU is available here; use device 'cpu'"
+            )
+        index = int(device.split(":", 1)[1]) if ":" in device else 0
+        if index >= torch.cuda.device_count():
+            raise ModelLoadError(
+                f"device {device!r} does not exist; this machine has {torch.cuda.device_count()} CUDA device(s)"
+            )
+    elif device != "cpu":
+        raise ModelLoadError(f"unknown device {device!r}; use 'cpu', 'cuda' or 'cuda:N'")
 
 
 def _parse_kwargs(text: str, source: str) -> dict[str, Any]:

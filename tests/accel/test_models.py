@@ -278,3 +278,13 @@ def test_loaded_model_is_a_callable_in_spec_order():
     x = lm.example_inputs()["x"]
     assert torch.equal(lm(x), lm.forward({"x": x}))
     assert isinstance(np.asarray(lm(x)), np.ndarray)
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="checks the message on a machine without CUDA"
+)
+def test_cuda_device_without_cuda_is_explained():
+    with pytest.raises(ModelLoadError, match="no CUDA GPU is available"):
+        load_model("zoo:mlp", device="cuda:0")
+    with pytest.raises(ModelLoadError, match="unknown device"):
+        load_model("zoo:mlp", device="tpu")
