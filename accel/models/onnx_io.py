@@ -184,7 +184,21 @@ def usable_providers(device: str) -> list[str]:
             gpu_ok = torch.cuda.is_available()
         except ImportError:  # no torch: trust ORT's list
             gpu_ok = True
-    return [p for p in available if gpu_ok or p not in _GPU_PROVIDERS]
+    usable = [p for p in available if gpu_ok or p not in _GPU_PROVIDERS]
+    if "TensorrtExecutionProvider" in usable and not _tensorrt_installed():
+        usable.remove("TensorrtExecutionProvider")
+    return usable
+
+
+def _tensorrt_installed() -> bool:
+    """ORT's TensorRT provider needs the TensorRT libraries (pip ``tensorrt`` or a system
+    libnvinfer); without them it only logs an error per session."""
+    import ctypes.util
+    import importlib.util
+
+    return any(
+        importlib.util.find_spec(m) is not None for m in ("tensorrt", "tensorrt_libs")
+    ) or bool(ctypes.util.find_library("nvinfer"))
 
 
 def bind_on_device(session: Any, inputs: Mapping[str, Any], device: str) -> tuple[Any, list] | None:

@@ -329,6 +329,11 @@ class OnnxFp16(Pass):
                 ]
                 if extra:
                     ctx.details["blocked_for_cpu"] = extra
+                    ctx.warn(
+                        f"kept in float32 on CPU, as ONNX Runtime has no fp16 CPU kernel for them: "
+                        f"{', '.join(extra)}. Set op_block_list (e.g. []) to convert them too; "
+                        "ORT then casts around them at run time"
+                    )
                     block += extra
                     fp16 = convert_fp16(
                         onnx.load(str(model.onnx_path)),
