@@ -354,14 +354,18 @@ class Repository:
 
     def _apply_status(self, s: Session, row: RunRow, status: str) -> None:
         now = utcnow()
+        was_final = row.status in FINAL_STATUSES and row.finished_at is not None
         row.status = status
         if status == "running" and row.started_at is None:
             row.started_at = now
-        if status in FINAL_STATUSES:
+        if status in FINAL_STATUSES and not was_final:
+            # The first final status wins the times: the runner's run_finished comes
+            # before the pool's own end-of-job status.
             row.finished_at = now
             start = _aware(row.started_at) or _aware(row.created_at)
             if start is not None:
                 row.duration_s = (now - start).total_seconds()
+        if status in FINAL_STATUSES:
             if status != "succeeded":
                 step_status = "cancelled" if status in ("cancelled", "timed_out") else "crashed"
                 if status == "failed":

@@ -50,6 +50,7 @@ def test_run_job_is_recorded_step_by_step(repo):
     ]
     assert d.steps[2].metrics["speedup"] == 1.5
     assert d.job_params["kind"] == "fake_run"
+    assert d.run.duration_s == 0.0  # the runner's own duration, not replaced by the pool's
     whats = [u.what for u in updates]
     assert whats[:2] == ["queued", "started"] and whats[-1] == "finished"
     events = [u.data["event"] for u in updates if u.what == "event"]
