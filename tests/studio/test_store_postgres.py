@@ -28,6 +28,9 @@ pytestmark = [
 
 @pytest.fixture
 def pg_url():
+    pytest.importorskip(
+        "psycopg", reason="psycopg is not installed (pip install 'psycopg[binary]')"
+    )
     """A fresh database on the server for each test, dropped afterwards."""
     base = make_url(URL)
     name = f"accel_t_{uuid.uuid4().hex[:10]}"
