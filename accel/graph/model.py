@@ -143,6 +143,7 @@ class Graph:
 
     def __post_init__(self) -> None:
         self._index: dict[str, Node] | None = None
+        self._producers: dict[str, str] | None = None  # tensor name -> node id
 
     # ---- serialization ------------------------------------------------------------------
 
@@ -188,6 +189,33 @@ class Graph:
         except (KeyError, TypeError):
             return False
         return True
+
+    def resolve_node(self, key: str) -> str | None:
+        """Node id for a name a profiler or runtime uses for it, or None.
+
+        Accepts the node id, ``"fused <id>"`` (ONNX Runtime's fused nodes) and names built
+        from a node's output tensor (``/stem/stem.2/Relu_output_0_nchwc``: a node ONNX
+        Runtime made from the one producing ``/stem/stem.2/Relu_output_0``).
+        """
+        if key in self:
+            return key
+        key = key.removeprefix("fused ")
+        if key in self:
+            return key
+        producers = self._producers
+        if producers is None or len(producers) < len(self.nodes):
+            producers = {t: n.id for n in self.nodes for t in n.outputs}
+            self._producers = producers
+        cand = key
+        while cand:
+            if cand in self:
+                return cand
+            if cand in producers:
+                return producers[cand]
+            if "_" not in cand:
+                break
+            cand = cand.rsplit("_", 1)[0]
+        return None
 
     @property
     def num_params(self) -> int:
@@ -363,15 +391,17 @@ def aggregate_by_module(
     values: Mapping[str, float],
     how: str = "sum",
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """Map per-module values (profile times, parity errors ...) onto nodes and groups.
+    """Map per-module or per-node values (profile times, parity errors ...) onto nodes and groups.
 
-    ``values`` maps module path -> value (``""`` = root). Returns ``(per_node,
-    per_group)``. Each value is spread over the nodes of the deepest module it names
-    that owns nodes: with ``how="sum"`` (times, FLOPs) a module's value is split evenly
-    over its own nodes, so group totals add up; with ``"max"``/``"mean"`` (errors) every
-    node of the module gets the value. A group's value is the sum (or max/mean) over
-    its nodes; groups named in ``values`` keep their own value when ``how`` is not
-    ``"sum"``. Paths that match no node are ignored.
+    ``values`` maps module path -> value (``""`` = root), or node id -> value (ONNX
+    profiles are keyed by node name, which is the node's id). Returns ``(per_node,
+    per_group)``. A node-keyed value goes to that node. A module value is spread over
+    the nodes of the module that no deeper key claims: with ``how="sum"`` (times,
+    FLOPs) values are inclusive and the remainder after the submodules' share is split
+    evenly, so group totals add up; with ``"max"``/``"mean"`` (errors) every node of
+    the module gets the value. A group's value is the sum (or max/mean) over its
+    nodes; groups named in ``values`` keep their own value when ``how`` is not
+    ``"sum"``. Keys that match no node are ignored.
     """
     if how not in ("sum", "max", "mean"):
         raise ValueError(f"how must be 'sum', 'max' or 'mean', not {how!r}")
@@ -381,7 +411,20 @@ def aggregate_by_module(
     for n in graph.nodes:
         if n.op not in ("input", "output"):
             by_path.setdefault(n.module_path, []).append(n)
-    for path in sorted(values, key=lambda p: -(p.count(".") + (p != ROOT))):
+    module_keys = []
+    for key, v in values.items():
+        if key in by_path or key in graph.groups:
+            module_keys.append(key)
+            continue
+        nid = graph.resolve_node(key)
+        if nid is None or graph.node(nid).op in ("input", "output") or math.isnan(float(v)):
+            continue
+        # Several runtime nodes can map to one graph node (ONNX Runtime's rewrites): add up.
+        if how == "sum":
+            per_node[nid] = per_node.get(nid, 0.0) + float(v)
+        else:
+            per_node[nid] = max(per_node.get(nid, -math.inf), float(v))
+    for path in sorted(module_keys, key=lambda p: -(p.count(".") + (p != ROOT))):
         v = float(values[path])
         if math.isnan(v):
             continue
@@ -411,7 +454,8 @@ def aggregate_by_module(
     if how == "mean":
         per_group = {g: s / counts[g] for g, s in per_group.items()}
     if how != "sum":
-        for path, v in values.items():
+        for path in module_keys:
+            v = values[path]
             if path in graph.groups:
                 per_group[path] = float(v)
     return per_node, per_group

@@ -148,3 +148,10 @@ def test_synthetic_graph_shape():
     index = {n.id: i for i, n in enumerate(g.nodes)}
     assert all(index[e.src] < index[e.dst] for e in g.edges)  # execution order is topological
     assert len(g.groups[""].children) >= 1
+
+
+def test_node_keyed_values_go_to_their_node():
+    g = small_graph()
+    per_node, per_group = aggregate_by_module(g, {"c": 1.5, "f2": 0.5, "nope": 9.0, "in": 3.0})
+    assert per_node == {"c": 1.5, "f2": 0.5}
+    assert per_group["a"] == 1.5 and per_group["b"] == 0.5 and per_group[""] == 2.0
