@@ -112,6 +112,8 @@ def _recipe(tmp_path: Path, fault: str = "") -> Path:
 
 
 def _studio(*args: str, env_extra: dict | None = None, **kw) -> subprocess.Popen:
+    # Run in a temporary folder: runs without --out land in ./runs.
+    kw.setdefault("cwd", Path(args[1]).parent)
     env = dict(os.environ, **(env_extra or {}))
     return subprocess.Popen(
         [sys.executable, "-m", "studio", *args],
