@@ -149,6 +149,50 @@ def torch_layer_outputs(
     return outs, passthrough
 
 
+def fx_layer_outputs(gm: Any, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """Per-module outputs of a flat GraphModule (``ExportedProgram.module()``) whose nodes
+    carry ``nn_module_stack``: the value of the last node of each module, in completion order."""
+    import torch
+
+    from accel.graph.model import ancestors
+
+    last: dict[str, str] = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        stack = node.meta.get("nn_module_stack") or {}
+        if not stack:
+            continue
+        entry = list(stack.values())[-1]
+        path = entry[0] if isinstance(entry, tuple) else str(entry)
+        for p in ancestors(path)[1:]:
+            last.pop(p, None)  # re-insert: dict order becomes completion order
+            last[p] = node.name
+    wanted = set(last.values())
+    captured: dict[str, Any] = {}
+
+    class Capture(torch.fx.Interpreter):
+        def run_node(self, n: Any) -> Any:
+            out = super().run_node(n)
+            if n.name in wanted:
+                t = _first_tensor(out)
+                if t is not None:
+                    captured[n.name] = t.detach().cpu().clone()
+            return out
+
+    with torch.inference_mode():
+        Capture(gm).run(*inputs.values())
+    return {p: captured[n] for p, n in last.items() if n in captured}
+
+
+def _is_flat_exported(module: Any) -> bool:
+    import torch
+
+    if not isinstance(module, torch.fx.GraphModule):
+        return False
+    return any(n.meta.get("nn_module_stack") for n in module.graph.nodes)
+
+
 def onnx_layer_outputs(model: Any, inputs: Mapping[str, Any]) -> dict[str, Any]:
     """Outputs of every module namespace of an ONNX model (last node of each), in node order."""
     import numpy as np
@@ -205,7 +249,14 @@ def layer_outputs(model: Any, inputs: Mapping[str, Any]) -> tuple[dict[str, Any]
     if isinstance(model, str | Path) or getattr(model, "kind", None) == "onnx":
         return onnx_layer_outputs(model, inputs), set()
     prepare = getattr(model, "prepare_inputs", None)
-    return torch_layer_outputs(getattr(model, "module", model), inputs, prepare)
+    module = getattr(model, "module", model)
+    # torch.compile wraps the eager module: compare its layers eagerly (compiled code has no
+    # per-module boundaries to hook).
+    module = getattr(module, "_orig_mod", module)
+    if _is_flat_exported(module):
+        feed = prepare(inputs) if prepare else dict(inputs)
+        return fx_layer_outputs(module, feed), set()
+    return torch_layer_outputs(module, inputs, prepare)
 
 
 # ---- comparing ------------------------------------------------------------------------------
@@ -231,6 +282,9 @@ def compare_layers(
     outs_a, _ = layer_outputs(a, inputs)
     outs_b, pass_b = layer_outputs(b, inputs)
     report = LayerParityReport(atol=atol, rtol=rtol)
+    for side, m in (("original", a), ("optimized", b)):
+        if hasattr(getattr(m, "module", m), "_orig_mod"):
+            report.notes.append(f"the {side} model is torch.compile'd: its layers run eagerly here")
     tol = Tolerances(rtol=rtol, atol=atol, min_cosine=min_cosine)
     order = list(outs_a)
     report.only_b = [p for p in outs_b if p not in outs_a]

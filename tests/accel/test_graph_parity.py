@@ -183,3 +183,24 @@ def test_bisect_run_folder(tmp_path, capsys, monkeypatch):
     assert cli(["bisect", "20260101-000000"]) == 1
     assert cli(["bisect", "nope"]) == 2
     assert "no run folder" in capsys.readouterr().err
+
+
+def test_exported_program_layers_come_from_nn_module_stack(tmp_path):
+    m = load_model("zoo:mlp")
+    inputs = m.example_inputs()
+    bad = perturbed(m.module, "fc3", 1.05)
+    path = tmp_path / "m.pt2"
+    torch.export.save(torch.export.export(bad, tuple(inputs.values())), str(path))
+    loaded = load_model(str(path))
+    rep = compare_layers(m, loaded, inputs)
+    assert [r.name for r in rep.layers] == ["fc1", "act1", "fc2", "act2", "fc3"]
+    assert rep.first_failure == "fc3"
+    assert rep.layers[0].max_abs == 0.0
+
+
+def test_compiled_model_is_compared_eagerly():
+    m = load_model("zoo:mlp")
+    compiled = m.replace(module=torch.compile(copy.deepcopy(m.module), backend="eager"))
+    rep = compare_layers(m, compiled)
+    assert rep.passed and len(rep.layers) == 5
+    assert any("torch.compile" in n for n in rep.notes)
