@@ -475,7 +475,6 @@ class GraphView(QWidget):
         bar.addWidget(self.match_label)
         bar.addWidget(QLabel("Overlay:"))
         bar.addWidget(self.overlay_box)
-        bar.addWidget(self.legend)
         bar.addWidget(self.diff_box)
         bar.addStretch(1)
         bar.addWidget(expand_all)
@@ -488,7 +487,7 @@ class GraphView(QWidget):
         self.scene.selectionChanged.connect(self._on_scene_selection)
         self.canvas = GraphCanvas(self.scene)
         self.minimap = Minimap(self.canvas, self.canvas)
-        self.canvas.zoomChanged.connect(self.minimap.viewport().update)
+        self.canvas.zoomChanged.connect(self._update_minimap)
         self.message = QLabel("No model open. File ▸ Open model… (Ctrl+O)", self.canvas)
         self.message.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.message.setWordWrap(True)
@@ -505,6 +504,10 @@ class GraphView(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addLayout(bar)
+        self.legend.setContentsMargins(6, 0, 6, 0)
+        self.legend.setWordWrap(True)
+        self.legend.hide()
+        lay.addWidget(self.legend)
         lay.addWidget(split, 1)
 
         self._edges_item = QGraphicsPathItem()
@@ -602,27 +605,38 @@ class GraphView(QWidget):
         self._request_layout()
 
     @staticmethod
-    def default_expanded(graph: Graph, budget: int = DEFAULT_VISIBLE_UNITS) -> set[str]:
+    def wrapper_chain(graph: Graph, path: str) -> list[str]:
+        """``path`` plus the groups that only wrap one child group below it
+        (``blocks.0`` -> ``blocks.0.layers``): opening one box opens them all."""
+        chain = [path]
+        g = graph.groups.get(path)
+        while g is not None and not g.nodes and len(g.children) == 1:
+            chain.append(g.children[0])
+            g = graph.groups.get(g.children[0])
+        return chain
+
+    @classmethod
+    def default_expanded(cls, graph: Graph, budget: int = DEFAULT_VISIBLE_UNITS) -> set[str]:
         """Open groups breadth-first while the view keeps under ``budget`` units; groups
-        holding a single unit (a leaf module with one op) stay closed: opening them adds
-        nothing."""
-        units: dict[str, int] = {}
-        for path, g in graph.groups.items():
-            units[path] = len(g.children) + len(g.nodes)
+        holding a single op stay closed (opening them adds nothing), wrappers of a single
+        group open for free."""
+        units = {path: len(g.children) + len(g.nodes) for path, g in graph.groups.items()}
         visible = units.get(ROOT, 0)
         expanded: set[str] = set()
         frontier = list(graph.groups[ROOT].children) if ROOT in graph.groups else []
         while frontier:
             nxt: list[str] = []
             for path in frontier:
-                n = units.get(path, 0)
-                if n <= 1:
+                chain = cls.wrapper_chain(graph, path)
+                inner = chain[-1]
+                n = units.get(inner, 0)
+                if n <= 1 and len(chain) == 1:
                     continue
                 if visible + n - 1 > budget:
                     return expanded
                 visible += n - 1
-                expanded.add(path)
-                nxt.extend(graph.groups[path].children)
+                expanded.update(chain)
+                nxt.extend(graph.groups[inner].children)
             frontier = nxt
         return expanded
 
@@ -701,7 +715,6 @@ class GraphView(QWidget):
         self._hl_edges_item.setZValue(-0.5)
         self.scene.setSceneRect(self.scene.itemsBoundingRect().adjusted(-200, -200, 200, 200))
         self._show_message("")
-        self.minimap.show()
         self.minimap.refit()
         self._refresh_overlay()
         if self._pending_fit:
@@ -709,6 +722,7 @@ class GraphView(QWidget):
             self.fit()
         else:
             self.canvas.centerOn(center)
+        self._update_minimap()
         sel = self._pending_select if self._pending_select is not None else self.state.selected
         self._pending_select = None
         if sel:
@@ -722,6 +736,7 @@ class GraphView(QWidget):
         if self.graph is None:
             return
         self.expanded.update(p for p in ancestors(path)[1:])
+        self.expanded.update(self.wrapper_chain(self.graph, path))
         self._request_layout()
 
     def collapse_group(self, path: str) -> None:
@@ -731,8 +746,9 @@ class GraphView(QWidget):
     def expand_level(self) -> None:
         """Open every visible group box (one more level)."""
         boxes = [n.module_path for n in self._view_nodes.values() if n.op == "group"]
-        if boxes:
-            self.expanded.update(boxes)
+        if boxes and self.graph is not None:
+            for b in boxes:
+                self.expanded.update(self.wrapper_chain(self.graph, b))
             self._request_layout()
 
     def collapse_all(self) -> None:
@@ -745,7 +761,11 @@ class GraphView(QWidget):
         if self.graph is None or not key:
             return False
         if key in self.graph:
-            need = set(ancestors(self.graph.node(key).module_path)[1:])
+            path = self.graph.node(key).module_path
+            need = set(ancestors(path)[1:])
+            grp = self.graph.groups.get(path)
+            if grp is not None and len(grp.nodes) + len(grp.children) <= 1:
+                need.discard(path)  # a one-op module: its box is the node, no frame needed
         else:
             need = set(ancestors(key)[1:-1])
         if need <= self.expanded:
@@ -756,7 +776,16 @@ class GraphView(QWidget):
 
     def fit(self) -> None:
         self.canvas.fit()
-        self.minimap.viewport().update()
+        self._update_minimap()
+
+    def _update_minimap(self) -> None:
+        """The overview shows only when the graph does not fit in the view."""
+        visible = self.canvas.mapToScene(self.canvas.viewport().rect()).boundingRect()
+        whole = self.scene.itemsBoundingRect()
+        need = bool(self._items) and not visible.contains(whole)
+        self.minimap.setVisible(need)
+        if need:
+            self.minimap.viewport().update()
 
     # -- overlays -------------------------------------------------------------------------
     def _on_overlay_changed(self, key: str) -> None:
@@ -837,6 +866,7 @@ class GraphView(QWidget):
             )
             legend += f" {html.escape(self._diff_label)}"
         self.legend.setText(legend)
+        self.legend.setVisible(bool(legend))
         self._apply_fills()
 
     def _dtype_color(self, dtype: str) -> QColor:
@@ -908,6 +938,7 @@ class GraphView(QWidget):
     def _on_diff_toggled(self, on: bool) -> None:
         if on and self._diff is None and self.services is not None:
             self.legend.setText("comparing with the run's last step…")
+            self.legend.show()
             if self.services.diff_run() is None:
                 return
         self._refresh_overlay()
@@ -919,6 +950,7 @@ class GraphView(QWidget):
             self.diff_box.blockSignals(False)
             self._refresh_overlay()
             self.legend.setText(f"<span style='color:#e03131'>diff: {html.escape(message)}</span>")
+            self.legend.show()
 
     def set_diff(self, result: dict) -> None:
         """Show ``graph_diff`` job output: colours original nodes by what the step did."""

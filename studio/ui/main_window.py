@@ -146,7 +146,7 @@ class MainWindow(QMainWindow):
         self.tabifyDockWidget(self.docks["runs"], self.docks["history"])
         self.docks["profile"].raise_()
         self.resizeDocks(
-            [self.docks["model"], self.docks["recipe"]], [260, 560], Qt.Orientation.Horizontal
+            [self.docks["model"], self.docks["recipe"]], [260, 480], Qt.Orientation.Horizontal
         )
         self.resizeDocks([self.docks["profile"]], [300], Qt.Orientation.Vertical)
         self._default_state = self.saveState(LAYOUT_VERSION)

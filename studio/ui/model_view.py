@@ -154,6 +154,7 @@ class ModelView(QWidget):
         dt = info.get("param_dtypes") or {}
         self.dtypes.setText(", ".join(f"{k}: {v:,}" for k, v in dt.items()) or "–")
         self.spec.setText(st.input_spec or info.get("input_spec") or "")
+        self.spec.setCursorPosition(0)  # show the start: input names matter most
         self._validate(self.spec.text())
         self.apply_btn.setEnabled(False)
         self.profile_btn.setEnabled(True)

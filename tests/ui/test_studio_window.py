@@ -186,18 +186,76 @@ def test_export_trace_writes_chrome_trace(studio, tmp_path):
     assert len(events) > 0
 
 
-def test_screenshots_of_each_panel(studio, screenshots_dir):
+def test_parity_overlay_paints_the_worst_error_per_group(studio):
+    gv, state = studio.graph_view, studio.state
+    state.layer_parity = {"layer1.0.conv1": 1e-3, "layer1.0.conv2": 5e-2}
+    state.set_overlay("parity")
+    vals = gv.overlay_values("parity")
+    assert vals, "parity overlay painted nothing"
+    boxes = {gv._view_nodes[k].module_path: v for k, v in vals.items()}
+    # A group holding both layers shows the worse error; no unrelated module is painted.
+    for path, v in boxes.items():
+        assert path.startswith("layer1"), path
+        assert v in (1e-3, 5e-2)
+    assert max(vals.values()) == 5e-2
+    state.layer_parity = {}
+    state.set_overlay("none")
+
+
+@pytest.mark.slow
+def test_diff_mode_colours_what_a_run_changed(studio, wait, screenshots_dir):
+    from accel.recipe import load_recipe
+
+    state, services, gv = studio.state, studio.services, studio.graph_view
+    recipe = load_recipe(
+        {
+            "name": "diff-test",
+            "model": {"source": "zoo:resnet"},
+            "device": "cpu",
+            "benchmark": {"warmup": 1, "iters": 2},
+            "steps": [{"pass": "fold_batchnorm"}, {"pass": "export_onnx"}],
+        }
+    )
+    done = []
+    services.runFinished.connect(lambda job, outcome: done.append(outcome))
+    services.run_recipe(recipe)
+    wait(lambda: bool(done), 400)
+    assert done[0].ok, done[0].error
+    failures = []
+    services.jobFailed.connect(lambda kind, msg: failures.append(msg))
+    gv.diff_box.setChecked(True)
+    wait(lambda: gv._diff is not None or failures, 240)
+    assert not failures, failures
+    # BatchNorm folded into the convs: the original's batch_norm nodes are fused away.
+    bn = [n.id for n in state.graph.nodes if "batch_norm" in n.op]
+    assert bn and all(gv._diff_status.get(b) in ("fused", "removed") for b in bn)
+    painted = {uid: gv.diff_of(uid) for uid in gv._items}
+    assert any(painted.values())
+    assert "fused" in gv.legend.text()
+    os.makedirs(screenshots_dir, exist_ok=True)
+    gv.grab().save(os.path.join(screenshots_dir, "graph_diff.png"))
+    gv.diff_box.setChecked(False)
+
+
+def test_screenshots_of_each_panel(studio, screenshots_dir, wait):
+    """PNGs of the window and of each panel (light and dark) for people to look at."""
     studio.state.set_overlay("latency")
     studio.graph_view.fit()
-    studio.repaint()
     shots = {
         "window": studio,
         "graph": studio.graph_view,
         "profile": studio.panels["profile"],
         "model": studio.panels["model"],
     }
-    for name, w in shots.items():
-        path = os.path.join(screenshots_dir, f"{name}.png")
-        assert w.grab().save(path), path
-        assert os.path.getsize(path) > 1000
+    for theme in ("light", "dark"):
+        studio.set_theme(theme)
+        wait(lambda: True, 1)  # palette changes reach widgets through the event loop
+        studio.repaint()
+        for name, w in shots.items():
+            path = os.path.join(
+                screenshots_dir, f"{name}_{theme}.png" if theme == "dark" else f"{name}.png"
+            )
+            assert w.grab().save(path), path
+            assert os.path.getsize(path) > 1000
+    studio.set_theme("system")
     studio.state.set_overlay("none")

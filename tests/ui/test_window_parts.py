@@ -65,7 +65,11 @@ def test_first_start_opens_the_demo_then_the_last_model(window):
 
 def test_theme_menu_switches_palette_and_is_remembered(window, qapp):
     window.set_theme("dark")
+    qapp.processEvents()
     assert qapp.palette().color(QPalette.ColorRole.Window).lightness() < 100
+    gv = window.graph_view
+    assert gv.palette().color(QPalette.ColorRole.Window).lightness() < 100
+    assert gv._dark  # the graph's own colours follow
     assert window.settings.value("theme") == "dark"
     assert window.theme_actions["dark"].isChecked()
     window.set_theme("light")
