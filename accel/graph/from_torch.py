@@ -63,7 +63,7 @@ def graph_from_torch(
         if builder is None:
             raise ValueError(f"unknown method {m!r}; use auto, export, fx or modules")
         try:
-            graph = builder(module, args, names)
+            graph, stack_types = builder(module, args, names)
         except Exception as exc:  # any tracing failure: try the next method
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             reason = f"{m} failed: {type(exc).__name__}: {first}"[:500]
@@ -73,7 +73,8 @@ def graph_from_torch(
                 raise
             continue
         graph.name = name
-        graph.build_groups(types)
+        # Class names recorded while tracing win: a loaded .pt2 is a flat GraphModule.
+        graph.build_groups({**types, **stack_types})
         if reasons:
             graph.notes.extend(reasons)
             graph.fallback_reason = reasons[0]
@@ -109,7 +110,7 @@ def _op_name(target: Any) -> str:
     return getattr(target, "__name__", str(target))
 
 
-def _from_export(module: Any, args: tuple, names: list[str]) -> Graph:
+def _from_export(module: Any, args: tuple, names: list[str]) -> tuple[Graph, dict[str, str]]:
     import torch
 
     ep = torch.export.export(module, args, strict=False)
@@ -123,6 +124,7 @@ def _from_export(module: Any, args: tuple, names: list[str]) -> Graph:
     producer: dict[str, tuple[str, int]] = {}
     weights: dict[str, tuple[str, int]] = {}  # placeholder -> (fqn, numel)
     counted: set[str] = set()
+    stack_types: dict[str, str] = {}
     for fx in ep.graph.nodes:
         val = fx.meta.get("val")
         if fx.op == "placeholder":
@@ -180,6 +182,10 @@ def _from_export(module: Any, args: tuple, names: list[str]) -> Graph:
             continue
         stack = fx.meta.get("nn_module_stack") or {}
         path = ROOT
+        for entry in stack.values():
+            if isinstance(entry, tuple) and len(entry) >= 2:
+                # Module class names, for modules the traced object no longer has (.pt2).
+                stack_types.setdefault(entry[0], str(entry[1]).rsplit(".", 1)[-1])
         if stack:
             last = list(stack.values())[-1]
             path = last[0] if isinstance(last, tuple) else str(last)
@@ -219,10 +225,10 @@ def _from_export(module: Any, args: tuple, names: list[str]) -> Graph:
             node.output_dtypes.append(dtype)
         graph.nodes.append(node)
         producer[fx.name] = (node.id, 0)
-    return graph
+    return graph, stack_types
 
 
-def _from_fx(module: Any, args: tuple, names: list[str]) -> Graph:
+def _from_fx(module: Any, args: tuple, names: list[str]) -> tuple[Graph, dict[str, str]]:
     import torch
     from torch.fx.passes.shape_prop import ShapeProp
 
@@ -274,10 +280,10 @@ def _from_fx(module: Any, args: tuple, names: list[str]) -> Graph:
                 graph.edges.append(Edge(producer[inp.name], node.id, inp.name, ishape, idtype))
         producer[fx.name] = node.id
         graph.nodes.append(node)
-    return graph
+    return graph, {}
 
 
-def _from_hooks(module: Any, args: tuple, names: list[str]) -> Graph:
+def _from_hooks(module: Any, args: tuple, names: list[str]) -> tuple[Graph, dict[str, str]]:
     """Leaf modules in call order; edges follow tensor identity where it is known."""
     import torch
 
@@ -370,4 +376,4 @@ def _from_hooks(module: Any, args: tuple, names: list[str]) -> Graph:
             "module-level graph: some inputs came from code between modules; "
             "those edges link to the previously called module"
         )
-    return graph
+    return graph, {}

@@ -155,3 +155,16 @@ def test_bad_method_and_missing_inputs():
         graph_from_torch(nn.Linear(2, 2), (torch.ones(1, 2),), method="magic")
     with pytest.raises(ValueError, match="sample inputs"):
         graph_from_torch(nn.Linear(2, 2))
+
+
+def test_loaded_exported_program_keeps_module_paths_and_types(tmp_path):
+    m = load_model("zoo:mlp")
+    inputs = m.example_inputs()
+    path = tmp_path / "m.pt2"
+    torch.export.save(torch.export.export(m.module, tuple(inputs.values())), str(path))
+    g = graph_from_model(load_model(str(path)))
+    assert g.source == "torch.export"
+    assert {n.module_path for n in g.nodes if n.op == "linear"} == {"fc1", "fc2", "fc3"}
+    assert g.groups["fc1"].type == "Linear"
+    assert g.groups[""].type == "MLP"
+    assert g.num_params == sum(p.numel() for p in m.module.parameters())
