@@ -409,7 +409,6 @@ class ExportOnnx(Pass):
 
     def to_script(self, config: ExportOnnxConfig) -> ScriptStep:
         opset = config.opset or DEFAULT_OPSET[config.exporter]
-        axes = "DYNAMIC_AXES" if config.dynamic else "{}"
         lines = [
             "# ONNX Runtime lacks bf16 (and on CPU most fp16) kernels: export such a model in fp32.",
             "_low = {p.dtype for p in model.parameters() if p.dtype in (torch.bfloat16, torch.float16)}",
@@ -425,19 +424,25 @@ class ExportOnnx(Pass):
             'output_names = ["output"] if _n == 1 else [f"output_{i}" for i in range(_n)]',
         ]
         if config.exporter == "torchscript":
+            axes = "DYNAMIC_AXES or None" if config.dynamic else "None"
             lines += [
                 "torch.onnx.export(",
                 "    model, export_args, str(onnx_path), input_names=list(inputs), output_names=output_names,",
-                f"    dynamic_axes={axes} or None, opset_version={opset}, do_constant_folding=True, dynamo=False,",
+                f"    dynamic_axes={axes}, opset_version={opset}, do_constant_folding=True, dynamo=False,",
                 ")",
             ]
         else:
+            shapes = "None"
+            if config.dynamic:
+                lines += [
+                    "# The symbolic dims stay dynamic (ONNX names them s0, s1...).",
+                    "dynamic_shapes = {n: {i: torch.export.Dim.DYNAMIC for i in DYNAMIC_AXES.get(n, {})} for n in inputs}",
+                ]
+                shapes = "dynamic_shapes if DYNAMIC_AXES else None"
             lines += [
-                f"dynamic_shapes = {{n: {{i: torch.export.Dim.DYNAMIC for i in {axes}.get(n, {{}})}} for n in inputs}}",
                 "program = torch.onnx.export(",
                 "    model, export_args, input_names=list(inputs), output_names=output_names,",
-                f"    dynamic_shapes=dynamic_shapes if {axes} else None, opset_version={opset}, dynamo=True,",
-                "    verbose=False, optimize=True,",
+                f"    dynamic_shapes={shapes}, opset_version={opset}, dynamo=True, verbose=False, optimize=True,",
                 ")",
                 f"program.save(str(onnx_path), external_data={bool(config.external_data)!r})",
             ]

@@ -87,3 +87,60 @@ def test_script_reproduces_the_runner(tmp_path, key):
     assert (fp16_dir / "model_fp16.onnx").is_file() and not (fp16_dir / "fp16_probe.onnx").exists()
     if key == "lstm-torchscript":  # the optimized graph is an artifact of the script too
         assert (out / "step_01_onnxruntime" / "model.optimized.onnx").is_file()
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        [
+            {
+                "pass": "export_onnx",
+                "params": {
+                    "exporter": "dynamo",
+                    "dynamic": False,
+                    "simplify": True,
+                    "external_data": True,
+                },
+            }
+        ],
+        [
+            {
+                "pass": "export_onnx",
+                "params": {"exporter": "torchscript", "opset": 13, "dynamic": False},
+            }
+        ],
+        [
+            {"pass": "export_onnx"},
+            {
+                "pass": "onnxruntime",
+                "params": {
+                    "graph_optimization_level": "disabled",
+                    "providers": ["tensorrt", "cuda", "cpu"],
+                },
+            },
+            {
+                "pass": "onnx_fp16",
+                "params": {
+                    "keep_io_types": False,
+                    "op_block_list": ["Softmax"],
+                    "node_block_list": ["n1"],
+                },
+            },
+        ],
+    ],
+)
+def test_every_option_writes_valid_python(steps):
+    """Options not run end to end above still give a script that compiles, with their values."""
+    text = recipe_to_script({"model": {"source": "zoo:mlp"}, "steps": steps})
+    compile(text, "recipe.py", "exec")
+    params = {k: v for s in steps for k, v in s.get("params", {}).items()}
+    if "opset" in params:
+        assert "opset_version=13" in text and "dynamic_axes=None," in text
+    if params.get("external_data"):
+        assert 'location="model.onnx.data"' in text and "onnxslim.slim" in text
+    if "providers" in params:
+        assert (
+            "ORT_DISABLE_ALL" in text
+            and "'TensorrtExecutionProvider', 'CUDAExecutionProvider'" in text
+        )
+        assert "keep_io_types=False" in text and "['Softmax']" in text and "['n1']" in text
