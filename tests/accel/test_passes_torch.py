@@ -257,6 +257,25 @@ def test_bf16_weights_and_wrapped_norms(tmp_path):
     assert cos > 0.99
 
 
+def test_fp16_resnet_keeps_batchnorm_in_fp32(resnet_model, tmp_path):
+    from accel.passes._torch_helpers import KeepFloat32
+
+    model = resnet_model.replace(module=copy.deepcopy(resnet_model.module))
+    x = model.example_inputs(seed=4, batch=4)
+    want = resnet_model.forward(x)
+    new, ctx = apply_pass("fp16", model, tmp_path=tmp_path)
+    wrapped = [m for m in new.module.modules() if isinstance(m, KeepFloat32)]
+    assert len(wrapped) == 9 == len(ctx.details["kept_fp32"])
+    assert all(w.module.running_var.dtype == torch.float32 for w in wrapped)
+    assert new.module.layer1[0].conv1.weight.dtype == torch.float16
+    assert new.input_casts == {"x": "float16"}
+    got = new.forward(x)
+    assert got.dtype == torch.float16
+    cos = torch.nn.functional.cosine_similarity(got.float().flatten(), want.flatten(), dim=0)
+    assert cos > 0.999
+    assert (got.float().argmax(1) == want.argmax(1)).all()
+
+
 def test_bf16_lstm(lstm_run):
     assert lstm_run.ok, lstm_run.error
     step = lstm_run.steps[0]
