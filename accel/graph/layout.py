@@ -204,23 +204,14 @@ def layered_layout(
     # -- layering: longest path from the sources, in index order (a topological order now).
     layer = np.zeros(n, dtype=np.int64)
     if len(src):
+        # Edges sorted by destination: every edge into s (dst == s < d) comes before any
+        # edge out of s, so lay[s] is final when it is read; one pass is enough.
         by_dst = np.argsort(dst, kind="stable")
-        s_sorted, d_sorted = src[by_dst].tolist(), dst[by_dst].tolist()
         lay = [0] * n
-        for s, d in zip(s_sorted, d_sorted):
+        for s, d in zip(src[by_dst].tolist(), dst[by_dst].tolist()):
             ls = lay[s] + 1
             if ls > lay[d]:
                 lay[d] = ls
-        # d sorted ascending and s < d, so every lay[s] is final when read... except when
-        # s itself is a destination appearing later in the sorted list; iterate to a fix point.
-        changed = True
-        while changed:
-            changed = False
-            for s, d in zip(s_sorted, d_sorted):
-                ls = lay[s] + 1
-                if ls > lay[d]:
-                    lay[d] = ls
-                    changed = True
         # Sources (inputs, constants) sit right above their first consumer.
         has_pred = np.zeros(n, dtype=bool)
         has_pred[dst] = True
