@@ -37,6 +37,8 @@ class RunStarted(Event):
     num_steps: int
     # Metrics of the original model (step index -1): latency, size, parameters.
     baseline: dict[str, float | None] = field(default_factory=dict)
+    model_hash: str = ""  # content hash of the original model (weights or file bytes)
+    input_spec: str = ""  # the InputSpec the run used, compact form
 
 
 @dataclass(frozen=True)

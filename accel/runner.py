@@ -237,6 +237,8 @@ def run_recipe(
             environment=env,
             num_steps=len(enabled),
             baseline=baseline,
+            model_hash=original.content_hash,
+            input_spec=str(original.input_spec),
         )
     )
 
@@ -438,7 +440,11 @@ def _build_data(recipe: Recipe, model: Any) -> dict[str, Any]:
         spec = getattr(d, key)
         if spec:
             out[key] = make_data_source(
-                spec, model.input_spec, seed=recipe.seed, require_labels=key != "calibration", teacher=model
+                spec,
+                model.input_spec,
+                seed=recipe.seed,
+                require_labels=key != "calibration",
+                teacher=model,
             )
     return out
 

@@ -490,9 +490,15 @@ class Repository:
         baseline = dict(event.get("baseline") or {})
         row.baseline = _json_safe(baseline)
         source = event.get("model_source")
-        if source and (row.model is None or row.model.source != source):
+        model_hash = str(event.get("model_hash") or "")
+        spec = str(event.get("input_spec") or "")
+        if source and (
+            row.model is None
+            or row.model.source != source
+            or (model_hash and row.model.content_hash != model_hash)
+        ):
             row.model = self._model_row(
-                s, str(source), str(event.get("model_kind") or "torch"), "", ""
+                s, str(source), str(event.get("model_kind") or "torch"), model_hash, spec
             )
         if row.recipe is None and event.get("recipe"):
             row.recipe = self._recipe_row(s, event["recipe"])

@@ -44,6 +44,10 @@ def recorded(tmp_path):
 def test_exports_of_a_recorded_run(recorded):
     repo, run_id = recorded
     d = repo.get_run(run_id)
+    from accel.models import load_model
+
+    assert d.model_content_hash == load_model("zoo:resnet").content_hash
+    assert d.model_input_spec.startswith("x:float32[batch,3,64,64]")
     rows = step_rows(d)
     assert [r.pass_name for r in rows] == ["original", "channels_last"]
     assert rows[1].verdict == "pass" and rows[1].max_abs is not None and rows[1].max_abs < 1e-4
