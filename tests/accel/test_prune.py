@@ -300,3 +300,23 @@ def test_exported_script_reproduces_the_runner(tmp_path, model_name, steps):
         ours = torch.load(tmp_path / "run" / folder / "outputs.pt")
         theirs = torch.load(out / folder / "outputs.pt")
         torch.testing.assert_close(theirs, ours, rtol=1e-4, atol=1e-5)
+
+
+def test_pruned_model_through_export_onnx_and_quantization(tmp_path):
+    """prune_channels -> export_onnx -> quantize_onnx_dynamic in one recipe: the pruned model
+    exports with the export_onnx pass, runs in ONNX Runtime and quantizes."""
+    steps = [
+        {"pass": "prune_channels", "params": {"ratio": 0.3}},
+        {"pass": "export_onnx"},
+        {"pass": "quantize_onnx_dynamic"},
+    ]
+    res = run_recipe(recipe(*SMALL["transformer"], steps), out_dir=tmp_path / "run")
+    assert res.ok, res.error
+    assert res.model.kind == "onnx"
+    outs = [
+        torch.load(tmp_path / "run" / f"step_{s.index:02d}_{s.pass_name}" / "outputs.pt")
+        for s in res.steps
+    ]
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-4, atol=1e-5)  # ORT fp32 == pruned torch
+    assert _cos(outs[0], outs[2]) > 0.99  # int8 stays close to the pruned float model
+    assert res.steps[0].metrics["params_after"] < res.steps[0].metrics["params_before"]
