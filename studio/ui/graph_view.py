@@ -87,6 +87,13 @@ _CATEGORY_COLORS = {
     "group": ("#f6f7f9", "#2b2f36"),
     "other": ("#eef0f3", "#3a3f46"),
 }
+TORCH_QUANT_PASSES = (
+    "quantize_static_int8",
+    "quantize_dynamic_int8",
+    "quantize_weight_only",
+    "qat",
+)
+ONNX_QUANT_PASSES = ("quantize_onnx_static", "quantize_onnx_dynamic")
 DIFF_COLORS = {"removed": "#ff8787", "fused": "#ffa94d", "changed": "#74c0fc"}
 _DTYPE_COLORS = [
     "#4e79a7",
@@ -1196,9 +1203,11 @@ class GraphView(QWidget):
             menu.addAction("Expand", lambda: self.expand_group(path))
         if expanded:
             menu.addAction("Collapse", lambda: self.collapse_group(path))
-        if path:
+        names = [node.name] if node.op != "group" and node.name else None
+        if path or names:
             act = menu.addAction(
-                "Keep in float (exclude from quantization)", lambda: self.keep_in_float(path)
+                "Keep in float (exclude from quantization)",
+                lambda: self.keep_in_float(path, names),
             )
             act.setToolTip("Adds this module to the quantization step's exclude list")
         menu.addAction("Copy module path", lambda: QGuiApplication.clipboard().setText(path))
@@ -1208,23 +1217,38 @@ class GraphView(QWidget):
             )
         menu.exec(pos)
 
-    def keep_in_float(self, path: str) -> int:
-        """Add module ``path`` to the ``exclude`` list of the recipe's quantization step (a
-        static int8 step is added when there is none). Returns the step index."""
+    def keep_in_float(self, path: str, node_names: list[str] | None = None) -> int:
+        """Keep a layer in float: add it to the ``exclude`` list of the recipe's quantization
+        step (torch steps take module paths, ONNX steps node names); a static int8 step
+        of the model's kind is added when there is none. Returns the step index."""
+        onnx_model = (self.state.model_info or {}).get("kind") == "onnx"
+        if onnx_model:
+            names = list(node_names or [])
+            if not names and self.graph is not None:
+                names = [n.name for n in self.graph.nodes_for_module(path) if n.name]
+        else:
+            names = [path] if path else []
+        if not names:
+            self.state.status.emit("nothing to keep in float: pick a layer, not the whole model")
+            return -1
         steps = list(self.state.recipe.steps)
         for i, step in enumerate(steps):
-            if step.pass_name.startswith("quantize"):
-                params = dict(step.params)
-                exclude = list(params.get("exclude") or [])
-                if path not in exclude:
-                    exclude.append(path)
-                params["exclude"] = exclude
-                steps[i] = step.model_copy(update={"params": params})
-                self.state.update_steps(steps)
-                self.state.status.emit(f"{path} kept in float (step {i + 1}: {step.pass_name})")
-                return i
-        i = self.state.add_step("quantize_static_int8", {"exclude": [path]})
-        self.state.status.emit(f"added quantize_static_int8 with {path} kept in float")
+            is_onnx_step = step.pass_name in ONNX_QUANT_PASSES
+            if step.pass_name not in TORCH_QUANT_PASSES + ONNX_QUANT_PASSES:
+                continue
+            if is_onnx_step != onnx_model:
+                continue  # module paths mean nothing to an ONNX quantizer and vice versa
+            params = dict(step.params)
+            exclude = list(params.get("exclude") or [])
+            exclude += [n for n in names if n not in exclude]
+            params["exclude"] = exclude
+            steps[i] = step.model_copy(update={"params": params})
+            self.state.update_steps(steps)
+            self.state.status.emit(f"{path} kept in float (step {i + 1}: {step.pass_name})")
+            return i
+        pass_name = "quantize_onnx_static" if onnx_model else "quantize_static_int8"
+        i = self.state.add_step(pass_name, {"exclude": names})
+        self.state.status.emit(f"added {pass_name} with {path or names} kept in float")
         return i
 
     def closeEvent(self, event) -> None:  # noqa: N802

@@ -249,3 +249,17 @@ def test_netron_offers_export_for_torch_models(window):
     kind, params = window.pool.submitted[-1]
     assert kind == "export_onnx" and params["model"] == "zoo:resnet"
     assert params["out"].endswith(".onnx")
+
+
+def test_keep_in_float_on_an_onnx_model_uses_node_names(window):
+    gv, state = window.graph_view, window.state
+    state.set_model("m.onnx", {"kind": "onnx"})
+    i = gv.keep_in_float("fc", ["/fc/Gemm"])
+    assert state.recipe.steps[i].pass_name == "quantize_onnx_static"
+    assert state.recipe.steps[i].params["exclude"] == ["/fc/Gemm"]
+    state.set_model("zoo:mlp", {"kind": "torch"})
+    j = gv.keep_in_float("fc1")
+    # A torch model never reuses the ONNX step: module paths mean nothing there.
+    assert j != i and state.recipe.steps[j].pass_name == "quantize_static_int8"
+    assert state.recipe.steps[j].params["exclude"] == ["fc1"]
+    assert gv.keep_in_float("") == -1
