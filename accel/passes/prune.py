@@ -355,12 +355,12 @@ class Sparsity24(Pass):
             raise PassError(
                 "no Linear layer fits 2:4 sparse kernels (needs out % 32 == 0 and in % 64 == 0), or all are ignored."
             )
+        # Stats of the masked dense weights: sparse tensor subclasses cannot be hashed byte-wise.
+        stats = _refresh_stats(model, module, sparsity="2:4")
         sparsify_(module, semi_sparse_weight(), filter_fn=lambda m, fqn: fqn in names)
         ctx.details.update({"backend": "torchao.sparsity", "sparse_layers": sorted(names)})
         casts = {n: config.dtype for n in model.input_spec.names}
-        return _refresh_stats(model, module, sparsity="2:4").replace(
-            input_casts={**model.input_casts, **casts}
-        )
+        return stats.replace(module=module, input_casts={**model.input_casts, **casts})
 
     def to_script(self, config: Sparsity24Config) -> ScriptStep:
         code = (

@@ -101,7 +101,7 @@ def _enum(name: str, value: str) -> str:
     return f"{name}.{value}"
 
 
-def _op_types(config: _CommonConfig, mode: str, present: list[str]) -> list[str] | None:
+def _op_types(config: _CommonConfig, mode: str) -> list[str] | None:
     """The op_types_to_quantize list (None: the quantizer's default)."""
     if config.op_types is not None:
         base = list(config.op_types)
@@ -165,7 +165,7 @@ class _QuantizeOnnx(Pass):
             # The dynamic quantizer rewrites Gemm as MatMul + Add named "<gemm>_MatMul"; exclude both names.
             exclude = exclude + [f"{n}_MatMul" for n in exclude]
         present = h.onnx_op_types(src)
-        op_types = _op_types(config, self.mode, present)
+        op_types = _op_types(config, self.mode)
         ctx.details.update(
             {
                 "backend": "onnxruntime.quantization",
@@ -297,7 +297,7 @@ class _QuantizeOnnx(Pass):
             lines.append(
                 'exclude += [f"{n}_MatMul" for n in exclude]  # quantize_dynamic renames Gemm to <name>_MatMul'
             )
-        op_types = _op_types(config, self.mode, [])
+        op_types = _op_types(config, self.mode)
         out = self._out_name(config)
         common = [
             f"op_types_to_quantize={op_types!r}",
