@@ -210,12 +210,24 @@ def onnx_layer_outputs(model: Any, inputs: Mapping[str, Any]) -> dict[str, Any]:
     except Exception:  # shapes only help declare the extra outputs
         inferred = proto
     vinfo = {vi.name: vi for vi in [*inferred.graph.value_info, *inferred.graph.output]}
+    # Floating types: a quantized model's (Dynamic)QuantizeLinear outputs integers, the
+    # layer's value is the last floating tensor of its namespace.
+    floating = {
+        onnx.TensorProto.FLOAT,
+        onnx.TensorProto.FLOAT16,
+        onnx.TensorProto.BFLOAT16,
+        onnx.TensorProto.DOUBLE,
+    }
     last: dict[str, str] = {}  # module path -> tensor name of its last node's first output
     for node in proto.graph.node:
         if not node.output or not node.output[0] or node.op_type == "Constant":
             continue
+        vi = vinfo.get(node.output[0])
+        if vi is not None and vi.type.tensor_type.elem_type not in (0, *floating):
+            continue
         mp = module_path_of(node)
         for p in ancestors(mp)[1:]:
+            last.pop(p, None)  # re-insert: dict order becomes completion order
             last[p] = node.output[0]
     existing = {o.name for o in proto.graph.output}
     for tname in dict.fromkeys(last.values()):

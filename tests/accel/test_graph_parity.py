@@ -204,3 +204,23 @@ def test_compiled_model_is_compared_eagerly():
     rep = compare_layers(m, compiled)
     assert rep.passed and len(rep.layers) == 5
     assert any("torch.compile" in n for n in rep.notes)
+
+
+def test_quantized_onnx_layers_compare_float_tensors(tmp_path):
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    net = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1), nn.ReLU()
+    ).eval()
+    inputs = {"x": torch.randn(1, 3, 16, 16)}
+    fp32 = tmp_path / "fp32.onnx"
+    int8 = tmp_path / "int8.onnx"
+    torch.onnx.export(net, (inputs["x"],), str(fp32), input_names=["x"], dynamo=False)
+    quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8)
+    for original in (net, fp32):  # torch -> ONNX and ONNX -> ONNX
+        rep = compare_layers(original, int8, inputs, atol=1e-6, rtol=1e-6)
+        # Layers are tapped at float tensors (not the uint8 of DynamicQuantizeLinear).
+        assert [r.name for r in rep.layers] == ["0", "1", "2", "3"]
+        assert all(r.max_abs is not None and r.max_abs > 0 for r in rep.layers), rep.format_table()
+        assert rep.first_failure == "0"
+        assert compare_layers(original, int8, inputs, atol=1.0, rtol=1.0).passed
