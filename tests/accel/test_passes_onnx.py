@@ -340,3 +340,26 @@ def test_onnxruntime_cuda_io_binding(tmp_path):
     from accel.bench import benchmark
 
     assert benchmark(out, x, device="cuda", warmup=1, iters=3).median_ms > 0  # the IOBinding path
+
+
+def test_onnx_file_as_the_source(pipeline_runs, tmp_path):
+    """A user opens an .onnx file: onnxruntime and onnx_fp16 apply to it directly."""
+    path = next(
+        a["path"] for a in pipeline_runs["resnet"].steps[0].artifacts if a["kind"] == "onnx"
+    )
+    res = run_recipe(
+        {
+            "model": {"source": path},
+            "benchmark": BENCH,
+            "steps": [
+                {"pass": "onnx_fp16", "params": {"op_block_list": []}},
+                {"pass": "onnxruntime", "params": {"graph_optimization_level": "extended"}},
+            ],
+        },
+        out_dir=tmp_path,
+    )
+    assert res.status == "succeeded", res.error
+    fp16, ort_step = res.steps
+    assert fp16.details["fp16_initializers"] > 0 and fp16.metrics["size_ratio"] < 0.6
+    assert _cosine(fp16) > 0.999 and _cosine(ort_step) > 0.999
+    assert ort_step.details["graph_optimization_level"] == "extended"
