@@ -199,7 +199,7 @@ class Services(QObject):
         st = self.state
         if not st.model_source:
             return None
-        out = self.data_dir() / "exports" / f"{_safe_name(st.model_source)}.onnx"
+        out = self.export_path()
         out.parent.mkdir(parents=True, exist_ok=True)
         params: dict[str, Any] = {"model": st.model_source, "out": str(out)}
         if st.input_spec:
@@ -238,6 +238,14 @@ class Services(QObject):
         self._context[job_id] = {"source": st.model_source, "run_id": run_id}
         st.status.emit("comparing graphs…")
         return job_id
+
+    def export_path(self) -> Path:
+        """Where the ONNX export of the current model goes (named by its content hash, so
+        an export made in an earlier session is found again and never shown stale)."""
+        st = self.state
+        digest = str((st.model_info or {}).get("content_hash") or "")[:12]
+        name = _safe_name(st.model_source or "model") + (f"-{digest}" if digest else "")
+        return self.data_dir() / "exports" / f"{name}.onnx"
 
     def cancel(self, job_id: str) -> None:
         self.pool.cancel(job_id)

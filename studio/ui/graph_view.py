@@ -814,7 +814,9 @@ class GraphView(QWidget):
             prof = self.state.profile
             if prof is None:
                 return {}
-            values = {r.name: r.inclusive_ms for r in prof.rows}
+            # The root row is the whole forward: its unexplained remainder would land on
+            # the few ops outside any submodule and make them look hottest.
+            values = {r.name: r.inclusive_ms for r in prof.rows if r.name != ROOT}
             if getattr(prof, "kind", "torch") == "onnx":
                 # ONNX rows are per node name: paint nodes directly, groups by sum.
                 by_name = {r.name: r.self_ms for r in prof.rows}

@@ -135,7 +135,10 @@ class NetronView(QWidget):
 
     # -- what to show ---------------------------------------------------------------------
     def target_file(self) -> str | None:
-        return netron_file_for(self.state.model_info or {}, self.state.model_source)
+        info = dict(self.state.model_info or {})
+        if self.services is not None and self.state.model_source and "onnx_export" not in info:
+            info["onnx_export"] = str(self.services.export_path())  # an earlier export
+        return netron_file_for(info, self.state.model_source)
 
     def refresh(self) -> None:
         info = self.state.model_info or {}
