@@ -169,23 +169,28 @@ class OnnxRuntime(Pass):
             opts.append("'execution_mode': ort.ExecutionMode.ORT_PARALLEL")
         if config.save_optimized and config.graph_optimization_level != "disabled":
             opts.append("'optimized_model_filepath': str(step_dir / 'model.optimized.onnx')")
+        imports = ["import onnxruntime as ort"]
         if config.providers:
-            prov = repr([PROVIDER_NAMES[p] for p in config.providers])
+            prov = f"ort_providers = {[PROVIDER_NAMES[p] for p in config.providers]!r}\n"
         else:
+            imports.append("import importlib.util")
             prov = (
-                f"{[PROVIDER_NAMES[p] for p in FALLBACK_ORDER]!r} if device.startswith('cuda') "
-                "else ['CPUExecutionProvider']"
+                "ort_providers = ['CPUExecutionProvider']\n"
+                "if device.startswith('cuda'):\n"
+                "    ort_providers = ['CUDAExecutionProvider', 'CPUExecutionProvider']\n"
+                "    if importlib.util.find_spec('tensorrt'):  # TensorRT first where it is installed\n"
+                "        ort_providers.insert(0, 'TensorrtExecutionProvider')\n"
             )
         code = (
             "ort_options = {\n    "
             + ",\n    ".join(opts)
             + ",\n}\n"
-            + f"ort_providers = {prov}\n"
+            + prov
             + "session = make_session(onnx_path, ort_providers, ort_options)\n"
             + "ort_options.pop('optimized_model_filepath', None)  # later sessions: same options, no re-save\n"
             + "print('     onnxruntime providers:', session.get_providers())\n"
         )
-        return ScriptStep(code=code, imports=["import onnxruntime as ort"])
+        return ScriptStep(code=code, imports=imports)
 
 
 # -- fp16 -----------------------------------------------------------------------------------
