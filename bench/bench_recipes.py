@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -129,8 +130,11 @@ def main() -> int:
             rows += bench_recipe(p, args, out_root)
     import torch
 
+    threads = args.threads or "the recipes' (library default)"
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, device cpu unless the recipe says otherwise"
+        f"torch {torch.__version__}, threads: {threads}, {os.cpu_count()} CPUs, "
+        f"load average {load:.1f}; compile s = first compiled call (inductor cache as found)"
     )
     print_table(rows)
     if args.json:
