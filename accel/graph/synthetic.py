@@ -9,9 +9,13 @@ from accel.graph.model import Edge, Graph, Node
 _OPS = ["conv2d", "batch_norm", "relu", "linear", "add", "mul", "layer_norm", "gelu", "matmul"]
 
 
-def synthetic_graph(num_nodes: int = 10_000, *, blocks: int = 20, seed: int = 0) -> Graph:
+def synthetic_graph(
+    num_nodes: int = 10_000, *, blocks: int = 20, seed: int = 0, skip_prob: float = 0.05
+) -> Graph:
     """A network-like DAG: ``blocks`` top-level blocks of layers of short op chains with
-    residual adds, occasional two-way branches and skip edges, one input and one output."""
+    residual adds, occasional two-way branches, one input and one output. With
+    probability ``skip_prob`` an op also reads one of the 30 previous ops (a skip edge
+    that makes the graph non-planar, so crossing reduction has work to do)."""
     rng = random.Random(seed)
     g = Graph(name=f"synthetic{num_nodes}", source="synthetic")
     g.nodes.append(Node("input:x", "input", "x", outputs=["x"]))
@@ -28,6 +32,10 @@ def synthetic_graph(num_nodes: int = 10_000, *, blocks: int = 20, seed: int = 0)
         g.nodes.append(Node(nid, op, f"{op}_{i}", path, num_params=rng.choice([0, 0, 64, 4096])))
         for s in srcs:
             g.edges.append(Edge(s, nid, s, [1, 64], "float32"))
+        if i > 31 and rng.random() < skip_prob:
+            s = f"n{i - rng.randint(2, 30)}"
+            if s not in srcs:
+                g.edges.append(Edge(s, nid, s, [1, 64], "float32"))
         return nid
 
     b = 0
