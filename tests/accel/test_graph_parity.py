@@ -224,3 +224,23 @@ def test_quantized_onnx_layers_compare_float_tensors(tmp_path):
         assert all(r.max_abs is not None and r.max_abs > 0 for r in rep.layers), rep.format_table()
         assert rep.first_failure == "0"
         assert compare_layers(original, int8, inputs, atol=1.0, rtol=1.0).passed
+
+
+def test_cli_graph_summary_json_and_diff(tmp_path, capsys):
+    from accel.graph import Graph
+
+    m = load_model("zoo:mlp")
+    inputs = m.example_inputs()
+    onnx_path = tmp_path / "m.onnx"
+    torch.onnx.export(
+        m.module, tuple(inputs.values()), str(onnx_path), input_names=list(inputs), dynamo=False
+    )
+    out_json = tmp_path / "g.json"
+    assert cli(["graph", "zoo:mlp", "--json", str(out_json), "--diff", str(onnx_path)]) == 0
+    out = capsys.readouterr().out
+    assert "built with torch.export" in out
+    assert "fc1" in out and "1,049,600 params" in out
+    # Gemm+Relu: the relus stay separate nodes in the exported ONNX, nothing fused or lost.
+    assert "diff: 5 matched, 0 added, 0 removed, 0 fused" in out
+    g = Graph.from_dict(json.loads(out_json.read_text()))
+    assert g.num_params == m.num_params
