@@ -11,17 +11,55 @@ from __future__ import annotations
 from onnxruntime.quantization import CalibrationDataReader
 
 
+def onnx_module_paths(graph):
+    """Node name -> the torch module path it came from ("layer3.0.conv1"), "" when unknown.
+
+    The dynamo exporter records the path in node metadata (pkg.torch.onnx.name_scopes); the
+    TorchScript exporter encodes it in the node name ("/layer3/layer3.0/conv1/Conv").
+    """
+    import ast
+
+    paths = {}
+    for node in graph.node:
+        meta = {p.key: p.value for p in node.metadata_props}
+        path = ""
+        if "pkg.torch.onnx.name_scopes" in meta:
+            try:
+                scopes = ast.literal_eval(meta["pkg.torch.onnx.name_scopes"])
+                path = scopes[-2] if len(scopes) >= 2 else ""
+            except (ValueError, SyntaxError):
+                path = ""
+        elif node.name.startswith("/"):
+            for seg in node.name.split("/")[1:-1]:
+                path = seg if not path or seg.startswith(path + ".") else f"{path}.{seg}"
+        paths[node.name] = path
+    return paths
+
+
 def onnx_nodes_matching(model_path, patterns):
-    """Names of the nodes whose name matches any glob pattern, and the patterns that matched none."""
+    """Names of the nodes matching any glob pattern, and the patterns that matched none.
+
+    A pattern matches a node's ONNX name ("/fc/Gemm", "node_linear") or the torch module it
+    came from ("fc", "layer3.*"; a module name also covers the modules inside it).
+    """
     import fnmatch
 
     import onnx
 
     graph = onnx.load(str(model_path), load_external_data=False).graph
+    paths = onnx_module_paths(graph)
     names = [n.name for n in graph.node if n.name]
     matched, unmatched = [], []
     for pattern in patterns:
-        hits = [n for n in names if n == pattern or fnmatch.fnmatchcase(n, pattern)]
+        hits = [
+            n
+            for n in names
+            if fnmatch.fnmatchcase(n, pattern)
+            or (
+                paths[n]
+                and (fnmatch.fnmatchcase(paths[n], pattern) or paths[n].startswith(pattern + "."))
+            )
+        ]
         if not hits:
             unmatched.append(pattern)
         matched += [n for n in hits if n not in matched]

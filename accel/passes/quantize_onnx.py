@@ -56,7 +56,8 @@ class _CommonConfig(PassConfig):
     )
     exclude: list[str] = Field(
         default_factory=list,
-        description="ONNX node names or glob patterns to keep in float (mixed precision), e.g. ['/classifier/*']",
+        description="nodes kept in float (mixed precision): ONNX node names or torch module names, glob "
+        "patterns, e.g. ['fc', 'layers.3.*', '/classifier/*']",
     )
     preprocess: bool = Field(
         True,
@@ -156,10 +157,14 @@ class _QuantizeOnnx(Pass):
             src = pre
         exclude, unmatched = h.onnx_nodes_matching(src, config.exclude)
         if unmatched:
-            sample = h.onnx_nodes_matching(src, ["*"])[0][:8]
+            import onnx
+
+            paths = h.onnx_module_paths(onnx.load(str(src), load_external_data=False).graph)
+            nodes = list(paths)[:6]
+            modules = sorted({p for p in paths.values() if p})[:10]
             raise PassError(
                 f"exclude pattern(s) {unmatched} match no node of the model. Node names look like "
-                f"{sample}; use glob patterns such as '/classifier/*'."
+                f"{nodes}; module names: {modules}. Use glob patterns such as 'fc' or 'layer3.*'."
             )
         if self.mode == "dynamic":
             # The dynamic quantizer rewrites Gemm as MatMul + Add named "<gemm>_MatMul"; exclude both names.
@@ -279,6 +284,7 @@ class _QuantizeOnnx(Pass):
             "from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType"
         ]
         helpers = [
+            inspect.getsource(h.onnx_module_paths),
             inspect.getsource(h.onnx_nodes_matching),
             inspect.getsource(h.BatchCalibrationReader),
         ]

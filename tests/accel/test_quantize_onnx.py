@@ -5,7 +5,7 @@ from __future__ import annotations
 import onnx
 import pytest
 import torch
-from onnx_export_helpers import export_small, recipe, run_script
+from onnx_export_helpers import SMALL, export_small, recipe, run_script
 
 from accel.errors import PassError
 from accel.models import load_model
@@ -250,3 +250,26 @@ def test_exported_script_reproduces_the_runner(onnx_models, tmp_path, name, step
     theirs = torch.load(out / folder / "outputs.pt")
     torch.testing.assert_close(theirs, ours, rtol=1e-5, atol=1e-6)
     assert (out / folder / f"model_int8_{step['pass'].rsplit('_', 1)[1]}.onnx").is_file()
+
+
+def test_exclude_by_torch_module_name(onnx_models, tmp_path):
+    """Module names work for both exporters: TorchScript node names and dynamo node metadata."""
+    res = _run(
+        onnx_models,
+        "resnet",
+        [{"pass": "quantize_onnx_static", "params": {"exclude": ["layer3.0.conv2"]}}],
+        tmp_path,
+    )
+    assert res.steps[0].details["excluded_nodes"] == ["/layer3/layer3.0/conv2/Conv"]
+    source, spec = SMALL["resnet"]
+    steps = [
+        {"pass": "export_onnx"},
+        {"pass": "quantize_onnx_static", "params": {"exclude": ["fc"]}},
+    ]
+    res = run_recipe(recipe(source, spec, steps), out_dir=tmp_path / "dynamo")
+    assert res.ok, res.error
+    step = res.steps[1]
+    assert len(step.details["excluded_nodes"]) == 1  # dynamo names it e.g. node_linear
+    (name,) = step.details["excluded_nodes"]
+    assert _float_weight_of(_graph(step), name) == ("Gemm", True)
+    assert _cosine(step) > 0.99
