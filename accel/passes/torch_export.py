@@ -63,6 +63,10 @@ def example_for_export(
     return spec.sample(seed=seed, dims=wanted)
 
 
+def _identifier(name: str) -> str:
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
@@ -100,7 +104,8 @@ class TorchExport(Pass):
                 f"torch_export: static_dims {unknown} are not dims of the input spec ({', '.join(spec.dims) or 'none'})."
             )
         dims = dynamic_dims(spec, config)
-        dim_objs = {n: Dim(n, min=lo, max=hi) for n, (lo, hi) in dims.items()}
+        # Dim names must be identifiers; spec names may hold '.', '-' or '/'.
+        dim_objs = {n: Dim(_identifier(n), min=lo, max=hi) for n, (lo, hi) in dims.items()}
         shapes = tuple(
             {axis: dim_objs[d] for axis, d in m.items()} for m in dynamic_shapes_spec(spec, dims)
         )
@@ -166,7 +171,9 @@ class TorchExport(Pass):
         )
         code = (
             f"export_dims = {dynamic if config.dynamic else '{}'}  # dims exported as dynamic: (min, max)\n"
-            "dim_objs = {n: torch.export.Dim(n, min=lo, max=hi) for n, (lo, hi) in export_dims.items()}\n"
+            "# Dim names must be identifiers.\n"
+            "dim_objs = {n: torch.export.Dim(''.join(c if c.isalnum() or c == '_' else '_' for c in n), min=lo, max=hi)\n"
+            "            for n, (lo, hi) in export_dims.items()}\n"
             "shapes = tuple({axis: dim_objs[d] for axis, d in DYNAMIC_AXES.get(name, {}).items() if d in dim_objs}\n"
             "               for name in inputs)\n"
             "# torch.export specializes sizes 0 and 1: export on an example where the dynamic dims are >= 2.\n"
