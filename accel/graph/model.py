@@ -411,6 +411,25 @@ def aggregate_by_module(
     for n in graph.nodes:
         if n.op not in ("input", "output"):
             by_path.setdefault(n.module_path, []).append(n)
+    # Paths below each module, from the group tree (O(subtree), not O(all paths)).
+    children: dict[str, list[str]] = {}
+    for p in by_path:
+        for a, b in zip(ancestors(p), ancestors(p)[1:]):
+            lst = children.setdefault(a, [])
+            if not lst or lst[-1] != b:
+                lst.append(b)
+    for k in children:
+        children[k] = list(dict.fromkeys(children[k]))
+
+    def subtree(path: str) -> list[Node]:
+        out: list[Node] = []
+        stack = [path]
+        while stack:
+            q = stack.pop()
+            out.extend(by_path.get(q, ()))
+            stack.extend(children.get(q, ()))
+        return out
+
     module_keys = []
     for key, v in values.items():
         if key in by_path or key in graph.groups:
@@ -428,7 +447,7 @@ def aggregate_by_module(
         v = float(values[path])
         if math.isnan(v):
             continue
-        members = [n for p, ns in by_path.items() if is_within(p, path) for n in ns]
+        members = subtree(path)
         free = [n for n in members if n.id not in per_node]
         if not free:
             continue
