@@ -169,6 +169,7 @@ def _export(
     axes: dict[str, dict[int, str]],
     config: ExportOnnxConfig,
     opset: int,
+    external: bool,
 ) -> list[str]:
     """Run the chosen exporter; the file lands at ``path`` (external data may follow).
 
@@ -198,9 +199,10 @@ def _export(
             else:
                 shapes = None
                 if axes:
-                    shapes = {
-                        n: {i: torch.export.Dim.DYNAMIC for i in axes.get(n, {})} for n in names
-                    }
+                    # Positional (a tuple): forward's argument names need not match the spec's.
+                    shapes = tuple(
+                        {i: torch.export.Dim.DYNAMIC for i in axes.get(n, {})} for n in names
+                    )
                 program = torch.onnx.export(
                     module,
                     args,
@@ -212,7 +214,7 @@ def _export(
                     verbose=False,
                     optimize=True,
                 )
-                program.save(str(path), external_data=bool(config.external_data))
+                program.save(str(path), external_data=external)
     found = []
     torch_dir = str(Path(torch.__file__).parent)
     for w in caught:
@@ -326,9 +328,17 @@ class ExportOnnx(Pass):
         path = ctx.work_dir / "model.onnx"
         ctx.progress(0.1, f"exporting with the {config.exporter} exporter (opset {opset})")
         before = set(ctx.work_dir.iterdir())
+        external = config.external_data
+        if external is None:  # one protobuf cannot hold more than 2 GiB
+            weights = sum(
+                t.numel() * t.element_size()
+                for t in module.state_dict().values()
+                if isinstance(t, torch.Tensor)
+            )
+            external = weights > EXTERNAL_DATA_THRESHOLD
         t0 = time.perf_counter()
         try:
-            traced = _export(module, args, path, names, out_names, axes, config, opset)
+            traced = _export(module, args, path, names, out_names, axes, config, opset, external)
         except PassError:
             raise
         except Exception as exc:  # the exporters raise many types; all mean "cannot export"
@@ -356,7 +366,7 @@ class ExportOnnx(Pass):
                 ctx.warn(
                     f"onnxslim could not simplify the graph ({type(exc).__name__}: {exc}); kept it as exported"
                 )
-        external = save_onnx(proto, path, config.external_data)
+        external = save_onnx(proto, path, True if external else config.external_data)
         # Exporters may write big weights as one file per tensor; they now live in model.onnx.data.
         for f in set(ctx.work_dir.iterdir()) - before:
             if f.name not in (path.name, path.name + ".data") and f.is_file():
@@ -435,8 +445,8 @@ class ExportOnnx(Pass):
             shapes = "None"
             if config.dynamic:
                 lines += [
-                    "# The symbolic dims stay dynamic (ONNX names them s0, s1...).",
-                    "dynamic_shapes = {n: {i: torch.export.Dim.DYNAMIC for i in DYNAMIC_AXES.get(n, {})} for n in inputs}",
+                    "# The symbolic dims stay dynamic (ONNX names them s0, s1...); one entry per input, in order.",
+                    "dynamic_shapes = tuple({i: torch.export.Dim.DYNAMIC for i in DYNAMIC_AXES.get(n, {})} for n in inputs)",
                 ]
                 shapes = "dynamic_shapes if DYNAMIC_AXES else None"
             lines += [

@@ -308,6 +308,17 @@ def test_external_data_stays_in_the_step_folder(tmp_path):
     assert reloaded.num_params == model.num_params == 64 * 3 * 5 * 5 + 64
 
 
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_big_models_get_external_data_by_default(tmp_path, monkeypatch, exporter):
+    import accel.passes.onnx_export as onnx_export
+
+    monkeypatch.setattr(onnx_export, "EXTERNAL_DATA_THRESHOLD", 10_000)  # "big" = over 10 kB here
+    model, ctx = _apply("export_onnx", torch.nn.Conv2d(3, 64, 5), {"exporter": exporter}, tmp_path)
+    assert ctx.details["external_data"] is True
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx", "model.onnx.data"]
+    assert load_model(str(tmp_path / "model.onnx")).num_params == 64 * 3 * 5 * 5 + 64
+
+
 def test_fp16_full_conversion_halves_the_size(tmp_path):
     model = _exported(tmp_path)
     cls = get_pass("onnx_fp16")
