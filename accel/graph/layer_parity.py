@@ -185,6 +185,12 @@ def fx_layer_outputs(gm: Any, inputs: Mapping[str, Any]) -> dict[str, Any]:
     return {p: captured[n] for p, n in last.items() if n in captured}
 
 
+def _is_script(model: Any) -> bool:
+    import torch
+
+    return isinstance(getattr(model, "module", model), torch.jit.ScriptModule)
+
+
 def _is_flat_exported(module: Any) -> bool:
     import torch
 
@@ -265,6 +271,8 @@ def layer_outputs(model: Any, inputs: Mapping[str, Any]) -> tuple[dict[str, Any]
     # torch.compile wraps the eager module: compare its layers eagerly (compiled code has no
     # per-module boundaries to hook).
     module = getattr(module, "_orig_mod", module)
+    if _is_script(module):
+        return {}, set()  # ScriptModules take no forward hooks; compare_layers says so
     if _is_flat_exported(module):
         feed = prepare(inputs) if prepare else dict(inputs)
         return fx_layer_outputs(module, feed), set()
@@ -295,6 +303,11 @@ def compare_layers(
     outs_b, pass_b = layer_outputs(b, inputs)
     report = LayerParityReport(atol=atol, rtol=rtol)
     for side, m in (("original", a), ("optimized", b)):
+        if _is_script(m):
+            report.notes.append(
+                f"the {side} model is TorchScript: its layers cannot be hooked; compare the "
+                "eager model or its ONNX export instead"
+            )
         if hasattr(getattr(m, "module", m), "_orig_mod"):
             report.notes.append(f"the {side} model is torch.compile'd: its layers run eagerly here")
     tol = Tolerances(rtol=rtol, atol=atol, min_cosine=min_cosine)

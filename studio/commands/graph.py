@@ -132,6 +132,9 @@ def run_parity(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     if args.json:
         Path(args.json).write_text(json.dumps(report.to_dict(), indent=2))
+    if not report.layers:
+        print("no layer could be compared (see the notes above)")
+        return 1
     if report.first_failure:
         r = report.first_failing()
         print(f"first failing layer: {report.first_failure} ({r.reason})")
@@ -170,7 +173,9 @@ def run_bisect(args: argparse.Namespace) -> int:
             print(f"{s.step}: {s.error}")
             continue
         rep = s.report
-        if rep.first_failure:
+        if not rep.layers:
+            print(f"{s.step}: no layer could be compared ({'; '.join(rep.notes)})")
+        elif rep.first_failure:
             failed = True
             r = rep.first_failing()
             print(f"{s.step}: first failing layer {rep.first_failure} ({r.reason})")

@@ -244,3 +244,13 @@ def test_cli_graph_summary_json_and_diff(tmp_path, capsys):
     assert "diff: 5 matched, 0 added, 0 removed, 0 fused" in out
     g = Graph.from_dict(json.loads(out_json.read_text()))
     assert g.num_params == m.num_params
+
+
+def test_torchscript_model_gets_a_clear_note(tmp_path):
+    m = load_model("zoo:mlp")
+    inputs = m.example_inputs()
+    path = tmp_path / "m.ts"
+    torch.jit.trace(m.module, tuple(inputs.values())).save(str(path))
+    rep = compare_layers(m, load_model(str(path), m.input_spec), inputs)
+    assert rep.layers == [] and rep.passed is True
+    assert any("TorchScript" in n for n in rep.notes)
