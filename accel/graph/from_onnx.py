@@ -111,7 +111,15 @@ def graph_from_onnx(model: Any, *, name: str = "", infer_shapes: bool = True) ->
         path = Path(model)
         name = name or path.stem
         # External data is not needed for structure; only initializer shapes.
-        proto = onnx.load(str(path), load_external_data=False)
+        try:
+            proto = onnx.load(str(path), load_external_data=False)
+        except Exception as exc:
+            from accel.errors import ModelLoadError
+
+            raise ModelLoadError(
+                f"{path} is not a readable ONNX model ({type(exc).__name__}: {exc}); "
+                "check that the file is complete and really is .onnx"
+            ) from None
     else:
         proto = model
     if infer_shapes:

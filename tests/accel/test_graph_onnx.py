@@ -137,3 +137,12 @@ def test_hand_made_onnx_with_shared_initializer_and_unknown_shapes(tmp_path):
         ("/blk/lin/MatMul", "/blk/lin2/MatMul"),
         ("/blk/lin2/MatMul", "output:y"),
     ]
+
+
+def test_corrupt_onnx_file_gives_a_clear_error(tmp_path):
+    from accel.errors import ModelLoadError
+
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x08\x07garbage-not-a-model" * 10)
+    with pytest.raises(ModelLoadError, match="not a readable ONNX model"):
+        graph_from_onnx(bad)
