@@ -295,11 +295,15 @@ class Graph:
     def view(self, expanded: Iterable[str] = ()) -> Graph:
         """A graph where each non-expanded group is one node and edges are aggregated.
 
+        Opening a group opens its ancestors too (as ``GroupLayouts.layout`` does).
+
         Group nodes have id ``"group:<path>"``, op ``"group"``, ``module_path`` = the
         group path, the summed parameter count and ``attributes["num_nodes"]``. The
         view keeps the group tree and the original node ids of visible nodes.
         """
-        exp = set(expanded) | {ROOT}
+        exp = {ROOT}
+        for g in expanded:
+            exp.update(ancestors(g))  # an open group's ancestors are open too
         unit: dict[str, str] = {}
         units: dict[str, Node] = {}
         for n in self.nodes:

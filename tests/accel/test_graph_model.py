@@ -155,3 +155,10 @@ def test_node_keyed_values_go_to_their_node():
     per_node, per_group = aggregate_by_module(g, {"c": 1.5, "f2": 0.5, "nope": 9.0, "in": 3.0})
     assert per_node == {"c": 1.5, "f2": 0.5}
     assert per_group["a"] == 1.5 and per_group["b"] == 0.5 and per_group[""] == 2.0
+
+
+def test_view_opens_ancestors_like_the_layout():
+    g = small_graph()
+    v = g.view(["b.fc1"])
+    assert v.expanded == ["", "b", "b.fc1"]
+    assert "f1" in [n.id for n in v.nodes] and "group:b.fc2" in [n.id for n in v.nodes]
