@@ -147,7 +147,7 @@ def test_group_layouts_collapsed_and_expanded():
     lay = gl.layout([first, inner_group])
     assert set(lay.frames) == {"group:" + first, "group:" + inner_group}
     v = g.view([first, inner_group])
-    assert {n.id for n in v.nodes} <= set(lay.positions)
+    assert set(lay.positions) == {n.id for n in v.nodes} | set(lay.frames)
     # Units of every laid-out group do not overlap each other, and sit inside their frame.
     for gid in ["", first, inner_group]:
         units = list(gl.group_layout(gid, [first, inner_group]).positions)
