@@ -234,7 +234,7 @@ class PruneChannels(Pass):
         if config.finetune_steps:
             lines += [
                 "with torch.enable_grad():",
-                f"    distill(model, teacher, batches[:{config.finetune_batches}], {config.finetune_steps}, {config.finetune_lr!r})",
+                f"    distill(model, teacher, batches[:{config.finetune_batches}], steps={config.finetune_steps}, lr={config.finetune_lr!r})",
             ]
         lines += [
             "model.eval()",

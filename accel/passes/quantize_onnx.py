@@ -91,10 +91,10 @@ class QuantizeOnnxStaticConfig(_CommonConfig):
     calibration_method: Literal["minmax", "percentile", "entropy"] = Field(
         "minmax", description="how activation ranges are chosen"
     )
-    calibration_batches: int | None = Field(
-        None,
+    calibration_batches: int = Field(
+        8,
         ge=1,
-        description="calibration batches (default: the recipe's data.calibration_batches)",
+        description="calibration batches (from the recipe's data.calibration, else synthetic)",
     )
 
 
@@ -201,11 +201,6 @@ class _QuantizeOnnx(Pass):
                     )
                 else:
                     n = config.calibration_batches
-                    if n is None:
-                        n = (
-                            getattr(getattr(ctx.recipe, "data", None), "calibration_batches", None)
-                            or 8
-                        )
                     batches = [model.prepare_inputs(b) for b in ctx.calibration_batches(n)]
                     if not batches:
                         raise PassError(
@@ -319,7 +314,7 @@ class _QuantizeOnnx(Pass):
             lines.append("quantize_dynamic(\n" + "".join(f"    {a},\n" for a in args) + ")")
         else:
             imports.append("from onnxruntime.quantization import quantize_static")
-            n = config.calibration_batches or ""
+            n = config.calibration_batches
             fmt = "QDQ" if config.quant_format == "qdq" else "QOperator"
             args = [
                 "str(src_path)",

@@ -76,7 +76,7 @@ def test_static_qdq_resnet_int8_parity(onnx_models, tmp_path):
     assert (
         ops["QuantizeLinear"] >= 9 and ops["DequantizeLinear"] >= 9
     )  # every conv's activation and weight
-    assert step.details["calibration_batches"] == 8  # the recipe's default
+    assert step.details["calibration_batches"] == 8  # the pass default
     # top-1 agrees with the float model on the reference batch
     ref = torch.load(tmp_path / "run" / "reference_outputs.pt")
     out = torch.load(tmp_path / "run" / "step_00_quantize_onnx_static" / "outputs.pt")
