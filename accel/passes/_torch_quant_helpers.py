@@ -23,9 +23,13 @@ def select_layers(model, layer_types, exclude=()):
 
     def is_float(m):  # not quantized already (packed or tensor-subclass weights)
         params = list(m.parameters(recurse=False))
-        return bool(params) and all(type(p.detach()) is torch.Tensor and p.is_floating_point() for p in params)
+        return bool(params) and all(
+            type(p.detach()) is torch.Tensor and p.is_floating_point() for p in params
+        )
 
-    layers = [(n, m) for n, m in model.named_modules() if n and isinstance(m, classes) and is_float(m)]
+    layers = [
+        (n, m) for n, m in model.named_modules() if n and isinstance(m, classes) and is_float(m)
+    ]
     keep, excluded, used = [], [], set()
     for name, module in layers:
         hit = [
@@ -104,7 +108,14 @@ def pt2e_static_quantize(model, batches, observer="histogram", exclude_names=(),
             prepared(*batch.values())
             if on_batch is not None:
                 on_batch(i, len(batches))
-    return convert_pt2e(prepared)
+    quantized = convert_pt2e(prepared)
+    # The float weights of quantized layers stay registered but unused; drop them.
+    used = {node.target for node in quantized.graph.nodes if node.op == "get_attr"}
+    for name, _ in [*quantized.named_parameters(), *quantized.named_buffers()]:
+        if name not in used:
+            owner, _, attr = name.rpartition(".")
+            delattr(quantized.get_submodule(owner) if owner else quantized, attr)
+    return quantized
 
 
 def weight_only_config(bits, group_size=None, layout="intx"):
