@@ -57,7 +57,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "the model each step saved (ONNX, .pt2, TorchScript) layer by layer and print the "
         "first failing layer per step. Steps that saved no model are listed as such.",
     )
-    b.add_argument("run", metavar="RUN_DIR_OR_ID", help="run folder, or a run id under ./runs")
+    b.add_argument(
+        "run",
+        metavar="RUN_DIR_OR_ID",
+        help="run folder, or a run id from the history (or under ./runs)",
+    )
     b.add_argument("--atol", type=float, default=None, help="default: the recipe's gate")
     b.add_argument("--rtol", type=float, default=None, help="default: the recipe's gate")
     b.set_defaults(func=run_bisect)
@@ -143,12 +147,25 @@ def run_parity(args: argparse.Namespace) -> int:
     return 0
 
 
-def _resolve_run(arg: str) -> Path:
+def _resolve_run(arg: str, db: str | None = None) -> Path:
     from studio.cli import CliError
 
     p = Path(arg)
     if p.is_dir():
         return p
+    # A run id (or prefix) from the store: its recorded run folder.
+    try:
+        from studio.store import Repository
+
+        repo = Repository.open(db)
+        try:
+            run_dir = repo.get_run(arg).run_dir
+        finally:
+            repo.close()
+        if run_dir and Path(run_dir).is_dir():
+            return Path(run_dir)
+    except Exception:  # not a stored run: try ./runs below
+        pass
     for root in (Path("runs"),):
         cand = root / arg
         if cand.is_dir():
@@ -162,7 +179,7 @@ def _resolve_run(arg: str) -> Path:
 def run_bisect(args: argparse.Namespace) -> int:
     from accel.graph.layer_parity import bisect_run
 
-    run_dir = _resolve_run(args.run)
+    run_dir = _resolve_run(args.run, getattr(args, "db", None))
     steps = bisect_run(run_dir, atol=args.atol, rtol=args.rtol)
     if not steps:
         print(f"{run_dir}: no steps")
