@@ -5,15 +5,18 @@ For zoo:transformer and zoo:resnet, in this one process on the same inputs:
     (quantize_onnx_dynamic / quantize_onnx_static on the exported file): median latency,
     speedup over eager, and parity against the eager outputs (cosine, max abs, top-1);
   - prune_channels at 30% and 50% (eager): parameters, FLOPs and latency ratios.
+Every variant is built first (through the runner, which also checks parity), then all are
+timed round-robin in this process, so a busy machine slows them alike and ratios stay fair.
 
 Usage:
-    .venv/bin/python bench/bench_onnx_quant_prune.py [--iters 50] [--threads 2] [--json out.json]
+    .venv/bin/python bench/bench_onnx_quant_prune.py [--rounds 10] [--iters 5] [--threads 1] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -23,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from accel.models import load_model  # noqa: E402
 from accel.runner import run_recipe  # noqa: E402
 
 MODELS = {
@@ -43,12 +47,13 @@ def _parity(reference: torch.Tensor, out: torch.Tensor) -> dict:
     }
 
 
-def _run(source: str, spec: str, steps: list[dict], out: Path, args: argparse.Namespace):
+def _run(source: str, spec: str, steps: list[dict], out: Path):
+    """Apply the steps with the runner (parity, metrics, artifacts); timing happens later."""
     recipe = {
         "name": out.name,
         "model": {"source": source, "input_spec": spec},
         "steps": steps,
-        "benchmark": {"warmup": args.warmup, "iters": args.iters, "threads": args.threads},
+        "benchmark": {"warmup": 0, "iters": 1},
         "gates": {"min_cosine": 0.99},
     }
     res = run_recipe(recipe, out_dir=out)
@@ -62,54 +67,70 @@ def _outputs(res, index: int = -1) -> torch.Tensor:
     return torch.load(res.run_dir / f"step_{step.index:02d}_{step.pass_name}" / "outputs.pt")
 
 
+def _interleaved_p50(
+    models: dict[str, object], inputs: dict, args: argparse.Namespace
+) -> dict[str, float]:
+    """Median latency per model, timed round-robin so load changes on the machine hit all alike."""
+    from accel.bench import benchmark
+
+    samples: dict[str, list[float]] = {k: [] for k in models}
+    for _ in range(args.rounds):
+        for key, model in models.items():
+            res = benchmark(
+                model, inputs, warmup=args.warmup, iters=args.iters, threads=args.threads
+            )
+            samples[key] += list(res.samples_ms)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
 def bench_model(name: str, root: Path, args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
     source, spec = MODELS[name]
-    exported = _run(source, spec, [{"pass": "export_onnx"}], root / f"{name}_export", args)
+    exported = _run(source, spec, [{"pass": "export_onnx"}], root / f"{name}_export")
     reference = torch.load(exported.run_dir / "reference_outputs.pt")
-    eager_ms = exported.baseline["latency_p50_ms"]
     onnx_path = next(a["path"] for a in exported.steps[0].artifacts if a["kind"] == "onnx")
-    rows = [
-        {
-            "model": name,
-            "variant": "eager fp32",
-            "p50_ms": eager_ms,
-            **_parity(reference, reference),
-        },
-        {
+    original = load_model(source, spec)
+    inputs = original.input_spec.sample(seed=0)
+    ort_opts = {"intra_op_threads": args.threads} if args.threads else {}
+    models = {"eager fp32": original, "ORT fp32": exported.model.replace(session_options=ort_opts)}
+    rows = {
+        "eager fp32": {"model": name, "variant": "eager fp32", **_parity(reference, reference)},
+        "ORT fp32": {
             "model": name,
             "variant": "ORT fp32",
-            "p50_ms": exported.steps[0].metrics["latency_p50_ms"],
             **_parity(reference, _outputs(exported)),
         },
-    ]
+    }
     for label, step in [
         ("ORT int8 dynamic", {"pass": "quantize_onnx_dynamic"}),
         ("ORT int8 static QDQ", {"pass": "quantize_onnx_static"}),
     ]:
-        res = _run(onnx_path, spec, [step], root / f"{name}_{step['pass']}", args)
-        s = res.steps[0]
-        rows.append(
-            {
-                "model": name,
-                "variant": label,
-                "p50_ms": s.metrics["latency_p50_ms"],
-                "size_mb": s.metrics["size_bytes_after"] / 1e6,
-                **_parity(reference, _outputs(res)),
-            }
-        )
-    for r in rows:
-        r["speedup_vs_eager"] = eager_ms / r["p50_ms"]
-
-    prune_rows = []
+        res = _run(onnx_path, spec, [step], root / f"{name}_{step['pass']}")
+        models[label] = res.model.replace(session_options=ort_opts)
+        rows[label] = {
+            "model": name,
+            "variant": label,
+            "size_mb": res.steps[0].metrics["size_bytes_after"] / 1e6,
+            **_parity(reference, _outputs(res)),
+        }
+    pruned = {}
     for ratio in (0.3, 0.5):
         res = _run(
             source,
             spec,
             [{"pass": "prune_channels", "params": {"ratio": ratio}}],
             root / f"{name}_prune_{int(ratio * 100)}",
-            args,
         )
+        pruned[ratio] = res
+        models[f"pruned {ratio:.0%}"] = res.model
+    p50 = _interleaved_p50(models, inputs, args)
+    eager_ms = p50["eager fp32"]
+    quant_rows = []
+    for label, row in rows.items():
+        quant_rows.append({**row, "p50_ms": p50[label], "speedup_vs_eager": eager_ms / p50[label]})
+    prune_rows = []
+    for ratio, res in pruned.items():
         m = res.steps[0].metrics
+        ms = p50[f"pruned {ratio:.0%}"]
         prune_rows.append(
             {
                 "model": name,
@@ -120,21 +141,22 @@ def bench_model(name: str, root: Path, args: argparse.Namespace) -> tuple[list[d
                 "flops_before": m["flops_before"],
                 "flops_after": m["flops_after"],
                 "flops_ratio": m["flops_ratio"],
-                "eager_ms": res.baseline["latency_p50_ms"],
-                "pruned_ms": m["latency_p50_ms"],
-                "latency_ratio": m["latency_p50_ms"] / res.baseline["latency_p50_ms"],
-                "cosine_no_finetune": _parity(
-                    torch.load(res.run_dir / "reference_outputs.pt"), _outputs(res)
-                )["cosine"],
+                "eager_ms": eager_ms,
+                "pruned_ms": ms,
+                "latency_ratio": ms / eager_ms,
+                "cosine_no_finetune": _parity(reference, _outputs(res))["cosine"],
             }
         )
-    return rows, prune_rows
+    return quant_rows, prune_rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iters", type=int, default=50)
-    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument(
+        "--rounds", type=int, default=10, help="round-robin rounds over all variants"
+    )
+    parser.add_argument("--iters", type=int, default=5, help="timed calls per variant per round")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed calls per variant per round")
     parser.add_argument("--threads", type=int, default=None, help="torch / ORT intra-op threads")
     parser.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--json", type=Path, default=None)
@@ -156,15 +178,17 @@ def main() -> None:
             f"{r['model']:<12} {r['variant']:<20} {r['p50_ms']:>9.3f} {r['speedup_vs_eager']:>7.2f}x "
             f"{r['cosine']:>9.5f} {r['max_abs']:>9.2e} {r['top1']:>6.2f}"
         )
-    print("\nprune_channels (eager, no fine-tuning)")
+    print("\nprune_channels (eager torch, no fine-tuning; latency = pruned p50 / unpruned p50)")
     print(
-        f"{'model':<12} {'ratio':>5} {'params':>21} {'FLOPs (M)':>19} {'latency':>9} {'cosine':>8}"
+        f"{'model':<12} {'ratio':>5} {'params':>24} {'GFLOPs':>20} {'p50 ms':>17} {'latency':>8} {'cosine':>7}"
     )
     for r in prune:
         print(
-            f"{r['model']:<12} {r['ratio']:>5.0%} {r['params_before'] / 1e6:>8.3f}M->{r['params_after'] / 1e6:.3f}M "
-            f"({r['params_ratio']:.2f}) {r['flops_before'] / 1e6:>7.1f}->{r['flops_after'] / 1e6:.1f} "
-            f"({r['flops_ratio']:.2f}) {r['latency_ratio']:>8.2f}x {r['cosine_no_finetune']:>8.4f}"
+            f"{r['model']:<12} {r['ratio']:>5.0%} "
+            f"{r['params_before'] / 1e6:>6.3f}M->{r['params_after'] / 1e6:.3f}M ({r['params_ratio']:.2f}) "
+            f"{r['flops_before'] / 1e9:>6.2f}->{r['flops_after'] / 1e9:.2f} ({r['flops_ratio']:.2f}) "
+            f"{r['eager_ms']:>7.2f}->{r['pruned_ms']:<7.2f} {r['latency_ratio']:>7.2f}x "
+            f"{r['cosine_no_finetune']:>7.4f}"
         )
     if args.json:
         args.json.write_text(json.dumps({"quantization": quant, "pruning": prune}, indent=2))
