@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
@@ -26,6 +26,21 @@ def _helpers(*names: str) -> list[str]:
     from accel.passes import _prune_helpers as h
 
     return [inspect.getsource(getattr(h, n)) for n in names]
+
+
+def _check_ignore(module: Any, patterns: list[str]) -> None:
+    """A pattern that names no module is a typo: say so rather than prune what was meant to stay."""
+    import fnmatch
+
+    from accel.errors import PassError
+
+    names = [n for n, _ in module.named_modules() if n]
+    bad = [p for p in patterns if not any(fnmatch.fnmatchcase(n, p) for n in names)]
+    if bad:
+        raise PassError(
+            f"ignore pattern(s) {bad} match no module of the model; module names look like {names[:8]} "
+            "(glob patterns such as 'layer3.*' work)."
+        )
 
 
 def _refresh_stats(model: LoadedModel, module: object, **metadata: object) -> LoadedModel:
@@ -113,6 +128,7 @@ class PruneChannels(Pass):
         from accel.passes import _prune_helpers as h
 
         module = model.module
+        _check_ignore(module, config.ignore)
         if isinstance(module, torch.jit.ScriptModule) or model.metadata.get("exported_program"):
             raise PassError(
                 "prune_channels needs an eager nn.Module; load the model from Python code (zoo:, pkg.mod:factory) instead of TorchScript/ExportedProgram."
@@ -278,6 +294,7 @@ class PruneUnstructured(Pass):
         from accel.passes import _prune_helpers as h
 
         module = model.module
+        _check_ignore(module, config.ignore)
         if isinstance(module, torch.jit.ScriptModule):
             raise PassError("prune_unstructured needs an eager nn.Module, not TorchScript.")
         sparsity, layers = h.prune_unstructured_magnitude(
@@ -350,6 +367,7 @@ class Sparsity24(Pass):
 
         dtype = getattr(torch, config.dtype)
         module = model.module.to(dtype)
+        _check_ignore(module, config.ignore)
         names = set(h.mask_2_4(module, tuple(config.ignore), config.ignore_head))
         if not names:
             raise PassError(

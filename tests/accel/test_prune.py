@@ -320,3 +320,9 @@ def test_pruned_model_through_export_onnx_and_quantization(tmp_path):
     torch.testing.assert_close(outs[1], outs[0], rtol=1e-4, atol=1e-5)  # ORT fp32 == pruned torch
     assert _cos(outs[0], outs[2]) > 0.99  # int8 stays close to the pruned float model
     assert res.steps[0].metrics["params_after"] < res.steps[0].metrics["params_before"]
+
+
+@pytest.mark.parametrize("name", ["prune_channels", "prune_unstructured"])
+def test_ignore_pattern_matching_nothing_is_a_clear_error(tmp_path, name):
+    with pytest.raises(PassError, match=r"\['layer9\.\*'\] match no module"):
+        _apply(name, {"ignore": ["layer9.*"]}, "resnet", work_dir=tmp_path)
