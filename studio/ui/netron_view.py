@@ -160,6 +160,9 @@ class NetronView(QWidget):
             self.label.setText(f"Netron: <b>{html.escape(target)}</b>")
         can_export = kind == "torch" and self.services is not None
         self.export_btn.setEnabled(can_export)
+        self.export_btn.setText(
+            "Export again" if target and target.endswith(".onnx") else "Export to ONNX for Netron"
+        )
         self.export_btn.setToolTip(
             "Export the model to ONNX in a worker and show it here"
             if can_export

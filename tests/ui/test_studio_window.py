@@ -237,6 +237,33 @@ def test_diff_mode_colours_what_a_run_changed(studio, wait, screenshots_dir):
     gv.diff_box.setChecked(False)
 
 
+@pytest.mark.slow
+def test_export_to_onnx_for_netron(studio, wait, screenshots_dir):
+    from pathlib import Path
+
+    nv = studio.netron_view
+    studio.center.setCurrentWidget(nv)
+    exported = []
+    studio.services.onnxExported.connect(exported.append)
+    assert nv.export_btn.isEnabled()
+    nv.export()
+    wait(lambda: bool(exported) or nv.export_btn.isEnabled(), 300)
+    assert exported, nv.label.text()
+    path = Path(exported[0])
+    assert path.suffix == ".onnx" and path.stat().st_size > 1000
+    assert nv.target_file() == str(path)
+    assert nv.served == str(path) and nv.url()
+    if nv.web is not None:
+        # Netron sets the page title to the model file once it has parsed it.
+        wait(lambda: path.name in nv.web.title(), 90)
+        try:
+            wait(lambda: False, 3)  # let Netron draw
+        except TimeoutError:
+            pass
+    nv.grab().save(f"{screenshots_dir}/netron.png")
+    studio.center.setCurrentWidget(studio.graph_view)
+
+
 def test_screenshots_of_each_panel(studio, screenshots_dir, wait):
     """PNGs of the window and of each panel (light and dark) for people to look at."""
     studio.state.set_overlay("latency")
