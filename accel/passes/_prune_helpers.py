@@ -131,6 +131,7 @@ def prune_channels_tp(
         importance=importances[importance](),
         global_pruning=global_pruning,
         pruning_ratio=ratio,
+        max_pruning_ratio=max(ratio, 0.9),  # global ranking must not empty a layer
         iterative_steps=iterative_steps,
         ignored_layers=ignored,
         round_to=round_to,
