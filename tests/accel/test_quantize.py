@@ -206,7 +206,7 @@ def test_static_int8_cancel(zoo):
 # -- QAT ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["mlp", "transformer"])
+@pytest.mark.parametrize("name", ["mlp", pytest.param("transformer", marks=pytest.mark.slow)])
 def test_qat_recovers_what_ptq_loses(zoo, name):
     """Same scheme (int8 activations, int4 weights): on held-out data QAT's output error against
     the float model is well below post-training quantization's (steps=0), and its top-1
