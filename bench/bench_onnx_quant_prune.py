@@ -36,6 +36,8 @@ MODELS = {
     ),
     "resnet": ("zoo:resnet", "x:float32[batch,3,64,64]; batch=1..64:8"),
 }
+# Mixed-precision fallback: the classifier head kept in float (`exclude` by module name).
+HEADS = {"transformer": ["pooler", "classifier"], "resnet": ["fc"]}
 
 
 def _parity(reference: torch.Tensor, out: torch.Tensor) -> dict:
@@ -103,8 +105,9 @@ def bench_model(name: str, root: Path, args: argparse.Namespace) -> tuple[list[d
     for label, step in [
         ("ORT int8 dynamic", {"pass": "quantize_onnx_dynamic"}),
         ("ORT int8 static QDQ", {"pass": "quantize_onnx_static"}),
+        ("  + head in float", {"pass": "quantize_onnx_static", "params": {"exclude": HEADS[name]}}),
     ]:
-        res = _run(onnx_path, spec, [step], root / f"{name}_{step['pass']}")
+        res = _run(onnx_path, spec, [step], root / f"{name}_{len(models)}_{step['pass']}")
         models[label] = res.model.replace(session_options=ort_opts)
         rows[label] = {
             "model": name,

@@ -36,11 +36,13 @@ def onnx_module_paths(graph):
     return paths
 
 
-def onnx_nodes_matching(model_path, patterns):
+def onnx_nodes_matching(model_path, patterns, original_path=None):
     """Names of the nodes matching any glob pattern, and the patterns that matched none.
 
     A pattern matches a node's ONNX name ("/fc/Gemm", "node_linear") or the torch module it
-    came from ("fc", "layer3.*"; a module name also covers the modules inside it).
+    came from ("fc", "layer3.*"; a module name also covers the modules inside it). Module
+    paths missing in model_path (graph optimizers drop node metadata) are looked up by node
+    name in original_path, the file before pre-processing.
     """
     import fnmatch
 
@@ -48,6 +50,9 @@ def onnx_nodes_matching(model_path, patterns):
 
     graph = onnx.load(str(model_path), load_external_data=False).graph
     paths = onnx_module_paths(graph)
+    if original_path is not None:
+        before = onnx_module_paths(onnx.load(str(original_path), load_external_data=False).graph)
+        paths = {n: p or before.get(n, "") for n, p in paths.items()}
     names = [n.name for n in graph.node if n.name]
     matched, unmatched = [], []
     for pattern in patterns:

@@ -155,11 +155,13 @@ class _QuantizeOnnx(Pass):
                     f"{str(exc).splitlines()[0] if str(exc) else ''}. Set preprocess: false to quantize without it."
                 ) from None
             src = pre
-        exclude, unmatched = h.onnx_nodes_matching(src, config.exclude)
+        exclude, unmatched = h.onnx_nodes_matching(src, config.exclude, model.onnx_path)
         if unmatched:
             import onnx
 
-            paths = h.onnx_module_paths(onnx.load(str(src), load_external_data=False).graph)
+            paths = h.onnx_module_paths(
+                onnx.load(str(model.onnx_path), load_external_data=False).graph
+            )
             nodes = list(paths)[:6]
             modules = sorted({p for p in paths.values() if p})[:10]
             raise PassError(
@@ -292,7 +294,7 @@ class _QuantizeOnnx(Pass):
                 'src_path = step_dir / "model_preprocessed.onnx"',
             ]
         lines.append(
-            f"exclude = onnx_nodes_matching(src_path, {list(config.exclude)!r})[0]  # kept in float"
+            f"exclude = onnx_nodes_matching(src_path, {list(config.exclude)!r}, onnx_path)[0]  # kept in float"
         )
         if self.mode == "dynamic":
             lines.append(

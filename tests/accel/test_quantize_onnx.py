@@ -273,3 +273,18 @@ def test_exclude_by_torch_module_name(onnx_models, tmp_path):
     (name,) = step.details["excluded_nodes"]
     assert _float_weight_of(_graph(step), name) == ("Gemm", True)
     assert _cosine(step) > 0.99
+
+
+def test_exclude_by_module_name_survives_preprocessing_of_a_dynamo_export(tmp_path):
+    """quant_pre_process drops the dynamo exporter's node metadata when it rewrites the graph
+    (it does for the transformer); module names are then looked up in the file before it."""
+    source, spec = SMALL["transformer"]
+    steps = [
+        {"pass": "export_onnx"},
+        {"pass": "quantize_onnx_static", "params": {"exclude": ["classifier"]}},
+    ]
+    res = run_recipe(recipe(source, spec, steps), out_dir=tmp_path / "run")
+    assert res.ok, res.error
+    (name,) = res.steps[1].details["excluded_nodes"]
+    op, is_float = _float_weight_of(_graph(res.steps[1]), name)
+    assert is_float and op in ("Gemm", "MatMul")
