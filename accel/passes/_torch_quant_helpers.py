@@ -93,6 +93,10 @@ def pt2e_static_quantize(model, batches, observer="histogram", exclude_names=(),
     """Post-training static int8 quantization (PT2E): export, insert observers, calibrate
     on ``batches`` (dicts of inputs), convert to quantize/dequantize + float ops."""
     import torch
+    from torchao.quantization.pt2e import (
+        allow_exported_model_train_eval,
+        move_exported_model_to_eval,
+    )
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
     from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import X86InductorQuantizer
 
@@ -115,6 +119,11 @@ def pt2e_static_quantize(model, batches, observer="histogram", exclude_names=(),
         if name not in used:
             owner, _, attr = name.rpartition(".")
             delattr(quantized.get_submodule(owner) if owner else quantized, attr)
+    # Exported graphs refuse .eval() unless allowed; later steps and users call it.
+    move_exported_model_to_eval(quantized)
+    allow_exported_model_train_eval(quantized)
+    for m in quantized.modules():  # the flag move_exported_model_to_eval leaves set
+        m.training = False
     return quantized
 
 
