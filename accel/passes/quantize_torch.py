@@ -428,6 +428,10 @@ class QuantizeStaticInt8(Pass):
                 "use quantize_dynamic_int8 instead, or exclude the failing layer."
             ) from None
         ctx.metrics["quantized_layers"] = float(len(names))
+        ctx.details["hint"] = (
+            "in eager mode the graph runs reference quantize/dequantize ops (slower than float); "
+            "add a compile step after this one for fused int8 kernels"
+        )
         return _finish(model, q, ctx, "pt2e-x86")
 
     def to_script(self, config: StaticInt8Config) -> ScriptStep:
