@@ -12,7 +12,7 @@ import importlib
 import logging
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
+from PySide6.QtCore import QByteArray, QSettings, Qt
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import (
     QDockWidget,
@@ -483,8 +483,7 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event) -> None:  # noqa: N802
         self.save_layout()
         self.settings.sync()
-        self.netron_view.stop_server()
-        QTimer.singleShot(0, lambda: None)
+        self.netron_view.release()
         super().closeEvent(event)
 
 

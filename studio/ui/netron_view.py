@@ -254,6 +254,19 @@ class NetronView(QWidget):
                 f"<span style='color:#e03131'>ONNX export failed:</span> {html.escape(message)}"
             )
 
-    def closeEvent(self, event) -> None:  # noqa: N802
+    def release(self) -> None:
+        """Stop the server and delete the web view now: its page must go before the
+        profile it uses (Qt warns at exit otherwise)."""
         self.stop_server()
+        if self.web is not None:
+            import shiboken6
+
+            web, self.web = self.web, None
+            self.body.removeWidget(web)
+            shiboken6.delete(web)
+            self.placeholder.show()
+            self.served = None
+
+    def closeEvent(self, event) -> None:  # noqa: N802
+        self.release()
         super().closeEvent(event)

@@ -50,7 +50,7 @@ def window(qtbot, tmp_path):
     qtbot.addWidget(win)
     win.pool = pool
     yield win
-    win.netron_view.stop_server()
+    win.netron_view.release()
 
 
 def test_first_start_opens_the_demo_then_the_last_model(window):
