@@ -188,7 +188,9 @@ class ProfileView(QWidget):
         self.plot.setMenuEnabled(False)
         self.plot.setMouseEnabled(x=False, y=False)
         self.plot.hideButtons()
-        self.plot.setLabel("bottom", "self time", units="ms")
+        # Plain "ms": pyqtgraph's SI prefixing would turn 0.3 ms into "300 mms".
+        self.plot.setLabel("bottom", "self time (ms)")
+        self.plot.getAxis("bottom").enableAutoSIPrefix(False)
         self.plot.showGrid(x=True, y=False, alpha=0.25)
         self.plot.getViewBox().invertY(True)
         self.plot.getAxis("left").setWidth(170)
