@@ -2,7 +2,7 @@
 # Start a throw-away PostgreSQL server on loopback for the store tests; prints the URL.
 # Prints nothing (and the tests skip with a reason) when no server can be had.
 set -u
-PORT=${ACCEL_PG_PORT:-54329}
+PORT=${ACCEL_PG_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
 if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null) >&2 || exit 0
 fi
