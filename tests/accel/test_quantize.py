@@ -293,3 +293,15 @@ def test_exported_script_reproduces_the_run(tmp_path, name, pass_name, params):
     assert torch.allclose(ours, theirs, rtol=1e-4, atol=1e-5), float((ours - theirs).abs().max())
     ref = torch.load(tmp_path / "run" / "reference_outputs.pt")
     assert not torch.equal(ours, ref)  # the step really quantized something
+
+
+def test_sample_int8_recipe_is_valid():
+    from pathlib import Path
+
+    from accel.recipe import load_recipe
+
+    r = load_recipe(
+        Path(__file__).resolve().parents[2] / "resources" / "recipes" / "transformer_int8.yaml"
+    )
+    assert [s.pass_name for s in r.steps] == ["quantize_dynamic_int8"]
+    assert r.data.eval.startswith("synthetic-labelled") and r.gates.max_accuracy_drop == 0.02
