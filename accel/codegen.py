@@ -310,6 +310,13 @@ def recipe_to_script(recipe: Recipe | dict[str, Any] | str) -> str:
             f"{textwrap.dedent(snippet.code).strip()}\n"
             f"report({step.label!r}, {index}{_step_gates(step)})\n"
         )
+    # The recipe's calibration data (a file, a function, synthetic options): the script's
+    # calibration_batches() yields the studio's batches (defined after the default, so it wins).
+    from accel.data import calibration_script_helper
+
+    calibration = calibration_script_helper(recipe.data.calibration, spec, recipe.seed)
+    if calibration:
+        helpers.append(calibration.strip())
     g = recipe.gates
     b = recipe.benchmark
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")

@@ -440,3 +440,87 @@ def evaluate_accuracy(model: LoadedModel, data: DataSource, metric: str = "top1"
                 score += float(fn(out, b.labels)) * n
         total += n
     return score / total if total else float("nan")
+
+
+# -- script export ----------------------------------------------------------------------------
+
+
+def calibration_script_helper(spec: str | None, input_spec: InputSpec, seed: int = 0) -> str | None:
+    """Source of a ``calibration_batches(limit=8)`` for the exported script that yields the
+    same batches as ``make_data_source(spec)`` (None: keep the script's synthetic default)."""
+    if not spec:
+        return None
+    names = input_spec.names
+    m = _SYNTH_RE.match(spec.strip())
+    head = "def calibration_batches(limit=8):\n"
+    if m:
+        opts = _parse_opts(m.group("opts"), spec)
+        if m.group("kind") != "synthetic" or (not opts and seed == 0):
+            return None  # the script's default: make_inputs(seed=1000 + i)
+        dims = batch_dims(input_spec, opts.get("batch"))
+        base = SYNTHETIC_SEED_BASE + 10000 * seed
+        return (
+            head + f'    """Calibration inputs: {spec} (seeds {base}, {base + 1}, ...)."""\n'
+            f"    n = min(limit, {opts.get('batches', 8)})\n"
+            f"    return [make_inputs(seed={base} + i, dims={dims!r}) for i in range(n)]\n"
+        )
+    if Path(spec).suffix.lower() in (".npz", ".pt", ".pth"):
+        first = input_spec.inputs[0].shape
+        fixed = isinstance(first[0], int) if first else False
+        # The batch size make_data_source uses (it depends on the file's sample count).
+        n_hint = f"len(arrays[{names[0]!r}])"
+        if fixed:
+            batch = f"{first[0]}"
+        elif first:
+            batch = f"max(1, min(32, {input_spec.dims[first[0]].max}, {n_hint}))"
+        else:
+            batch = n_hint
+        return (
+            head + f'    """Calibration inputs from {spec}, cut into the studio\'s batches."""\n'
+            f"    path = Path({str(Path(spec).resolve())!r})\n"
+            '    if path.suffix.lower() == ".npz":\n'
+            "        with np.load(path, allow_pickle=False) as z:\n"
+            "            arrays = {k: torch.from_numpy(np.array(z[k])) for k in z.files}\n"
+            "    else:\n"
+            '        arrays = torch.load(path, map_location="cpu", weights_only=True)\n'
+            "        if isinstance(arrays, torch.Tensor):\n"
+            '            arrays = {"input": arrays}\n'
+            "        elif isinstance(arrays, (list, tuple)):\n"
+            '            arrays = {f"input{i}": t for i, t in enumerate(arrays)}\n'
+            f"    arrays.pop({LABELS_KEY!r}, None)\n"
+            f"    names = {names!r}\n"
+            "    if len(names) == 1 and names[0] not in arrays:\n"
+            "        arrays = {names[0]: next(iter(arrays.values()))}\n"
+            f"    step = {batch}\n"
+            f"    n = len(arrays[{names[0]!r}])\n"
+            "    return [{k: arrays[k][i : i + step] for k in names} for i in range(0, n, step)][:limit]\n"
+        )
+    mod, _, fn = spec.rpartition(":")
+    if mod.endswith(".py") or "/" in mod:
+        load = (
+            "    import importlib.util\n"
+            f"    _spec = importlib.util.spec_from_file_location('user_data', {str(Path(mod).resolve())!r})\n"
+            "    _mod = importlib.util.module_from_spec(_spec)\n"
+            "    _spec.loader.exec_module(_mod)\n"
+            f"    items = _mod.{fn}()\n"
+        )
+    else:
+        load = f"    from {mod} import {fn}\n\n    items = {fn}()\n"
+    return (
+        head
+        + f'    """Calibration inputs from {spec} (labels dropped)."""\n'
+        + load
+        + f"    names = {names!r}\n"
+        "    out = []\n"
+        "    for item in items:\n"
+        "        if isinstance(item, tuple) and len(item) == 2 and (len(names) != 2 or isinstance(item[0], (dict, list, tuple))):\n"
+        "            item = item[0]\n"
+        "        if isinstance(item, dict):\n"
+        "            x = {k: torch.as_tensor(item[k]) for k in names}\n"
+        "        elif isinstance(item, (list, tuple)):\n"
+        "            x = {k: torch.as_tensor(v) for k, v in zip(names, item)}\n"
+        "        else:\n"
+        "            x = {names[0]: torch.as_tensor(item)}\n"
+        "        out.append(x)\n"
+        "    return out[:limit]\n"
+    )
