@@ -312,11 +312,14 @@ def recipe_to_script(recipe: Recipe | dict[str, Any] | str) -> str:
         )
     # The recipe's calibration data (a file, a function, synthetic options): the script's
     # calibration_batches() yields the studio's batches (defined after the default, so it wins).
-    from accel.data import calibration_script_helper
+    from accel.data import calibration_script_helper, train_script_helper
 
     calibration = calibration_script_helper(recipe.data.calibration, spec, recipe.seed)
     if calibration:
         helpers.append(calibration.strip())
+    train = train_script_helper(recipe.data.train, spec, recipe.seed)
+    if train:  # training steps (qat) use train_batches() when the script defines it
+        helpers.append(train.strip())
     g = recipe.gates
     b = recipe.benchmark
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")

@@ -447,36 +447,60 @@ def evaluate_accuracy(model: LoadedModel, data: DataSource, metric: str = "top1"
 
 def calibration_script_helper(spec: str | None, input_spec: InputSpec, seed: int = 0) -> str | None:
     """Source of a ``calibration_batches(limit=8)`` for the exported script that yields the
-    same batches as ``make_data_source(spec)`` (None: keep the script's synthetic default)."""
+    same input batches as ``make_data_source(spec)`` (None: keep the script's default)."""
+    return _batches_source(spec, input_spec, seed, labels=False)
+
+
+def train_script_helper(spec: str | None, input_spec: InputSpec, seed: int = 0) -> str | None:
+    """Source of a ``train_batches()`` for the exported script: the ``(inputs, labels)`` pairs
+    of ``make_data_source(spec)``; labels are None where the studio derives them from a
+    teacher model (``synthetic-labelled``), which the script's QAT step does from its float model."""
+    return _batches_source(spec, input_spec, seed, labels=True)
+
+
+def _batches_source(spec: str | None, input_spec: InputSpec, seed: int, labels: bool) -> str | None:
     if not spec:
         return None
     names = input_spec.names
     m = _SYNTH_RE.match(spec.strip())
-    head = "def calibration_batches(limit=8):\n"
+    if labels:
+        head, doc_end = "def train_batches():\n", ""
+    else:
+        head, doc_end = "def calibration_batches(limit=8):\n", " (labels dropped)"
     if m:
         opts = _parse_opts(m.group("opts"), spec)
-        if m.group("kind") != "synthetic" or (not opts and seed == 0):
-            return None  # the script's default: make_inputs(seed=1000 + i)
+        if not labels and not opts and seed == 0:
+            return None  # the script's default: make_inputs(seed=1000 + i), 8 batches
         dims = batch_dims(input_spec, opts.get("batch"))
         base = SYNTHETIC_SEED_BASE + 10000 * seed
+        n = opts.get("batches", 8)
+        item = f"make_inputs(seed={base} + i, dims={dims!r})"
         return (
-            head + f'    """Calibration inputs: {spec} (seeds {base}, {base + 1}, ...)."""\n'
-            f"    n = min(limit, {opts.get('batches', 8)})\n"
-            f"    return [make_inputs(seed={base} + i, dims={dims!r}) for i in range(n)]\n"
+            head
+            + f'    """Inputs of {spec} (seeds {base}, {base + 1}, ...)."""\n'
+            + (
+                f"    return [({item}, None) for i in range({n})]\n"
+                if labels
+                else f"    return [{item} for i in range(min(limit, {n}))]\n"
+            )
         )
     if Path(spec).suffix.lower() in (".npz", ".pt", ".pth"):
         first = input_spec.inputs[0].shape
-        fixed = isinstance(first[0], int) if first else False
-        # The batch size make_data_source uses (it depends on the file's sample count).
         n_hint = f"len(arrays[{names[0]!r}])"
-        if fixed:
+        if first and isinstance(first[0], int):
             batch = f"{first[0]}"
         elif first:
             batch = f"max(1, min(32, {input_spec.dims[first[0]].max}, {n_hint}))"
         else:
             batch = n_hint
+        ret = (
+            "    return [({k: arrays[k][i : i + step] for k in names}, None if labels is None else labels[i : i + step])\n"
+            "            for i in range(0, n, step)]\n"
+            if labels
+            else "    return [{k: arrays[k][i : i + step] for k in names} for i in range(0, n, step)][:limit]\n"
+        )
         return (
-            head + f'    """Calibration inputs from {spec}, cut into the studio\'s batches."""\n'
+            head + f'    """Batches of {spec}, cut as the studio cuts them{doc_end}."""\n'
             f"    path = Path({str(Path(spec).resolve())!r})\n"
             '    if path.suffix.lower() == ".npz":\n'
             "        with np.load(path, allow_pickle=False) as z:\n"
@@ -487,13 +511,12 @@ def calibration_script_helper(spec: str | None, input_spec: InputSpec, seed: int
             '            arrays = {"input": arrays}\n'
             "        elif isinstance(arrays, (list, tuple)):\n"
             '            arrays = {f"input{i}": t for i, t in enumerate(arrays)}\n'
-            f"    arrays.pop({LABELS_KEY!r}, None)\n"
+            f"    labels = arrays.pop({LABELS_KEY!r}, None)\n"
             f"    names = {names!r}\n"
             "    if len(names) == 1 and names[0] not in arrays:\n"
             "        arrays = {names[0]: next(iter(arrays.values()))}\n"
             f"    step = {batch}\n"
-            f"    n = len(arrays[{names[0]!r}])\n"
-            "    return [{k: arrays[k][i : i + step] for k in names} for i in range(0, n, step)][:limit]\n"
+            f"    n = len(arrays[{names[0]!r}])\n" + ret
         )
     mod, _, fn = spec.rpartition(":")
     if mod.endswith(".py") or "/" in mod:
@@ -507,20 +530,22 @@ def calibration_script_helper(spec: str | None, input_spec: InputSpec, seed: int
     else:
         load = f"    from {mod} import {fn}\n\n    items = {fn}()\n"
     return (
-        head
-        + f'    """Calibration inputs from {spec} (labels dropped)."""\n'
-        + load
-        + f"    names = {names!r}\n"
+        head + f'    """Batches from {spec}{doc_end}."""\n' + load + f"    names = {names!r}\n"
         "    out = []\n"
         "    for item in items:\n"
+        "        y = None\n"
         "        if isinstance(item, tuple) and len(item) == 2 and (len(names) != 2 or isinstance(item[0], (dict, list, tuple))):\n"
-        "            item = item[0]\n"
+        "            item, y = item\n"
         "        if isinstance(item, dict):\n"
+        f"            y = item.get({LABELS_KEY!r}, y) if {LABELS_KEY!r} not in names else y\n"
         "            x = {k: torch.as_tensor(item[k]) for k in names}\n"
         "        elif isinstance(item, (list, tuple)):\n"
         "            x = {k: torch.as_tensor(v) for k, v in zip(names, item)}\n"
         "        else:\n"
         "            x = {names[0]: torch.as_tensor(item)}\n"
-        "        out.append(x)\n"
-        "    return out[:limit]\n"
+        + (
+            "        out.append((x, None if y is None else torch.as_tensor(y)))\n    return out\n"
+            if labels
+            else "        out.append(x)\n    return out[:limit]\n"
+        )
     )

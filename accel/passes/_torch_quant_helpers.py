@@ -199,6 +199,9 @@ def qat_train(model, teacher, batches, steps, lr=1e-4, loss="distill", on_step=N
                 target = first_output(teacher(*inputs.values()))
             value = F.mse_loss(out, target)
         else:
+            if labels is None:  # data labelled by a teacher model: the float model's argmax
+                with torch.no_grad():
+                    labels = first_output(teacher(*inputs.values())).argmax(-1)
             value = F.cross_entropy(out, labels)
         optimizer.zero_grad()
         value.backward()

@@ -590,8 +590,11 @@ class QuantizationAwareTraining(Pass):
             f"base = qat_base_config({config.scheme!r}, {config.group_size})\n"
             'quantize_(model, QATConfig(base, step="prepare"), filter_fn=name_filter(names))\n'
             "model.requires_grad_(True)\n"
-            "# Synthetic training inputs (the studio uses the same seeds); the loss needs no labels.\n"
-            f"train_batch = lambda step: (make_inputs(seed={_QAT_TRAIN_SEED} + step, dims={ {config.batch_dim: config.batch_size}!r}), None)\n"
+            'if "train_batches" in globals():  # the recipe\'s data.train, exported with it\n'
+            "    _train = train_batches()\n"
+            "    train_batch = lambda step: _train[step % len(_train)]\n"
+            "else:  # synthetic training inputs, the studio's seeds; the distill loss needs no labels\n"
+            f"    train_batch = lambda step: (make_inputs(seed={_QAT_TRAIN_SEED} + step, dims={ {config.batch_dim: config.batch_size}!r}), None)\n"
             "with torch.enable_grad():\n"
             f"    model, _ = qat_train(model, teacher, train_batch, {config.steps}, {config.lr!r}, {config.loss!r})\n"
             'quantize_(model, QATConfig(base, step="convert"), filter_fn=name_filter(names))\n'
