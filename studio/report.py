@@ -132,6 +132,22 @@ def step_rows(detail: Any) -> list[StepRow]:
     return rows
 
 
+def worst_metric(parity: dict[str, Any] | None, sep: str = " ") -> str:
+    """The worst output's max abs error and cosine of a ParityReport dict,
+    e.g. 'max_abs=3.1e-03 cos=0.99991 (out: cosine 0.91 < 0.999)'."""
+    outs = (parity or {}).get("outputs") or []
+    if not outs:
+        return ""
+    max_abs = max((o.get("max_abs") or 0.0) for o in outs)
+    cos_vals = [o.get("cosine") for o in outs if o.get("cosine") is not None]
+    text = f"max_abs={max_abs:.2e}"
+    if cos_vals:
+        text += f"{sep}cos={min(cos_vals):.5f}"
+    if parity.get("first_failure"):
+        text += f" ({parity['first_failure']})"
+    return text
+
+
 def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
     """Indices of points not dominated when maximising x (speedup) and minimising y (error)."""
     front = []

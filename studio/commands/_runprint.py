@@ -6,6 +6,7 @@ import sys
 from typing import Any, TextIO
 
 from studio.commands._table import fmt_bytes, fmt_ms, fmt_num, render_table
+from studio.report import worst_metric as _worst
 
 
 class RunPrinter:
@@ -112,18 +113,3 @@ class RunPrinter:
             self._bar_shown = False
         self.out.write(text + "\n")
         self.out.flush()
-
-
-def _worst(parity: dict[str, Any]) -> str:
-    """The worst output's max abs error and cosine, e.g. 'max_abs=3.1e-03 cos=0.99991'."""
-    outs = parity.get("outputs") or []
-    if not outs:
-        return ""
-    max_abs = max((o.get("max_abs") or 0.0) for o in outs)
-    cos_vals = [o.get("cosine") for o in outs if o.get("cosine") is not None]
-    text = f"max_abs={max_abs:.2e}"
-    if cos_vals:
-        text += f" cos={min(cos_vals):.5f}"
-    if parity.get("first_failure"):
-        text += f" ({parity['first_failure']})"
-    return text

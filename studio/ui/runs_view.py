@@ -25,6 +25,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.commands._table import fmt_bytes as _bytes
+from studio.report import worst_metric
+
 VERDICT = {"succeeded": "pass", "gate_failed": "FAIL", "failed": "error", "skipped": "skipped"}
 STATUS_COLOR = {
     "succeeded": "#2e9d4a",
@@ -327,7 +330,7 @@ class RunsView(QWidget):
                         f"{m['speedup']:.2f}x" if m.get("speedup") else "-",
                         _bytes(m.get("size_bytes")),
                         VERDICT.get(ev.get("status"), ev.get("status")),
-                        worst_metric(parity) or (ev.get("error") or ""),
+                        worst_metric(parity, ", ") or (ev.get("error") or ""),
                         fmt(m.get("accuracy")),
                     ]
                 )
@@ -374,31 +377,6 @@ class RunsView(QWidget):
         e = self._selected()
         if e and e.run_dir:
             QDesktopServices.openUrl(QUrl.fromLocalFile(e.run_dir))
-
-
-def worst_metric(parity: dict[str, Any]) -> str:
-    outs = parity.get("outputs") or []
-    if not outs:
-        return ""
-    max_abs = max((o.get("max_abs") or 0.0) for o in outs)
-    cos = [o.get("cosine") for o in outs if o.get("cosine") is not None]
-    text = f"max_abs {max_abs:.2e}"
-    if cos:
-        text += f", cosine {min(cos):.5f}"
-    if parity.get("first_failure"):
-        text += f" — {parity['first_failure']}"
-    return text
-
-
-def _bytes(n: Any) -> str:
-    if n is None:
-        return "-"
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return "-"
 
 
 def _color(hex_: str):
