@@ -1,2 +1,3 @@
 """Accel: the headless engine of Accel Studio."""
+
 __version__ = "0.1.0"

@@ -191,7 +191,9 @@ def _spec_code(spec: InputSpec, fn_name: str = "make_inputs") -> str:
 
 
 def _dynamic_axes(spec: InputSpec) -> dict[str, dict[int, str]]:
-    axes = {t.name: {i: d for i, d in enumerate(t.shape) if isinstance(d, str)} for t in spec.inputs}
+    axes = {
+        t.name: {i: d for i, d in enumerate(t.shape) if isinstance(d, str)} for t in spec.inputs
+    }
     return {k: v for k, v in axes.items() if v}
 
 
@@ -218,7 +220,9 @@ def _model_code(recipe: Recipe, spec: InputSpec) -> tuple[list[str], str, str]:
         defs = classes
         if has_bn:
             # The studio warms BatchNorm with the zoo model's own input spec, whatever the recipe's.
-            defs += "\n\n\n" + _spec_code(InputSpec.parse(zoo.ZOO[name].input_spec), "make_warmup_inputs")
+            defs += "\n\n\n" + _spec_code(
+                InputSpec.parse(zoo.ZOO[name].input_spec), "make_warmup_inputs"
+            )
         stmt = [
             "# The studio's demo model, built with its fixed seed.",
             "with torch.random.fork_rng(devices=[]):",
@@ -344,7 +348,7 @@ def recipe_to_script(recipe: Recipe | dict[str, Any] | str) -> str:
         "# Symbolic dims of the inputs ({input: {axis: name}}), kept dynamic by ONNX export.",
         f"DYNAMIC_AXES = {_dynamic_axes(spec)!r}",
         "# Range of each symbolic dim: name -> (min, max, default); torch.export uses min/max.",
-        f"DIMS = {({k: (d.min, d.max, d.default) for k, d in spec.dims.items()})!r}",
+        f"DIMS = { ({k: (d.min, d.max, d.default) for k, d in spec.dims.items()})!r}",
         "",
         "",
         _spec_code(spec),

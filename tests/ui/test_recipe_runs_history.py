@@ -153,8 +153,23 @@ def _run_and_wait(panels, wait, start):
     return done[0], max(stalls) if stalls else 0.0
 
 
+def _ensure_steps(state):
+    """The palette test builds the recipe; when run alone, build the same one."""
+    if [s.pass_name for s in state.recipe.steps] != ["bf16", "export_onnx", "onnxruntime"]:
+        from accel.recipe import Step
+
+        state.update_steps(
+            [
+                Step.model_validate({"pass": "bf16"}),
+                Step.model_validate({"pass": "export_onnx", "params": {"exporter": "torchscript"}}),
+                Step.model_validate({"pass": "onnxruntime"}),
+            ]
+        )
+
+
 def test_run_shows_progress_steps_and_lands_in_history(panels, wait):
     state, services, views, _ = panels
+    _ensure_steps(state)
     outcome, worst_stall = _run_and_wait(panels, wait, views["recipe"].run)
     assert outcome.status == "succeeded", outcome.error
     assert worst_stall < 0.100, (
