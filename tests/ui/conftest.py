@@ -53,3 +53,24 @@ def wait():
 def screenshots_dir():
     os.makedirs(SCREENSHOTS, exist_ok=True)
     return SCREENSHOTS
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _release_web_views_at_exit(qapp):
+    """Web pages must go before their WebEngine profile, or Qt may crash at interpreter exit."""
+    yield
+    from PySide6.QtCore import QCoreApplication, QEvent
+    from PySide6.QtWidgets import QApplication
+
+    try:
+        from studio.ui.netron_view import NetronView
+    except Exception:  # noqa: BLE001 - WebEngine missing: nothing to release
+        NetronView = None  # noqa: N806
+    for w in QApplication.allWidgets():
+        if NetronView is not None and isinstance(w, NetronView):
+            w.release()
+    for w in QApplication.topLevelWidgets():
+        w.close()
+        w.deleteLater()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    QApplication.processEvents()
