@@ -82,7 +82,10 @@ class Services(QObject):
                 state.status.emit(f"database unavailable: {exc}")
         self._owns_pool = pool is None
         # No GPU detection in the GUI process: the pool's detect_gpus uses nvidia-smi only.
-        self.pool = pool or WorkerPool(self.repo, cpu_workers=cpu_workers)
+        # A job that hangs ends as timed_out after 4 hours at the latest (Cancel kills it sooner).
+        self.pool = pool or WorkerPool(
+            self.repo, cpu_workers=cpu_workers, default_timeout_s=4 * 3600
+        )
         self.bridge = PoolBridge(self.pool, self)
         self.bridge.busyChanged.connect(self.busyChanged)
         self.bridge.jobEvent.connect(self._on_event)
