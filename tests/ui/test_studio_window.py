@@ -276,7 +276,11 @@ def test_screenshots_of_each_panel(studio, screenshots_dir, wait):
     }
     for theme in ("light", "dark"):
         studio.set_theme(theme)
-        wait(lambda: True, 1)  # palette changes reach widgets through the event loop
+        # Palette changes reach widgets through posted events: deliver them before grabbing.
+        from PySide6.QtWidgets import QApplication
+
+        for _ in range(3):
+            QApplication.processEvents()
         studio.repaint()
         for name, w in shots.items():
             path = os.path.join(
