@@ -188,27 +188,52 @@ def inspect_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict
 
 
 def export_onnx_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
-    """params: ``model``, optional ``input_spec``, ``out`` (.onnx path). An ONNX model
-    returns its own file. Returns ``{"path": str}``."""
-    import torch
-
+    """params: ``model``, optional ``input_spec``, ``out`` (the .onnx path; its folder holds
+    any external data), ``exporter`` (default dynamo, falling back to torchscript). Uses the
+    ``export_onnx`` pass, so the file is checked and keeps the spec's dynamic dims. An ONNX
+    model returns its own file. Returns ``{"path": str, "warnings": [...]}``."""
+    from accel.errors import PassError
     from accel.models import InputSpec, load_model
+    from accel.passes import PassContext, get_pass
 
     spec = params.get("input_spec")
     if spec is not None:
         spec = InputSpec.parse(spec) if isinstance(spec, str) else InputSpec.from_dict(spec)
     model = load_model(params["model"], spec, trust_pickle=bool(params.get("trust_pickle")))
     if model.kind == "onnx":
-        return {"path": str(model.onnx_path)}
+        return {"path": str(model.onnx_path), "warnings": []}
     out = Path(params["out"])
     out.parent.mkdir(parents=True, exist_ok=True)
-    inputs = model.prepare_inputs(model.example_inputs())
-    emit({"event": "progress", "index": -1, "fraction": 0.3, "message": "exporting to ONNX"})
-    with torch.inference_mode(False), torch.no_grad():
-        torch.onnx.export(
-            model.module, tuple(inputs.values()), str(out), input_names=list(inputs), dynamo=True
+    export = get_pass("export_onnx")
+    exporters = [params.get("exporter") or "dynamo"]
+    if exporters[0] == "dynamo":
+        exporters.append("torchscript")
+    error: PassError | None = None
+    for exporter in exporters:
+        ctx = PassContext(
+            inputs=model.example_inputs(),
+            work_dir=out.parent,
+            progress_cb=lambda f, m: emit(
+                {"event": "progress", "index": -1, "fraction": f, "message": m}
+            ),
+            cancel_cb=cancel,
         )
-    return {"path": str(out)}
+        try:
+            exported = export().apply(model, export.parse_config({"exporter": exporter}), ctx)
+        except PassError as exc:
+            error = exc
+            continue
+        path = Path(exported.onnx_path)
+        if path.resolve() != out.resolve():
+            path.replace(out)  # same folder: external data names stay valid
+            path = out
+        return {
+            "path": str(path),
+            "exporter": exporter,
+            "warnings": ctx.details.get("warnings", []),
+        }
+    assert error is not None
+    raise error
 
 
 def graph_diff_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:

@@ -248,7 +248,8 @@ class Services(QObject):
         st = self.state
         digest = str((st.model_info or {}).get("content_hash") or "")[:12]
         name = _safe_name(st.model_source or "model") + (f"-{digest}" if digest else "")
-        return self.data_dir() / "exports" / f"{name}.onnx"
+        # One folder per export: the pass may write external data next to the file.
+        return self.data_dir() / "exports" / name / "model.onnx"
 
     def cancel(self, job_id: str) -> None:
         self.pool.cancel(job_id)
