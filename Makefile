@@ -4,8 +4,9 @@ PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 # The torch build to install first. Empty: whatever `torch>=2.6` resolves to (the normal
-# dependency). CI sets TORCH_SPEC=torch==2.13.0, a CPU build that lies on local disk here.
-TORCH_SPEC ?=
+# dependency). CI sets TORCH_SPEC=torch==2.13.0, a CPU build that lies on local disk on our
+# build machines; where that wheel is on disk, `make run`/`make test` take it too.
+TORCH_SPEC ?= $(if $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl),torch==2.13.0,)
 PYTEST_ARGS ?=
 
 .PHONY: run test lint venv clean bench screenshots
