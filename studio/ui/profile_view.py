@@ -30,28 +30,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.fmt import fmt_bytes, fmt_count
+
 log = logging.getLogger(__name__)
 
 
-def _fmt_bytes(n: float | int | None) -> str:
-    if n is None:
-        return "–"
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
-
-
 def _fmt_count(n: float | int | None) -> str:
-    if n is None:
-        return "–"
-    n = float(n)
-    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(n) >= div:
-            return f"{n / div:.2f} {unit}"
-    return f"{n:.0f}"
+    return fmt_count(n, sep=" ")
 
 
 def _short(text: str, n: int) -> str:
@@ -208,8 +193,8 @@ class ProfileView(QWidget):
             ("Calls", lambda r: r.calls, lambda v: str(v)),
             ("FLOPs", lambda r: r.flops, _fmt_count),
             ("Params", lambda r: r.params, _fmt_count),
-            ("Activations", lambda r: r.output_bytes, _fmt_bytes),
-            ("Weights", lambda r: r.param_bytes, _fmt_bytes),
+            ("Activations", lambda r: r.output_bytes, fmt_bytes),
+            ("Weights", lambda r: r.param_bytes, fmt_bytes),
         ]
         self.layers_model = _RowsModel(layer_cols, self)
         self.layers, self.layers_proxy = _table(self.layers_model)

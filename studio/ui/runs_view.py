@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.commands._table import fmt_bytes as _bytes
+from studio.fmt import fmt_bytes as _bytes
 from studio.report import worst_metric
 
 VERDICT = {"succeeded": "pass", "gate_failed": "FAIL", "failed": "error", "skipped": "skipped"}
