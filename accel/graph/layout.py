@@ -12,12 +12,16 @@
    neighbours, then project the layer back onto "same order, no overlap" with the
    pool-adjacent-violators algorithm (exact least squares under the spacing
    constraints), so nodes never overlap whatever their widths;
-6. y by layer; edges become polylines through their dummy nodes, always downward.
+6. y by layer; edges become polylines through their dummy nodes, always downward,
+   vertical inside rows and bending only between rows (so they never cross a box).
 
 ``GroupLayouts`` lays out each module group separately (its member nodes and its
 child groups as boxes) and caches the result, so the collapsed view lays out only
 the top-level units and expanding a group lays out that group plus the few units of
-its ancestors (their box grew).
+its ancestors (their box grew). Edges crossing a group's boundary enter it through an
+entry port at its top and leave through an exit port at its bottom, so inside an
+expanded group they reach the very units they connect (a residual block's input edge
+reaches both its first conv and its Add, beside the chain).
 """
 
 from __future__ import annotations
@@ -37,6 +41,12 @@ CHAR_WIDTH = 7.0
 MIN_WIDTH = 48.0
 PAD = 12.0  # inside an expanded group box
 HEADER = 22.0  # title strip of an expanded group box
+PORT_SIZE = (8.0, 1.0)  # entry/exit port of an expanded group (not drawn)
+
+
+def port_id(group: str, side: str) -> str:
+    """Unit id of a group's entry (``side="in"``) or exit (``"out"``) port."""
+    return f"port:{side}:{group}"
 
 
 def default_size(node: Node) -> tuple[float, float]:
@@ -64,6 +74,8 @@ class Layout:
     layers: dict[str, int] = field(default_factory=dict)
     order: dict[str, int] = field(default_factory=dict)
     reversed_edges: int = 0
+    # Group layouts only: boxes of the group's entry/exit ports (see GroupLayouts).
+    ports: dict[str, tuple[float, float, float, float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -405,11 +417,27 @@ def layered_layout(
         out.positions[nid] = (xl[i] - wl[i] / 2.0, cyl[i] - hl[i] / 2.0, wl[i], hl[i])
         out.layers[nid] = int(layer_of[i])
         out.order[nid] = int(rank[i])
+    # Edges run vertically through the rows (at their end's or dummy's x, which the
+    # coordinate assignment keeps clear of every other box in the row) and only change x
+    # in the gaps between rows, where there are no boxes: a long edge never crosses a
+    # node it passes (a residual edge stays beside the chain it skips).
+    row_top = top.tolist()
+    row_bot = (top + layer_h).tolist()
+    lol = layer_of.tolist()
     for ch, was_rev in zip(chains, rev.tolist()):
         s, d = ch[0], ch[-1]
-        pts = [(xl[s], cyl[s] + hl[s] / 2.0)]
-        pts.extend((xl[k], cyl[k]) for k in ch[1:-1])
-        pts.append((xl[d], cyl[d] - hl[d] / 2.0))
+        ys = cyl[s] + hl[s] / 2.0
+        pts = [(xl[s], ys)]
+        if row_bot[lol[s]] > ys + 1e-9:
+            pts.append((xl[s], row_bot[lol[s]]))
+        for k in ch[1:-1]:
+            lk = lol[k]
+            pts.append((xl[k], row_top[lk]))
+            pts.append((xl[k], row_bot[lk]))
+        yd = cyl[d] - hl[d] / 2.0
+        if row_top[lol[d]] < yd - 1e-9:
+            pts.append((xl[d], row_top[lol[d]]))
+        pts.append((xl[d], yd))
         if was_rev:
             out.edges.append((ids[d], ids[s], pts[::-1]))
         else:
@@ -461,6 +489,8 @@ class GroupLayouts:
         # Every edge belongs to the lowest group containing both ends: laying out a
         # group only touches its own edges.
         self._edges_at: dict[str, list[tuple[str, str]]] = {}
+        self._enters: dict[str, list[str]] = {}
+        self._leaves: dict[str, list[str]] = {}
         paths = {n.id: n.module_path for n in graph.nodes}
         chains = {p: ancestors(p) for p in set(paths.values()) | {ROOT}}
         for e in graph.edges:
@@ -469,6 +499,11 @@ class GroupLayouts:
             while k + 1 < len(a) and k + 1 < len(b) and a[k + 1] == b[k + 1]:
                 k += 1
             self._edges_at.setdefault(a[k], []).append((e.src, e.dst))
+            # Groups the edge enters (below the common one on dst's side) and leaves.
+            for g in b[k + 1 :]:
+                self._enters.setdefault(g, []).append(e.dst)
+            for g in a[k + 1 :]:
+                self._leaves.setdefault(g, []).append(e.src)
         self._members: dict[str, list[Node]] = {}
         for n in graph.nodes:
             self._members.setdefault(n.module_path, []).append(n)
@@ -526,11 +561,32 @@ class GroupLayouts:
                     sizes.append(self.size(self._group_node(path)))
             else:
                 sizes.append(self.size(self.graph.node(u)))
+        # Ports: the entry first and the exit last (the given order breaks cycles).
+        enters = self._enters.get(group, []) if group != ROOT else []
+        leaves = self._leaves.get(group, []) if group != ROOT else []
+        if enters:
+            units.insert(0, port_id(group, "in"))
+            sizes.insert(0, PORT_SIZE)
+        if leaves:
+            units.append(port_id(group, "out"))
+            sizes.append(PORT_SIZE)
         index = {u: i for i, u in enumerate(units)}
         pairs = []
         for s, d in self._edges_at.get(group, []):
             pairs.append((index[self._unit_in(group, s)], index[self._unit_in(group, d)]))
+        if enters:
+            pin = index[port_id(group, "in")]
+            pairs.extend((pin, index[self._unit_in(group, d)]) for d in set(enters))
+        if leaves:
+            pout = index[port_id(group, "out")]
+            pairs.extend((index[self._unit_in(group, s)], pout) for s in set(leaves))
         lay = layered_layout(units, sizes, pairs, **self.kwargs)
+        for side, present in (("in", enters), ("out", leaves)):
+            if present:
+                pid = port_id(group, side)
+                lay.ports[pid] = lay.positions.pop(pid)
+                lay.layers.pop(pid, None)
+                lay.order.pop(pid, None)
         self._cache[key] = lay
         return lay
 
@@ -543,6 +599,12 @@ class GroupLayouts:
         root = self.group_layout(ROOT, exp)
         out.width, out.height = root.width, root.height
         stack: list[tuple[str, float, float]] = [(ROOT, 0.0, 0.0)]
+        # x of each expanded group's entry / exit port, where its outer edges attach.
+        entry_x: dict[str, float] = {}
+        exit_x: dict[str, float] = {}
+        # (edge index, may its start move, may its end move): a port edge's frame end is
+        # already where it belongs.
+        ends: list[tuple[int, bool, bool]] = []
         while stack:
             group, dx, dy = stack.pop()
             lay = self.group_layout(group, exp)
@@ -551,9 +613,42 @@ class GroupLayouts:
                 if uid.startswith(GROUP_PREFIX) and uid[len(GROUP_PREFIX) :] in exp:
                     out.frames.append(uid)
                     stack.append((uid[len(GROUP_PREFIX) :], x + dx + PAD, y + dy + HEADER))
+            frame_id = GROUP_PREFIX + group
+            pin, pout = port_id(group, "in"), port_id(group, "out")
+            if pin in lay.ports:
+                x, _, w, _ = lay.ports[pin]
+                entry_x[frame_id] = x + dx + w / 2.0
+            if pout in lay.ports:
+                x, _, w, _ = lay.ports[pout]
+                exit_x[frame_id] = x + dx + w / 2.0
             for s, d, pts in lay.edges:
-                out.edges.append((s, d, [(px + dx, py + dy) for px, py in pts]))
+                moved = [(px + dx, py + dy) for px, py in pts]
+                # Port edges run from the frame's top / to its bottom, through the port.
+                ends.append((len(out.edges), s != pin, d != pout))
+                if s == pin:
+                    fy = out.positions[frame_id][1]
+                    s, moved = frame_id, [(moved[0][0], fy), *moved]
+                elif d == pout:
+                    fx, fy, fw, fh = out.positions[frame_id]
+                    d, moved = frame_id, [*moved, (moved[-1][0], fy + fh)]
+                out.edges.append((s, d, moved))
+        # Edges into / out of an expanded group meet its port's edges at the port's x
+        # (the layout of the level above aimed at the middle of the box).
+        for i, fix_src, fix_dst in ends:
+            s, d, pts = out.edges[i]
+            if fix_dst and d in entry_x and pts[-1][0] != entry_x[d]:
+                pts = _move_end(pts[::-1], entry_x[d])[::-1]
+            if fix_src and s in exit_x and pts[0][0] != exit_x[s]:
+                pts = _move_end(pts, exit_x[s])
+            out.edges[i] = (s, d, pts)
         return out
 
     def clear(self) -> None:
         self._cache.clear()
+
+
+def _move_end(pts: list[tuple[float, float]], x: float) -> list[tuple[float, float]]:
+    """Move the first point to ``x``, with the point under it that extends the edge to
+    the row's edge when the box is shorter than its row."""
+    k = 2 if len(pts) > 2 and abs(pts[1][0] - pts[0][0]) < 1e-9 else 1
+    return [(x, y) for _, y in pts[:k]] + pts[k:]

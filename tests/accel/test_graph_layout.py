@@ -100,7 +100,7 @@ def test_long_edges_get_dummies_and_stay_straightish():
     edges = [(i, i + 1) for i in range(5)] + [(0, 5)]
     lay = layered_layout(ids, [(60.0, 30.0)] * 6, edges)
     skip = next(pts for s, d, pts in lay.edges if (s, d) == ("n0", "n5"))
-    assert len(skip) == 2 + 4
+    assert len(skip) == 2 + 2 * 4  # enters and leaves each crossed row vertically
     assert_edges_downward(lay)
     assert_no_overlap(lay.positions)
     assert [lay.layers[i] for i in ids] == [0, 1, 2, 3, 4, 5]
@@ -183,3 +183,112 @@ def test_group_layouts_on_a_view_with_back_edges():
     assert len(lay.edges) == 4
     d = lay.to_dict()
     assert Layout.from_dict(d).positions == lay.positions
+
+
+def _segment_hits_box(p, q, box, eps=0.5) -> bool:
+    """Does segment p-q pass through the inside of ``box`` (shrunk by ``eps``)? Liang-Barsky."""
+    x, y, w, h = box
+    x0, y0, x1, y1 = x + eps, y + eps, x + w - eps, y + h - eps
+    t0, t1 = 0.0, 1.0
+    dx, dy = q[0] - p[0], q[1] - p[1]
+    for num, lim in ((-dx, p[0] - x0), (dx, x1 - p[0]), (-dy, p[1] - y0), (dy, y1 - p[1])):
+        if num == 0:
+            if lim < 0:
+                return False
+        elif num < 0:
+            t0 = max(t0, lim / num)
+        else:
+            t1 = min(t1, lim / num)
+    return t0 < t1
+
+
+def edges_through_boxes(lay: Layout, long_only: bool = True) -> list[tuple[str, str, str]]:
+    """(src, dst, node) for every edge with a segment through a box it is not attached to
+    (frames excluded: edges into an expanded group run inside it)."""
+    frames = set(lay.frames)
+    boxes = [(nid, b) for nid, b in lay.positions.items() if nid not in frames]
+    bad = []
+    for s, d, pts in lay.edges:
+        if long_only and len(pts) <= 2:
+            continue
+        for nid, box in boxes:
+            if nid in (s, d):
+                continue
+            if any(_segment_hits_box(p, q, box) for p, q in zip(pts, pts[1:])):
+                bad.append((s, d, nid))
+    return bad
+
+
+def test_segment_check_sees_an_edge_through_a_box():
+    assert _segment_hits_box((0, 0), (0, 100), (-10, 40, 20, 20))
+    assert not _segment_hits_box((30, 0), (30, 100), (-10, 40, 20, 20))
+    lay = Layout(
+        positions={"a": (0, 0, 10, 10), "b": (0, 40, 10, 10), "c": (0, 80, 10, 10)},
+        edges=[("a", "c", [(5, 10), (5, 45), (5, 80)])],
+    )
+    assert edges_through_boxes(lay) == [("a", "c", "b")]
+
+
+def test_diamond_skip_edge_goes_beside_the_chain():
+    # a -> b -> c -> d plus a -> d: the skip edge must not be drawn over b and c.
+    ids = ["a", "b", "c", "d"]
+    lay = layered_layout(ids, [(60.0, 28.0)] * 4, [(0, 1), (1, 2), (2, 3), (0, 3)])
+    skip = next(pts for s, d, pts in lay.edges if (s, d) == ("a", "d"))
+    assert len(skip) > 2
+    assert edges_through_boxes(lay) == []
+    assert edges_through_boxes(lay, long_only=False) == []
+    # Where it passes b and c it is clear of their boxes.
+    for nid in ("b", "c"):
+        x, y, w, h = lay.positions[nid]
+        beside = [px for px, py in skip if y - 1e-6 <= py <= y + h + 1e-6]
+        assert beside and all(px < x or px > x + w for px in beside), (nid, skip)
+    assert_edges_downward(lay)
+
+
+@pytest.fixture(scope="module")
+def resnet_graph():
+    from accel.graph import graph_from_model
+    from accel.models import load_model
+
+    return graph_from_model(load_model("zoo:resnet"))
+
+
+def test_resnet_skip_edges_do_not_cross_boxes_flat(resnet_graph):
+    g = resnet_graph
+    lay = layout_graph(g)
+    adds = [n.id for n in g.nodes if n.op == "add"]
+    skips = [(s, d, pts) for s, d, pts in lay.edges if d in adds and len(pts) > 2]
+    assert len(skips) == len(adds) == 6  # every residual is a long edge
+    assert edges_through_boxes(lay, long_only=False) == []
+    assert_edges_downward(lay)
+    assert_no_overlap(lay.positions)
+
+
+def test_resnet_skip_edges_reach_add_inside_expanded_blocks(resnet_graph):
+    g = resnet_graph
+    gl = GroupLayouts(g)
+    views = [[], ["layer1"], ["layer1", "layer1.0"], [p for p in g.groups if p]]
+    for exp in views:
+        lay = gl.layout(exp)
+        assert edges_through_boxes(lay, long_only=False) == [], exp
+        v = g.view(exp)
+        assert set(lay.positions) == {n.id for n in v.nodes} | set(lay.frames)
+        for s, d, pts in lay.edges:
+            ys = [p[1] for p in pts]
+            assert all(b > a for a, b in zip(ys, ys[1:])), (s, d, pts)
+    # Fully open: the block input reaches its Add through the block's entry port, as a
+    # long edge of its own, next to the edge into conv1.
+    lay = gl.layout([p for p in g.groups if p])
+    into_block = [pts for s, d, pts in lay.edges if s == "group:layer1.0"]
+    ends = {d for s, d, pts in lay.edges if s == "group:layer1.0"}
+    assert "add" in ends and "group:layer1.0.conv1" in ends, ends
+    skip = next(pts for s, d, pts in lay.edges if (s, d) == ("group:layer1.0", "add"))
+    assert len(skip) > 4 and into_block
+    # The edge into the block's frame ends where the port's edges start.
+    fx, fy, fw, fh = lay.positions["group:layer1.0"]
+    assert skip[0][1] == pytest.approx(fy)
+    # (edges to the frame's bottom are its exit port's, from inside)
+    outer = [pts for s, d, pts in lay.edges if d == "group:layer1.0" and pts[-1][1] < fy + 1]
+    assert outer and all(pts[-1] == pytest.approx(skip[0]) for pts in outer)
+    exits = [pts for s, d, pts in lay.edges if d == "group:layer1.0" and pts[-1][1] > fy + 1]
+    assert exits and all(pts[-1][1] == pytest.approx(fy + fh) for pts in exits)
