@@ -238,27 +238,38 @@ def export_onnx_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> 
 
 def graph_diff_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
     """params: ``model`` (original source), optional ``input_spec``, ``run_dir`` (a run
-    folder) and ``step`` (step folder name; default: the last step that saved a model).
-    Returns ``{"graph": the step's Graph.to_dict(), "diff": GraphDiff.to_dict(), "step",
-    "artifact"}``: what the recipe did to the original graph."""
+    folder) and ``step_index`` (the recipe step's index) or ``step`` (step folder name);
+    default: the last step that saved a model. Returns ``{"graph": the step's
+    Graph.to_dict(), "diff": GraphDiff.to_dict(), "step", "step_index", "artifact"}``: what
+    the recipe did to the original graph up to that step."""
     from accel.errors import AccelError
     from accel.graph import graph_from_model
     from accel.graph.diff import diff_graphs
-    from accel.graph.layer_parity import step_model_artifacts
+    from accel.graph.layer_parity import saved_step_models
     from accel.models import InputSpec, load_model
 
     spec = params.get("input_spec")
     if spec is not None:
         spec = InputSpec.parse(spec) if isinstance(spec, str) else InputSpec.from_dict(spec)
-    steps = [(s, p) for s, p in step_model_artifacts(params["run_dir"]) if p is not None]
-    if params.get("step"):
-        steps = [(s, p) for s, p in steps if s == params["step"]]
-    if not steps:
+    saved = saved_step_models(params["run_dir"])
+    if not saved:
         raise AccelError(
-            "no step of this run saved a model file to compare with; run a recipe whose "
-            "steps export or save the model (export_onnx, torch_export ...)"
+            "no step of this run saved a model file to compare with; run a recipe with a "
+            "torch step (bf16, fold_batchnorm, quantize ...) or an export step"
         )
-    step, artifact = steps[-1]
+    steps = saved
+    if params.get("step_index") is not None:
+        steps = [s for s in saved if s[0] == int(params["step_index"])]
+    elif params.get("step"):
+        steps = [s for s in saved if f"step_{s[0]:02d}_{s[1]}" == params["step"]]
+    if not steps:
+        which = ", ".join(f"{i + 1}. {name}" for i, name, _ in saved)
+        raise AccelError(
+            f"step {params.get('step_index', params.get('step'))} of this run saved no model; "
+            f"pick one that did: {which}"
+        )
+    index, name, artifact = steps[-1]
+    step = f"step_{index:02d}_{name}"
     emit({"event": "progress", "index": -1, "fraction": 0.2, "message": "original graph"})
     original = load_model(params["model"], spec, trust_pickle=bool(params.get("trust_pickle")))
     graph_a = graph_from_model(original)
@@ -269,6 +280,7 @@ def graph_diff_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> d
         "graph": graph_b.to_dict(),
         "diff": diff_graphs(graph_a, graph_b).to_dict(),
         "step": step,
+        "step_index": index,
         "artifact": str(artifact),
     }
 

@@ -9,6 +9,7 @@ results of the steps before it. Cancellation is checked between steps and, via
 from __future__ import annotations
 
 import logging
+import os
 import time
 import traceback
 from collections.abc import Callable
@@ -149,8 +150,12 @@ def run_recipe(
     out_dir: str | Path | None = None,
     model_source: str | None = None,
     device: str | None = None,
+    save_models: bool | None = None,
 ) -> RunResult:
-    """Execute ``recipe`` and return its results (see module docstring)."""
+    """Execute ``recipe`` and return its results (see module docstring).
+
+    ``save_models``: save each torch step's model as ``model.pt2`` in its step folder (for
+    bisect and the graph diff); default: on unless env ``ACCEL_SAVE_STEP_MODELS=0``."""
     import torch
 
     from accel.bench import environment_info
@@ -159,6 +164,8 @@ def run_recipe(
     from accel.passes import PassContext, get_pass
 
     t_run = time.perf_counter()
+    if save_models is None:
+        save_models = os.environ.get(SAVE_MODELS_ENV, "1").strip() not in ("0", "false", "no")
     emit = on_event or (lambda e: None)
     is_cancelled = _cancel_fn(cancel)
     recipe = load_recipe(recipe)
@@ -300,6 +307,16 @@ def run_recipe(
                         ctx.warn(
                             f"accuracy dropped {baseline_acc - acc:.4f} > max_accuracy_drop {drop}"
                         )
+            # After benchmarking and parity: saving never changes the step's outputs or timings.
+            t_save = time.perf_counter()
+            saved = (
+                save_step_model(new_model, inputs, step_dir, ctx.artifacts, recipe.seed)
+                if save_models
+                else None
+            )
+            save_s = time.perf_counter() - t_save  # not part of the step's duration
+            if saved is not None:
+                ctx.details["saved_model"] = saved
             artifacts = [file_artifact(a["path"], a["kind"]) for a in ctx.artifacts]
             artifacts.append(file_artifact(step_dir / "outputs.pt", "outputs"))
             artifacts.append(file_artifact(step_dir / "parity.json", "parity_report"))
@@ -339,7 +356,7 @@ def run_recipe(
                 )
             )
             return fail(PassError(f"step {index + 1} ({step.label}): {msg}"), index)
-        duration = time.perf_counter() - t0
+        duration = time.perf_counter() - t0 - save_s
         sr = StepResult(
             index,
             step.pass_name,
@@ -387,6 +404,108 @@ def run_recipe(
     result.duration_s = time.perf_counter() - t_run
     emit(RunFinished(status="succeeded", duration_s=result.duration_s, summary=_summary(result)))
     return result
+
+
+SAVE_MODELS_ENV = "ACCEL_SAVE_STEP_MODELS"  # "0": steps save no model.pt2 (quick test runs)
+MODEL_ARTIFACT_KINDS = ("model", "onnx", "exported_program", "torchscript")
+MAX_SAVED_MODEL_BYTES = 2 * 1024**3  # larger step models are not saved (time and disk)
+
+
+def save_step_model(
+    model: Any,
+    inputs: dict[str, Any],
+    step_dir: Path,
+    artifacts: list[dict[str, Any]],
+    seed: int = 0,
+) -> str | None:
+    """Save a torch step's model as ``step_dir/model.pt2`` (torch.export, never a pickle) and
+    add it to ``artifacts`` (kind "model"), so bisect and the graph diff can load every step.
+
+    Returns what to put in ``details["saved_model"]``: the file name, ``"not saved: why"``,
+    or None when the step already saved its model (ONNX, TorchScript, torch_export) or the
+    model is not a torch module. The step's model is left as it was (mode, hooks)."""
+    import torch
+
+    if model.kind != "torch" or model.module is None:
+        return None
+    if any(a.get("kind") in MODEL_ARTIFACT_KINDS for a in artifacts):
+        return None
+    module = getattr(model.module, "_orig_mod", model.module)  # torch.compile: the eager module
+    if isinstance(module, torch.jit.ScriptModule):
+        return "not saved: a TorchScript module (save it with the torchscript step)"
+    size = int(getattr(model, "size_bytes", 0) or 0)
+    if size > MAX_SAVED_MODEL_BYTES:
+        return f"not saved: the model is {size / 1024**3:.1f} GB (limit 2 GB)"
+    t0 = time.perf_counter()
+    try:
+        ep = _export_step_module(model, module, inputs, seed)
+        path = step_dir / "model.pt2"
+        torch.export.save(ep, str(path))
+    except Exception as exc:  # noqa: BLE001 - saving is a convenience; the step still succeeded
+        log.debug("could not export the model of %s", step_dir.name, exc_info=True)
+        text = str(exc).strip().splitlines()
+        return f"not saved: torch.export failed: {type(exc).__name__}: {text[0] if text else ''}"[
+            :300
+        ]
+    artifacts.append({"kind": "model", "path": str(path)})
+    log.debug("saved %s in %.2f s", path, time.perf_counter() - t0)
+    return path.name
+
+
+def _export_step_module(model: Any, module: Any, inputs: dict[str, Any], seed: int) -> Any:
+    """torch.export ``module`` with the input spec's symbolic dims dynamic (static if that
+    fails). The program takes the spec's inputs: the model's input casts (fp16/bf16) are
+    exported inside it, so it runs on the same inputs as the original."""
+    import torch
+
+    from accel.models.inputs import is_floating, torch_dtype
+    from accel.passes.torch_export import (
+        TorchExportConfig,
+        _identifier,
+        dynamic_dims,
+        dynamic_shapes_spec,
+        example_for_export,
+    )
+
+    spec = model.input_spec
+    names = list(inputs)
+    casts = [
+        torch_dtype(c) if c and is_floating(c) else None
+        for c in (model.input_casts.get(n) for n in names)
+    ]
+
+    def cast_inputs(_m: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(
+            a.to(c)
+            if c is not None and isinstance(a, torch.Tensor) and a.is_floating_point()
+            else a
+            for a, c in zip(args, casts, strict=False)
+        )
+
+    dims = dynamic_dims(spec, TorchExportConfig())
+    example = example_for_export(spec, inputs, dims, seed) if dims else dict(inputs)
+    feed = model.replace(input_casts={}).prepare_inputs(example)  # device, memory format
+    dim_objs = {n: torch.export.Dim(_identifier(n), min=lo, max=hi) for n, (lo, hi) in dims.items()}
+    shapes = tuple(
+        {axis: dim_objs[d] for axis, d in m.items()} for m in dynamic_shapes_spec(spec, dims)
+    )
+    was_training = module.training
+    handle = module.register_forward_pre_hook(cast_inputs) if any(casts) else None
+    try:
+        module.eval()
+        try:
+            return torch.export.export(
+                module, tuple(feed.values()), dynamic_shapes=shapes if dims else None, strict=False
+            )
+        except Exception:  # noqa: BLE001 - e.g. a dim the model fixes: export static shapes
+            if not dims:
+                raise
+            feed = model.replace(input_casts={}).prepare_inputs(inputs)
+            return torch.export.export(module, tuple(feed.values()), strict=False)
+    finally:
+        if handle is not None:
+            handle.remove()
+        module.train(was_training)
 
 
 def _copy_model(model: Any) -> Any:

@@ -214,9 +214,26 @@ class Services(QObject):
         st.status.emit("exporting to ONNX…")
         return job_id
 
-    def diff_run(self, run_id: str | None = None) -> str | None:
-        """Diff the original graph against the last saved model of run ``run_id`` (default:
-        ``state.current_run_id``) in a worker; the result comes with ``diffReady``."""
+    def diff_steps(self, run_id: str | None = None) -> list[tuple[int, str]]:
+        """``(step index, "2. bf16")`` for the steps of run ``run_id`` (default: the current
+        run) that saved a model, i.e. the steps the graph diff can compare with."""
+        from accel.graph.layer_parity import saved_step_models
+
+        run_id = run_id or self.state.current_run_id
+        if not run_id or self.repo is None:
+            return []
+        try:
+            run_dir = self.repo.get_run(run_id).run_dir
+        except Exception:  # noqa: BLE001 - a deleted run: nothing to pick
+            return []
+        if not run_dir or not Path(run_dir).is_dir():
+            return []
+        return [(i, f"{i + 1}. {name}") for i, name, _ in saved_step_models(run_dir)]
+
+    def diff_run(self, run_id: str | None = None, step_index: int | None = None) -> str | None:
+        """Diff the original graph against the model saved by step ``step_index`` (default:
+        the last step that saved one) of run ``run_id`` (default: ``state.current_run_id``)
+        in a worker; the result comes with ``diffReady``."""
         st = self.state
         run_id = run_id or st.current_run_id
         if not run_id or self.repo is None or not st.model_source:
@@ -233,6 +250,8 @@ class Services(QObject):
             self.jobFailed.emit("diff", "this run has no run folder (it did not start)")
             return None
         params: dict[str, Any] = {"model": st.model_source, "run_dir": run_dir}
+        if step_index is not None:
+            params["step_index"] = int(step_index)
         if st.input_spec:
             params["input_spec"] = st.input_spec
         if st.model_source in self._trusted:

@@ -28,4 +28,7 @@ def _studio_home(tmp_path_factory, monkeypatch):
     """Keep every test's database and settings out of the user's folders."""
     home = tmp_path_factory.mktemp("studio-home")
     monkeypatch.setenv("ACCEL_STUDIO_HOME", str(home))
+    # Runs skip saving every torch step as model.pt2 (torch.export per step adds minutes to
+    # the suite); the tests of that feature turn it back on.
+    monkeypatch.setenv("ACCEL_SAVE_STEP_MODELS", "0")
     yield

@@ -383,6 +383,18 @@ def step_model_artifacts(run_dir: str | Path) -> list[tuple[str, Path | None]]:
     return out
 
 
+def saved_step_models(run_dir: str | Path) -> list[tuple[int, str, Path]]:
+    """``(step index, pass name, saved model file)`` for the steps of a run folder that saved
+    a model (``step_02_bf16`` -> ``(2, "bf16", .../model.pt2)``), in step order."""
+    out: list[tuple[int, str, Path]] = []
+    for name, path in step_model_artifacts(run_dir):
+        parts = name.split("_", 2)  # step, NN, pass name
+        if path is None or len(parts) < 3 or not parts[1].isdigit():
+            continue
+        out.append((int(parts[1]), parts[2], path))
+    return out
+
+
 @dataclass
 class BisectStep:
     step: str
@@ -394,7 +406,8 @@ class BisectStep:
 def bisect_run(
     run_dir: str | Path, *, atol: float | None = None, rtol: float | None = None
 ) -> list[BisectStep]:
-    """Compare the original model of a run folder with every step's saved model."""
+    """Compare the original model of a run folder with every step's saved model (the runner
+    saves each torch step's model as ``model.pt2``; export steps save ONNX / .ts / .pt2)."""
     import json
 
     from accel.errors import AccelError

@@ -464,6 +464,9 @@ class GraphView(QWidget):
             lambda i: self.state.set_overlay(self.overlay_box.itemData(i))
         )
         self.diff_box = QCheckBox("Diff")
+        self.diff_step_box = QComboBox(self)
+        self.diff_step_box.setObjectName("diffStep")
+        self.diff_step_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self._setup_diff()
         self.legend = QLabel("")
         self.legend.setObjectName("overlayLegend")
@@ -483,6 +486,7 @@ class GraphView(QWidget):
         bar.addWidget(QLabel("Overlay:"))
         bar.addWidget(self.overlay_box)
         bar.addWidget(self.diff_box)
+        bar.addWidget(self.diff_step_box)
         bar.addStretch(1)
         bar.addWidget(expand_all)
         bar.addWidget(collapse_all)
@@ -930,25 +934,73 @@ class GraphView(QWidget):
             from accel.graph import diff as _diff  # noqa: F401
         except ImportError:
             self.diff_box.setEnabled(False)
+            self.diff_step_box.setEnabled(False)
             self.diff_box.setToolTip(
                 "Diff of the original graph and the current step's graph: "
                 "not available in this build (accel.graph.diff is missing)"
             )
             return
         self.diff_box.setToolTip(
-            "Compare the original graph with the last saved model of the current run: "
-            "nodes removed (red), fused (orange), changed dtype/op (blue)"
+            "Compare the original graph with the model saved by a step of the current run "
+            "(picked next to it): nodes removed (red), fused (orange), changed dtype/op (blue)"
         )
+        self.diff_step_box.setToolTip("The step of the current run that Diff compares with")
         self.diff_box.toggled.connect(self._on_diff_toggled)
+        self.diff_step_box.activated.connect(self._on_diff_step_picked)
         if self.services is not None:
             self.services.diffReady.connect(self.set_diff)
             self.services.jobFailed.connect(self._on_diff_failed)
+            # Bound methods, not lambdas: Qt drops them when this view is deleted.
+            self.services.runFinished.connect(self._on_run_finished)
+            self.state.currentRunChanged.connect(self._on_current_run_changed)
+        self.refresh_diff_steps()
+
+    def refresh_diff_steps(self) -> None:
+        """List the current run's steps that saved a model ("2. bf16"); keep the pick if it
+        is still there, else pick the last one."""
+        steps = self.services.diff_steps() if self.services is not None else []
+        box = self.diff_step_box
+        picked = box.currentData()
+        box.blockSignals(True)
+        box.clear()
+        for index, label in steps:
+            box.addItem(label, index)
+        at = box.findData(picked) if picked is not None else -1
+        box.setCurrentIndex(at if at >= 0 else box.count() - 1)
+        box.blockSignals(False)
+        box.setEnabled(bool(steps))
+        if not steps:
+            box.setToolTip("Run a recipe: its steps that saved a model can be compared here")
+        else:
+            box.setToolTip("The step of the current run that Diff compares with")
+
+    def diff_step(self) -> int | None:
+        """Index of the step picked for the diff (None: the run's last saved model)."""
+        return self.diff_step_box.currentData()
+
+    def _on_run_finished(self, _job_id: str, _outcome: object) -> None:
+        self.refresh_diff_steps()
+
+    def _on_current_run_changed(self, _run_id: str = "") -> None:
+        self.diff_step_box.clear()  # another run: pick its last saved model
+        self.refresh_diff_steps()
+        self._diff, self._diff_status = None, {}  # the diff was of another run
+        if self.diff_box.isChecked():
+            self._on_diff_toggled(True)
+
+    def _on_diff_step_picked(self, _i: int) -> None:
+        self._diff, self._diff_status = None, {}
+        if self.diff_box.isChecked():
+            self._on_diff_toggled(True)
+        else:
+            self.diff_box.setChecked(True)  # picking a step asks for its diff
 
     def _on_diff_toggled(self, on: bool) -> None:
         if on and self._diff is None and self.services is not None:
-            self.legend.setText("comparing with the run's last step…")
+            label = self.diff_step_box.currentText() or "the run's last saved model"
+            self.legend.setText(f"comparing with {html.escape(label)}…")
             self.legend.show()
-            if self.services.diff_run() is None:
+            if self.services.diff_run(step_index=self.diff_step()) is None:
                 return
         self._refresh_overlay()
 
@@ -975,6 +1027,11 @@ class GraphView(QWidget):
         for a in diff.removed:
             status[a] = "removed"
         self._diff_status = status
+        at = self.diff_step_box.findData(result.get("step_index"))
+        if at >= 0 and at != self.diff_step_box.currentIndex():
+            self.diff_step_box.blockSignals(True)
+            self.diff_step_box.setCurrentIndex(at)
+            self.diff_step_box.blockSignals(False)
         self._diff_label = (
             f"{result.get('step', '')}: {len(diff.removed)} removed, {len(diff.fused)} fused, "
             f"{len(diff.dtype_changed) + len(diff.op_changed)} changed, +{len(diff.added)} added"

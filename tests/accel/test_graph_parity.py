@@ -185,6 +185,38 @@ def test_bisect_run_folder(tmp_path, capsys, monkeypatch):
     assert "no run folder" in capsys.readouterr().err
 
 
+def test_bisect_compares_in_memory_steps_layer_by_layer(tmp_path):
+    """bf16 and int8 steps change the model only in memory: the runner saves each as
+    model.pt2, so bisect compares their layers. (quantize_dynamic_int8 refuses a bf16 model,
+    so they run as two recipes.)"""
+    from accel.runner import run_recipe
+
+    runs = []
+    for name, step in (
+        ("bf16", {"pass": "bf16"}),
+        ("int8", {"pass": "quantize_dynamic_int8", "params": {"backend": "torchao"}}),
+    ):
+        recipe = {
+            "name": name,
+            "model": {"source": "zoo:mlp"},
+            "benchmark": {"warmup": 1, "iters": 2},
+            "steps": [step],
+        }
+        res = run_recipe(recipe, out_dir=tmp_path / name, save_models=True)
+        assert res.status == "succeeded", res.error
+        runs.append(res.run_dir)
+    for run in runs:
+        steps = bisect_run(run, atol=0.05, rtol=0.05)
+        assert len(steps) == 1 and steps[0].error is None, steps
+        (low,) = steps
+        assert low.artifact.endswith("model.pt2")
+        assert [r.name for r in low.report.layers] == ["fc1", "act1", "fc2", "act2", "fc3"]
+        # The low-precision step drifts measurably in every layer, within loose tolerances.
+        assert all(r.max_abs > 0 for r in low.report.layers) and low.report.passed
+        strict = bisect_run(run)[0].report  # the recipe's default gates: fc1 drifts first
+        assert strict.first_failure == "fc1"
+
+
 def test_exported_program_layers_come_from_nn_module_stack(tmp_path):
     m = load_model("zoo:mlp")
     inputs = m.example_inputs()

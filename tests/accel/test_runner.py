@@ -133,3 +133,32 @@ def test_pass_on_wrong_model_kind_says_what_to_do(tmp_path):
         out_dir=tmp_path / "r",
     )
     assert res.status == "failed" and "Move this step before the export_onnx step" in res.error
+
+
+def test_torch_steps_save_a_loadable_model_once(tmp_path):
+    from accel.models import load_model
+
+    recipe = _recipe({"scale": 0.25})
+    recipe["steps"] += [
+        {"pass": "quantize_dynamic_int8", "params": {"backend": "eager"}},
+        {"pass": "torchscript"},
+    ]
+    res = run_recipe(recipe, out_dir=tmp_path / "run", save_models=True)
+    assert res.status == "succeeded", res.error
+    noise, quant, script = res.steps
+    # An in-memory step: its model saved as an ExportedProgram that reproduces its outputs.
+    assert noise.details["saved_model"] == "model.pt2"
+    saved = [a for a in noise.artifacts if a["kind"] == "model"]
+    assert len(saved) == 1 and saved[0]["sha256"] and saved[0]["path"].endswith("model.pt2")
+    step_dir = tmp_path / "run" / "step_00_test_noise"
+    loaded = load_model(str(step_dir / "model.pt2"), res.model.input_spec)
+    inputs = res.model.input_spec.sample(seed=0)
+    want = torch.load(step_dir / "outputs.pt")
+    assert torch.equal(loaded.forward(inputs), want)
+    # Eager dynamic quantization (packed params) does not export: a note, not a failure.
+    assert quant.details["saved_model"].startswith("not saved: torch.export failed")
+    assert not any(a["kind"] == "model" for a in quant.artifacts)
+    # The torchscript step saved its own model file: nothing saved twice.
+    assert "saved_model" not in script.details
+    files = sorted(p.name for p in (tmp_path / "run" / "step_02_torchscript").iterdir())
+    assert [f for f in files if f.endswith((".pt2", ".ts"))] == ["model.ts"]

@@ -70,6 +70,8 @@ def _release_web_views_at_exit(qapp):
         if NetronView is not None and isinstance(w, NetronView):
             w.release()
     for w in QApplication.topLevelWidgets():
+        if w.parent() is not None:
+            continue  # a combo box's popup, a dialog: its owner deletes it (twice would crash)
         w.close()
         w.deleteLater()
     QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)

@@ -203,8 +203,10 @@ def test_parity_overlay_paints_the_worst_error_per_group(studio):
 
 
 @pytest.mark.slow
-def test_diff_mode_colours_what_a_run_changed(studio, wait, screenshots_dir):
+def test_diff_mode_colours_what_a_run_changed(studio, wait, screenshots_dir, monkeypatch):
     from accel.recipe import load_recipe
+
+    monkeypatch.setenv("ACCEL_SAVE_STEP_MODELS", "1")  # the worker saves each step's model
 
     state, services, gv = studio.state, studio.services, studio.graph_view
     recipe = load_recipe(
@@ -234,6 +236,17 @@ def test_diff_mode_colours_what_a_run_changed(studio, wait, screenshots_dir):
     assert "fused" in gv.legend.text()
     os.makedirs(screenshots_dir, exist_ok=True)
     gv.grab().save(os.path.join(screenshots_dir, "graph_diff.png"))
+    # Both steps saved a model (fold_batchnorm as model.pt2): pick the first one.
+    box = gv.diff_step_box
+    assert [box.itemText(i) for i in range(box.count())] == ["1. fold_batchnorm", "2. export_onnx"]
+    assert gv.diff_step() == 1
+    first = gv._diff
+    box.setCurrentIndex(0)
+    box.activated.emit(0)
+    wait(lambda: (gv._diff is not None and gv._diff is not first) or failures, 240)
+    assert not failures, failures
+    assert "step_00_fold_batchnorm" in gv._diff_label and gv.diff_step() == 0
+    assert bn and all(gv._diff_status.get(b) in ("fused", "removed") for b in bn)
     gv.diff_box.setChecked(False)
 
 

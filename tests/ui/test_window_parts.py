@@ -263,3 +263,30 @@ def test_keep_in_float_on_an_onnx_model_uses_node_names(window):
     assert j != i and state.recipe.steps[j].pass_name == "quantize_static_int8"
     assert state.recipe.steps[j].params["exclude"] == ["fc1"]
     assert gv.keep_in_float("") == -1
+
+
+def test_diff_step_picker_lists_saved_steps_and_diffs_the_pick(window, monkeypatch):
+    from accel.graph.diff import GraphDiff
+
+    gv, services = window.graph_view, window.services
+    assert not gv.diff_step_box.isEnabled()  # no run yet
+    monkeypatch.setattr(
+        services, "diff_steps", lambda run_id=None: [(0, "1. fold_batchnorm"), (2, "3. bf16")]
+    )
+    asked = []
+    monkeypatch.setattr(
+        services, "diff_run", lambda run_id=None, step_index=None: asked.append(step_index) or "j"
+    )
+    window.state.currentRunChanged.emit("run1")
+    box = gv.diff_step_box
+    assert [box.itemText(i) for i in range(box.count())] == ["1. fold_batchnorm", "3. bf16"]
+    assert box.isEnabled() and gv.diff_step() == 2  # default: the last saved model
+    gv.diff_box.setChecked(True)
+    assert asked == [2]
+    box.setCurrentIndex(0)
+    box.activated.emit(0)  # the user picks step 1
+    assert asked == [2, 0] and gv.diff_box.isChecked()
+    gv.set_diff({"diff": GraphDiff().to_dict(), "step": "step_02_bf16", "step_index": 2})
+    assert gv.diff_step() == 2  # the combo follows the diff shown
+    assert "step_02_bf16" in gv._diff_label
+    gv.diff_box.setChecked(False)
