@@ -59,7 +59,6 @@ def screenshots_dir():
 def _release_web_views_at_exit(qapp):
     """Web pages must go before their WebEngine profile, or Qt may crash at interpreter exit."""
     yield
-    from PySide6.QtCore import QCoreApplication, QEvent
     from PySide6.QtWidgets import QApplication
 
     try:
@@ -69,10 +68,4 @@ def _release_web_views_at_exit(qapp):
     for w in QApplication.allWidgets():
         if NetronView is not None and isinstance(w, NetronView):
             w.release()
-    for w in QApplication.topLevelWidgets():
-        if w.parent() is not None:
-            continue  # a combo box's popup, a dialog: its owner deletes it (twice would crash)
-        w.close()
-        w.deleteLater()
-    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     QApplication.processEvents()
