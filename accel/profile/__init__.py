@@ -10,8 +10,7 @@ From a notebook::
     from accel.profile import profile_model
 
     prof = profile_model(load_model("zoo:resnet"), iters=20, trace_path="resnet.json")
-    for row in prof.top(10):  # by self time
-        print(f"{row.name:30} {row.type:12} {row.self_ms:7.3f} ms {row.share:6.1%} {row.flops}")
+    [(r.name, r.type, r.self_ms, r.share, r.flops) for r in prof.top(10)]  # by self time
     prof.ops[:10]               # operators, each with the module it ran in
     prof.overhead_ratio, prof.coverage   # the profiler's own cost, how well rows add up
 
