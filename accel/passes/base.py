@@ -57,6 +57,88 @@ class Requirements:
         }
 
 
+@dataclass(frozen=True)
+class Choice:
+    """A search domain: one of ``values`` (JSON values: str, int, float, bool, None)."""
+
+    values: tuple[Any, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "choice", "values": list(self.values)}
+
+
+@dataclass(frozen=True)
+class IntRange:
+    """A search domain: an integer in [low, high] (``log``: sampled on a log scale)."""
+
+    low: int
+    high: int
+    log: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "int", "low": self.low, "high": self.high, "log": self.log}
+
+
+@dataclass(frozen=True)
+class FloatRange:
+    """A search domain: a float in [low, high] (``log``: sampled on a log scale)."""
+
+    low: float
+    high: float
+    log: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "float", "low": self.low, "high": self.high, "log": self.log}
+
+
+Domain = Choice | IntRange | FloatRange
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """What the recipe search (accel.search) may do with a pass.
+
+    ``stage`` orders a chain (steps appear in increasing stage, at most one pass per stage,
+    so passes of one stage are alternatives); ``params`` are the parameters worth tuning with
+    their domains, ``fixed`` parameters set in every trial (e.g. no slow diagnostics);
+    ``devices`` where the pass is worth trying; ``opt_in`` names what the user must allow
+    (``--allow prune``) because the pass changes the weights beyond rounding; ``when`` limits
+    it to models that have a layer type (``conv2d``, ``batchnorm``, ``linear``, ``lstm``,
+    ``attention``); ``exportable``: whether a later pass may move the model to another
+    runtime."""
+
+    stage: int
+    params: dict[str, Domain] = field(default_factory=dict)
+    fixed: dict[str, Any] = field(default_factory=dict)
+    devices: tuple[str, ...] = ("cpu", "cuda")
+    opt_in: str = ""
+    when: tuple[str, ...] = ()
+    # False: a chain does not export the model this pass made to another runtime (int8
+    # torch modules and bf16 weights do not export, or export to ops the runtime lacks).
+    exportable: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "params": {k: d.to_dict() for k, d in self.params.items()},
+            "fixed": dict(self.fixed),
+            "devices": list(self.devices),
+            "opt_in": self.opt_in,
+            "when": list(self.when),
+            "exportable": self.exportable,
+        }
+
+
+# Search stages (SearchSpec.stage): a chain goes through them in this order.
+STAGE_PRUNE = 10  # weights removed (opt-in)
+STAGE_FOLD = 20  # exact graph rewrites on the torch model
+STAGE_LAYOUT = 30  # memory format
+STAGE_NUMERIC = 40  # torch precision / quantization (alternatives)
+STAGE_LOWER = 50  # compile, or leave torch: export to another runtime
+STAGE_RUNTIME_NUMERIC = 60  # precision / quantization in the exported model's runtime
+STAGE_SESSION = 70  # runtime session settings (threads, optimization level)
+
+
 @dataclass
 class ScriptStep:
     """A pass's step as plain Python for the exported script.
@@ -139,6 +221,8 @@ class Pass:
     requires: ClassVar[Requirements] = Requirements()
     # Kind of the model the pass produces; None means the same kind it received.
     output_kind: ClassVar[str | None] = None
+    # How the recipe search may use the pass; None: never part of a searched chain.
+    search: ClassVar[SearchSpec | None] = None
 
     def apply(self, model: LoadedModel, config: PassConfig, ctx: PassContext) -> LoadedModel:
         raise NotImplementedError
@@ -176,6 +260,7 @@ class Pass:
             "category": cls.category,
             "requires": cls.requires.to_dict(),
             "output_kind": cls.output_kind,
+            "search": cls.search.to_dict() if cls.search is not None else None,
             "params": params,
             "schema": schema,
         }

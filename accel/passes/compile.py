@@ -8,7 +8,17 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
-from accel.passes.base import Pass, PassConfig, PassContext, Requirements, ScriptStep, register_pass
+from accel.passes.base import (
+    STAGE_LOWER,
+    Choice,
+    Pass,
+    PassConfig,
+    PassContext,
+    Requirements,
+    ScriptStep,
+    SearchSpec,
+    register_pass,
+)
 
 if TYPE_CHECKING:
     from accel.models.loaded import LoadedModel
@@ -66,6 +76,11 @@ def _explain(module, args, ctx: PassContext) -> list[dict[str, str]]:
 @register_pass
 class Compile(Pass):
     name = "compile"
+    search = SearchSpec(
+        stage=STAGE_LOWER,
+        params={"mode": Choice(("default", "max-autotune-no-cudagraphs"))},
+        fixed={"explain": False},
+    )
     summary = "torch.compile the model (Dynamo + inductor or another backend); compile time reported apart."
     category = "compile"
     Config = CompileConfig

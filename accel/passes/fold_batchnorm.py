@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from accel.passes.base import Pass, PassConfig, PassContext, Requirements, ScriptStep, register_pass
+from accel.passes.base import (
+    STAGE_FOLD,
+    Pass,
+    PassConfig,
+    PassContext,
+    Requirements,
+    ScriptStep,
+    SearchSpec,
+    register_pass,
+)
 
 if TYPE_CHECKING:
     from accel.models.loaded import LoadedModel
@@ -17,6 +26,7 @@ class FoldBatchNormConfig(PassConfig):
 @register_pass
 class FoldBatchNorm(Pass):
     name = "fold_batchnorm"
+    search = SearchSpec(stage=STAGE_FOLD, when=("batchnorm",))
     summary = "Fuse each BatchNorm into the Conv (or Linear + BatchNorm1d) before it; same outputs, fewer ops."
     category = "compile"
     Config = FoldBatchNormConfig

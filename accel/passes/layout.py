@@ -6,7 +6,16 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from accel.passes.base import Pass, PassConfig, PassContext, Requirements, ScriptStep, register_pass
+from accel.passes.base import (
+    STAGE_LAYOUT,
+    Pass,
+    PassConfig,
+    PassContext,
+    Requirements,
+    ScriptStep,
+    SearchSpec,
+    register_pass,
+)
 
 if TYPE_CHECKING:
     from accel.models.loaded import LoadedModel
@@ -21,6 +30,7 @@ class ChannelsLastConfig(PassConfig):
 @register_pass
 class ChannelsLast(Pass):
     name = "channels_last"
+    search = SearchSpec(stage=STAGE_LAYOUT, when=("conv2d",))
     summary = "Store conv weights and activations as NHWC (channels_last); faster conv kernels on CPU and tensor cores."
     category = "layout"
     Config = ChannelsLastConfig

@@ -16,7 +16,16 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from accel.passes.base import Pass, PassConfig, PassContext, Requirements, ScriptStep, register_pass
+from accel.passes.base import (
+    STAGE_LOWER,
+    Pass,
+    PassConfig,
+    PassContext,
+    Requirements,
+    ScriptStep,
+    SearchSpec,
+    register_pass,
+)
 from accel.passes.onnx_runtime import recipe_threads
 
 if TYPE_CHECKING:
@@ -275,6 +284,7 @@ def save_onnx(proto: Any, path: Path, external: bool | None) -> bool:
 @register_pass
 class ExportOnnx(Pass):
     name = "export_onnx"
+    search = SearchSpec(stage=STAGE_LOWER)
     summary = "Export the model to ONNX (dynamo or TorchScript exporter), checked, optionally simplified; later steps run the ONNX file."
     category = "export"
     Config = ExportOnnxConfig

@@ -9,7 +9,18 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from accel.passes.base import Pass, PassConfig, PassContext, Requirements, ScriptStep, register_pass
+from accel.passes.base import (
+    STAGE_RUNTIME_NUMERIC,
+    STAGE_SESSION,
+    Choice,
+    Pass,
+    PassConfig,
+    PassContext,
+    Requirements,
+    ScriptStep,
+    SearchSpec,
+    register_pass,
+)
 
 if TYPE_CHECKING:
     from accel.models.loaded import LoadedModel
@@ -93,6 +104,13 @@ def session_options(
 @register_pass
 class OnnxRuntime(Pass):
     name = "onnxruntime"
+    search = SearchSpec(
+        stage=STAGE_SESSION,
+        params={
+            "graph_optimization_level": Choice(("all", "extended", "basic")),
+            "execution_mode": Choice(("sequential", "parallel")),
+        },
+    )
     summary = "Run the ONNX model with tuned ONNX Runtime settings: graph optimization level, threads, execution providers (TensorRT, CUDA, CPU)."
     category = "runtime"
     Config = OnnxRuntimeConfig
@@ -303,6 +321,7 @@ def ops_without_fp16_cpu_kernel(proto, work_dir):
 @register_pass
 class OnnxFp16(Pass):
     name = "onnx_fp16"
+    search = SearchSpec(stage=STAGE_RUNTIME_NUMERIC, devices=("cuda",))
     summary = "Convert the ONNX model's weights and math to float16 (float32 inputs/outputs kept); halves its size, fast on GPUs."
     category = "precision"
     Config = OnnxFp16Config

@@ -7,7 +7,17 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
-from accel.passes.base import Pass, PassConfig, PassContext, Requirements, ScriptStep, register_pass
+from accel.passes.base import (
+    STAGE_NUMERIC,
+    Choice,
+    Pass,
+    PassConfig,
+    PassContext,
+    Requirements,
+    ScriptStep,
+    SearchSpec,
+    register_pass,
+)
 
 if TYPE_CHECKING:
     from accel.models.loaded import LoadedModel
@@ -141,6 +151,11 @@ class _LowPrecision(Pass):
 @register_pass
 class Float16(_LowPrecision):
     name = "fp16"
+    search = SearchSpec(
+        stage=STAGE_NUMERIC,
+        params={"keep_norm_fp32": Choice((True, False)), "keep_last_fp32": Choice((False, True))},
+        devices=("cuda",),
+    )
     summary = "Convert weights and compute to float16 (optionally keeping norms / the last layer in float32)."
     dtype = "float16"
 
@@ -148,6 +163,11 @@ class Float16(_LowPrecision):
 @register_pass
 class BFloat16(_LowPrecision):
     name = "bf16"
+    search = SearchSpec(
+        stage=STAGE_NUMERIC,
+        params={"keep_norm_fp32": Choice((True, False)), "keep_last_fp32": Choice((False, True))},
+        exportable=False,
+    )
     summary = "Convert weights and compute to bfloat16 (optionally keeping norms / the last layer in float32)."
     dtype = "bfloat16"
 

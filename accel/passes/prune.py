@@ -14,7 +14,17 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from accel.passes.base import Pass, PassConfig, PassContext, Requirements, ScriptStep, register_pass
+from accel.passes.base import (
+    STAGE_PRUNE,
+    FloatRange,
+    Pass,
+    PassConfig,
+    PassContext,
+    Requirements,
+    ScriptStep,
+    SearchSpec,
+    register_pass,
+)
 
 if TYPE_CHECKING:
     from accel.models.loaded import LoadedModel
@@ -108,6 +118,12 @@ class PruneChannelsConfig(PassConfig):
 @register_pass
 class PruneChannels(Pass):
     name = "prune_channels"
+    search = SearchSpec(
+        stage=STAGE_PRUNE,
+        params={"ratio": FloatRange(0.1, 0.5)},
+        fixed={"finetune_steps": 0},
+        opt_in="prune",
+    )
     summary = "Structured channel pruning (torch-pruning): physically removes channels, keeps residuals, BN and attention heads consistent."
     category = "prune"
     Config = PruneChannelsConfig

@@ -18,7 +18,17 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from accel.passes.base import Pass, PassConfig, PassContext, Requirements, ScriptStep, register_pass
+from accel.passes.base import (
+    STAGE_RUNTIME_NUMERIC,
+    Choice,
+    Pass,
+    PassConfig,
+    PassContext,
+    Requirements,
+    ScriptStep,
+    SearchSpec,
+    register_pass,
+)
 
 if TYPE_CHECKING:
     from accel.models.loaded import LoadedModel
@@ -336,6 +346,10 @@ class _QuantizeOnnx(Pass):
 @register_pass
 class QuantizeOnnxDynamic(_QuantizeOnnx):
     name = "quantize_onnx_dynamic"
+    search = SearchSpec(
+        stage=STAGE_RUNTIME_NUMERIC,
+        params={"per_channel": Choice((False, True)), "reduce_range": Choice((False, True))},
+    )
     summary = "ONNX Runtime dynamic int8 quantization: int8 weights, activations quantized on the fly (MatMul, LSTM)."
     Config = QuantizeOnnxDynamicConfig
     mode = "dynamic"
@@ -344,6 +358,14 @@ class QuantizeOnnxDynamic(_QuantizeOnnx):
 @register_pass
 class QuantizeOnnxStatic(_QuantizeOnnx):
     name = "quantize_onnx_static"
+    search = SearchSpec(
+        stage=STAGE_RUNTIME_NUMERIC,
+        params={
+            "per_channel": Choice((True, False)),
+            "quant_format": Choice(("qdq", "qoperator")),
+            "calibration_method": Choice(("minmax", "percentile", "entropy")),
+        },
+    )
     summary = "ONNX Runtime static int8 quantization (QDQ or QOperator) with activation ranges calibrated on data."
     Config = QuantizeOnnxStaticConfig
     mode = "static"

@@ -21,7 +21,17 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from accel.errors import PassError
-from accel.passes.base import Pass, PassConfig, PassContext, Requirements, ScriptStep, register_pass
+from accel.passes.base import (
+    STAGE_NUMERIC,
+    Choice,
+    Pass,
+    PassConfig,
+    PassContext,
+    Requirements,
+    ScriptStep,
+    SearchSpec,
+    register_pass,
+)
 
 if TYPE_CHECKING:
     from accel.models.loaded import LoadedModel
@@ -147,6 +157,12 @@ class DynamicInt8Config(PassConfig):
 @register_pass
 class QuantizeDynamicInt8(Pass):
     name = "quantize_dynamic_int8"
+    search = SearchSpec(
+        stage=STAGE_NUMERIC,
+        params={"backend": Choice(("auto", "torchao"))},
+        when=("linear", "lstm"),
+        exportable=False,
+    )
     summary = (
         "Int8 weights, activations quantized on the fly (Linear, LSTM); no calibration data needed."
     )
@@ -378,6 +394,7 @@ _STATIC_TYPES = ("Linear", "Conv1d", "Conv2d", "Conv3d")
 @register_pass
 class QuantizeStaticInt8(Pass):
     name = "quantize_static_int8"
+    search = SearchSpec(stage=STAGE_NUMERIC, devices=("cpu",), exportable=False)
     summary = (
         "Post-training static int8 (PT2E, X86 quantizer): activation ranges calibrated on data."
     )
@@ -488,6 +505,14 @@ class QATConfigModel(PassConfig):
 @register_pass
 class QuantizationAwareTraining(Pass):
     name = "qat"
+    search = SearchSpec(
+        stage=STAGE_NUMERIC,
+        params={"scheme": Choice(("int8_dynamic_act_int8_weight", "int8_dynamic_act_int4_weight"))},
+        fixed={"steps": 20},
+        opt_in="qat",
+        when=("linear",),
+        exportable=False,
+    )
     summary = (
         "Quantization-aware fine-tuning (torchao QAT): train with fake quantization, then convert."
     )

@@ -1,0 +1,628 @@
+"""The recipe search: rule-based seeds, then Optuna multi-objective sampling.
+
+``run_search(config, executor)`` builds the space from the passes (``space.build_space``),
+enqueues the known-good stacks for the model's family and device (the original model first:
+it is the reference every speedup is measured against), and asks Optuna's TPE sampler
+(seeded, multi-objective: the chosen objective, the parity error and the size) for the
+rest. Trials run on an executor (in this process, the studio's worker pool, or a Ray
+cluster) in batches of ``executor.slots`` and are told back in order, so a seed and the
+same measured values give the same trials. A trial that fails the parity gate is stopped
+before it is timed and told to Optuna as pruned; one that fails or crashes as failed; the
+search goes on until the trial count or the wall-time budget is spent, or it is cancelled.
+
+Latency is measured, so with ``objective="latency"`` two searches can differ once timing
+noise reorders trials; with ``objective="size"`` every value the sampler sees is
+deterministic and a seed reproduces the whole search.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from accel.search.space import SearchError, SearchSpace, build_space, model_layer_types, steps_for
+
+log = logging.getLogger(__name__)
+
+OBJECTIVES = ("latency", "throughput", "size")
+# Optuna objective (metric key, direction) per user objective; parity error and size follow.
+_PRIMARY = {
+    "latency": ("latency_p50_ms", "minimize"),
+    "throughput": ("throughput", "maximize"),
+    "size": ("size_bytes", "minimize"),
+}
+MAX_DUPLICATES = 40  # proposals in a row already tried: the space is exhausted
+
+
+@dataclass
+class SearchConfig:
+    """What to search for. ``budget_s`` and ``max_trials`` bound the search (either may be
+    None, not both); ``allow``: opt-in passes (``prune``, ``qat``); ``passes``: only these
+    pass names; ``exclude``: never these."""
+
+    model: str
+    input_spec: str | None = None
+    device: str = "cpu"
+    trust_pickle: bool = False
+    max_cosine_drop: float = 0.001
+    max_accuracy_drop: float | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    objective: str = "latency"
+    budget_s: float | None = 15 * 60
+    max_trials: int | None = None
+    allow: tuple[str, ...] = ()
+    passes: tuple[str, ...] | None = None
+    exclude: tuple[str, ...] = ()
+    max_steps: int = 4
+    seed: int = 0
+    use_seeds: bool = True
+    out_dir: str = "search"
+    cache_dir: str | None = None  # default: OUT/cache
+    cache_max_entries: int = 32
+    cache_max_bytes: int = 8 * 1024**3
+    trial_timeout_s: float | None = 600.0
+    bench_iters: int = 30
+    bench_warmup: int = 3
+    bench_rounds: int = 3
+    bench_threads: int | None = None
+    bench_dims: dict[str, int] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise SearchError(f"objective {self.objective!r} is not one of {', '.join(OBJECTIVES)}")
+        if self.budget_s is None and self.max_trials is None:
+            raise SearchError("give a wall-time budget or a trial count (or both)")
+        if self.budget_s is not None and self.budget_s <= 0:
+            raise SearchError(f"the budget must be positive, got {self.budget_s} s")
+        if self.max_trials is not None and self.max_trials < 1:
+            raise SearchError(f"the trial count must be at least 1, got {self.max_trials}")
+        if not 0 <= self.max_cosine_drop <= 2:
+            raise SearchError(
+                f"max cosine drop must be between 0 and 2, got {self.max_cosine_drop}"
+            )
+        if self.max_accuracy_drop is not None and not self.data.get("eval"):
+            raise SearchError(
+                "--max-accuracy-drop needs labelled evaluation data: give --data FILE"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["allow"] = list(self.allow)
+        d["passes"] = None if self.passes is None else list(self.passes)
+        d["exclude"] = list(self.exclude)
+        return d
+
+
+@dataclass
+class TrialRecord:
+    number: int
+    chain: tuple[str, ...]
+    steps: list[dict[str, Any]]
+    origin: str  # "seed" | "optuna"
+    status: str = "queued"  # ok | gate_failed | failed | crashed | timed_out | cancelled
+    metrics: dict[str, float | None] = field(default_factory=dict)
+    error: str = ""
+    gate: str | None = None
+    run_id: str | None = None
+    run_dir: str | None = None
+    reused_steps: int = 0
+    duration_s: float = 0.0
+
+    @property
+    def label(self) -> str:
+        return SearchSpace.chain_key(self.chain)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["chain"] = list(self.chain)
+        d["label"] = self.label
+        return d
+
+
+@dataclass
+class SearchResult:
+    status: str  # finished | cancelled | no_feasible | failed
+    config: SearchConfig
+    trials: list[TrialRecord]
+    front: list[int]  # trial numbers on the Pareto front
+    best: int | None
+    reason: str = ""
+    wall_s: float = 0.0
+    space: dict[str, Any] = field(default_factory=dict)
+    cache: dict[str, int] = field(default_factory=dict)
+    model_kind: str = "torch"
+
+    def trial(self, number: int) -> TrialRecord:
+        return next(t for t in self.trials if t.number == number)
+
+    def recipe_for(self, number: int) -> dict[str, Any]:
+        return trial_recipe(self.config, self.trial(number))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "reason": self.reason,
+            "config": self.config.to_dict(),
+            "trials": [t.to_dict() for t in self.trials],
+            "front": list(self.front),
+            "best": self.best,
+            "wall_s": self.wall_s,
+            "space": self.space,
+            "cache": dict(self.cache),
+            "model_kind": self.model_kind,
+        }
+
+
+def trial_recipe(config: SearchConfig, trial: TrialRecord) -> dict[str, Any]:
+    """A recipe (dict) that reproduces a trial with ``studio run``."""
+    model: dict[str, Any] = {"source": config.model}
+    if config.input_spec:
+        model["input_spec"] = config.input_spec
+    if config.trust_pickle:
+        model["trust_pickle"] = True
+    gates: dict[str, Any] = {"min_cosine": round(1.0 - config.max_cosine_drop, 12)}
+    if config.max_accuracy_drop is not None:
+        gates["max_accuracy_drop"] = config.max_accuracy_drop
+    recipe: dict[str, Any] = {
+        "name": f"search best: {trial.label}"[:80],
+        "description": f"found by studio optimize (trial {trial.number}, objective "
+        f"{config.objective}, max cosine drop {config.max_cosine_drop})",
+        "model": model,
+        "device": config.device,
+        "seed": config.seed,
+        "steps": [dict(s) for s in trial.steps],
+        "gates": gates,
+        "benchmark": {"warmup": config.bench_warmup, "iters": config.bench_iters},
+    }
+    if config.bench_threads:
+        recipe["benchmark"]["threads"] = config.bench_threads
+    if config.bench_dims:
+        recipe["benchmark"]["dims"] = dict(config.bench_dims)
+    if config.data:
+        recipe["data"] = dict(config.data)
+    return recipe
+
+
+class TrialHandle(Protocol):
+    def result(self, timeout: float | None = None) -> dict[str, Any]:
+        """{"status": succeeded|failed|crashed|timed_out|cancelled, "result": run_trial's
+        dict, "error": str, "run_id": str | None, "events": [...] | None}"""
+
+    def cancel(self) -> None: ...
+
+
+class Executor(Protocol):
+    slots: int
+
+    def submit(self, number: int, spec: dict[str, Any]) -> TrialHandle: ...
+
+    def close(self) -> None: ...
+
+
+class _DoneHandle:
+    def __init__(self, outcome: dict[str, Any]) -> None:
+        self._outcome = outcome
+
+    def result(self, timeout: float | None = None) -> dict[str, Any]:
+        return self._outcome
+
+    def cancel(self) -> None:
+        pass
+
+
+class InProcessExecutor:
+    """Runs each trial in this process, one at a time (notebooks, tests). ``on_event(number,
+    event_dict)`` sees the trial's runner events."""
+
+    slots = 1
+
+    def __init__(
+        self,
+        on_event: Callable[[int, dict[str, Any]], None] | None = None,
+        cancel: Callable[[], bool] | None = None,
+    ) -> None:
+        self.on_event = on_event
+        self.cancel_fn = cancel or (lambda: False)
+
+    def submit(self, number: int, spec: dict[str, Any]) -> TrialHandle:
+        from accel.search.trial import run_trial
+
+        events: list[dict[str, Any]] = []
+
+        def emit(e: dict[str, Any]) -> None:
+            events.append(e)
+            if self.on_event is not None:
+                self.on_event(number, e)
+
+        try:
+            res = run_trial(spec, emit, self.cancel_fn)
+            status = res.get("status", "failed")
+            out = {"status": status, "result": res, "error": res.get("error", ""), "events": events}
+        except Exception as exc:  # noqa: BLE001 - recorded as the trial's failure
+            out = {"status": "failed", "result": {}, "error": f"{type(exc).__name__}: {exc}"}
+        out.setdefault("run_id", None)
+        return _DoneHandle(out)
+
+    def close(self) -> None:
+        pass
+
+
+# -- seeds ------------------------------------------------------------------------------------
+
+
+def model_family(layer_types: frozenset[str]) -> str:
+    if "attention" in layer_types:
+        return "transformer"
+    if "conv2d" in layer_types:
+        return "cnn"
+    if "lstm" in layer_types:
+        return "rnn"
+    return "mlp"
+
+
+# Known-good stacks per family and device, most promising first. Only those valid in the
+# space (passes present, chain accepted by the pre-flight check) are used.
+SEEDS: dict[tuple[str, str], list[tuple[str, ...]]] = {
+    ("cnn", "cpu"): [
+        ("fold_batchnorm", "channels_last"),
+        ("fold_batchnorm", "export_onnx", "onnxruntime"),
+        ("fold_batchnorm", "export_onnx", "quantize_onnx_static", "onnxruntime"),
+        ("fold_batchnorm", "openvino"),
+        ("fold_batchnorm", "openvino_int8"),
+        ("fold_batchnorm", "channels_last", "bf16", "compile"),
+    ],
+    ("transformer", "cpu"): [
+        ("export_onnx", "quantize_onnx_dynamic", "onnxruntime"),
+        ("quantize_dynamic_int8",),
+        ("export_onnx", "onnxruntime"),
+        ("openvino",),
+        ("bf16", "compile"),
+    ],
+    ("rnn", "cpu"): [
+        ("quantize_dynamic_int8",),
+        ("export_onnx", "quantize_onnx_dynamic", "onnxruntime"),
+        ("export_onnx", "onnxruntime"),
+    ],
+    ("mlp", "cpu"): [
+        ("quantize_dynamic_int8",),
+        ("export_onnx", "onnxruntime"),
+        ("export_onnx", "quantize_onnx_dynamic", "onnxruntime"),
+        ("bf16",),
+    ],
+    ("cnn", "cuda"): [
+        ("fold_batchnorm", "channels_last", "fp16", "compile"),
+        ("fold_batchnorm", "export_onnx", "onnx_fp16", "onnxruntime"),
+        ("fold_batchnorm", "tensorrt"),
+    ],
+    ("transformer", "cuda"): [
+        ("fp16", "compile"),
+        ("bf16", "compile"),
+        ("export_onnx", "onnx_fp16", "onnxruntime"),
+        ("tensorrt",),
+    ],
+    ("rnn", "cuda"): [("fp16",), ("export_onnx", "onnxruntime")],
+    ("mlp", "cuda"): [("fp16", "compile"), ("export_onnx", "onnx_fp16", "onnxruntime")],
+}
+
+
+def seed_chains(space: SearchSpace, family: str) -> list[tuple[str, ...]]:
+    """The original model, then the family's known-good stacks present in the space."""
+    fam = "cuda" if space.device.startswith("cuda") else "cpu"
+    valid = set(space.chains)
+    out: list[tuple[str, ...]] = [()]
+    for chain in SEEDS.get((family, fam), []):
+        if chain in valid and chain not in out:
+            out.append(chain)
+    return out
+
+
+# -- Pareto -----------------------------------------------------------------------------------
+
+
+def objective_vector(config: SearchConfig, metrics: dict[str, Any]) -> list[float] | None:
+    """Values to minimize: the objective (throughput negated), parity error, size."""
+    key, direction = _PRIMARY[config.objective]
+    primary = metrics.get(key)
+    if primary is None or not math.isfinite(float(primary)):
+        return None
+    primary = float(primary) if direction == "minimize" else -float(primary)
+    drop = float(metrics.get("cosine_drop") or 0.0)
+    size = float(metrics.get("size_bytes") or 0.0)
+    return [primary, drop] if config.objective == "size" else [primary, drop, size]
+
+
+def pareto_front(vectors: dict[int, list[float]]) -> list[int]:
+    """Numbers whose vectors no other vector dominates (ties: the earlier trial stays)."""
+    front = []
+    items = sorted(vectors.items())
+    for n, v in items:
+        dominated = False
+        for m, w in items:
+            if m == n:
+                continue
+            if all(a <= b for a, b in zip(w, v, strict=True)) and (
+                any(a < b for a, b in zip(w, v, strict=True)) or (w == v and m < n)
+            ):
+                dominated = True
+                break
+        if not dominated:
+            front.append(n)
+    return front
+
+
+# -- the search loop --------------------------------------------------------------------------
+
+
+def _suggest(trial: Any, space: SearchSpace, chain_keys: list[str]) -> tuple[tuple[str, ...], dict]:
+    from accel.passes.base import Choice, FloatRange, IntRange
+
+    chain = space.chain_from_key(trial.suggest_categorical("chain", chain_keys))
+    values: dict[str, Any] = {}
+    for name in chain:
+        for param, dom in space.passes[name].params.items():
+            key = f"{name}.{param}"
+            if isinstance(dom, Choice):
+                values[key] = trial.suggest_categorical(key, list(dom.values))
+            elif isinstance(dom, IntRange):
+                values[key] = trial.suggest_int(key, dom.low, dom.high, log=dom.log)
+            elif isinstance(dom, FloatRange):
+                values[key] = round(trial.suggest_float(key, dom.low, dom.high, log=dom.log), 4)
+    return chain, values
+
+
+def _seed_params(space: SearchSpace, chain: Sequence[str]) -> dict[str, Any]:
+    """Enqueued parameters of a seed: each searched parameter at the pass's default (when the
+    default is in the domain), else the domain's first value."""
+    from accel.passes.base import Choice
+
+    params: dict[str, Any] = {"chain": SearchSpace.chain_key(chain)}
+    for name in chain:
+        p = space.passes[name]
+        for param, dom in p.params.items():
+            default = p.defaults.get(param)
+            if isinstance(dom, Choice):
+                value = default if default in dom.values else dom.values[0]
+            else:
+                value = default if default is not None else dom.low
+                value = min(max(value, dom.low), dom.high)
+            params[f"{name}.{param}"] = value
+    return params
+
+
+def trial_spec(config: SearchConfig, number: int, steps: list[dict[str, Any]]) -> dict[str, Any]:
+    out = Path(config.out_dir).resolve()
+    cache_dir = Path(config.cache_dir).resolve() if config.cache_dir else out / "cache"
+    return {
+        "trial": number,
+        "model": {
+            "source": config.model,
+            "input_spec": config.input_spec,
+            "trust_pickle": config.trust_pickle,
+        },
+        "device": config.device,
+        "seed": config.seed,
+        "steps": steps,
+        "gates": {
+            "max_cosine_drop": config.max_cosine_drop,
+            "max_accuracy_drop": config.max_accuracy_drop,
+        },
+        "benchmark": {
+            "warmup": config.bench_warmup,
+            "iters": config.bench_iters,
+            "rounds": config.bench_rounds,
+            "threads": config.bench_threads,
+            "dims": dict(config.bench_dims),
+        },
+        "data": dict(config.data),
+        "cache": {
+            "dir": str(cache_dir),
+            "max_entries": config.cache_max_entries,
+            "max_bytes": config.cache_max_bytes,
+        },
+        "out": str(out / "trials" / f"trial_{number:03d}"),
+    }
+
+
+def inspect_model(config: SearchConfig) -> tuple[str, frozenset[str]]:
+    """The model's kind and layer types (what the space depends on)."""
+    from accel.models import load_model
+
+    model = load_model(config.model, config.input_spec, trust_pickle=config.trust_pickle)
+    return model.kind, model_layer_types(model.module)
+
+
+def run_search(
+    config: SearchConfig,
+    executor: Executor,
+    *,
+    on_trial: Callable[[TrialRecord], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
+    model_info: tuple[str, frozenset[str]] | None = None,
+) -> SearchResult:
+    """Search (see module docstring). ``on_trial`` is called when a trial is submitted
+    (status ``running``) and when it ends; ``cancel()`` True stops after cancelling the
+    running trials (finished ones are kept)."""
+    import optuna
+    from optuna.trial import TrialState
+
+    config.validate()
+    is_cancelled = cancel or (lambda: False)
+    t0 = time.monotonic()
+    kind, layers = model_info or inspect_model(config)
+    space = build_space(
+        kind,
+        config.device,
+        layer_types=layers,
+        allow=config.allow,
+        include=config.passes,
+        exclude=config.exclude,
+        max_steps=config.max_steps,
+    )
+    chain_keys = [space.chain_key(c) for c in space.chains]
+    notify = on_trial or (lambda t: None)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    directions = ["minimize", "minimize"] if config.objective == "size" else ["minimize"] * 3
+    if config.objective == "throughput":
+        directions[0] = "maximize"
+    sampler = optuna.samplers.TPESampler(seed=config.seed, n_startup_trials=4)
+    study = optuna.create_study(directions=directions, sampler=sampler)
+    seeds = seed_chains(space, model_family(layers)) if config.use_seeds else [()]
+    for chain in seeds:
+        study.enqueue_trial(_seed_params(space, chain), skip_if_exists=True)
+    n_seeds = len(seeds)
+    trials: list[TrialRecord] = []
+    tried: dict[str, TrialRecord] = {}
+    status, reason = "finished", ""
+    duplicates = 0
+    cache_total = {"hits": 0, "misses": 0, "stored": 0, "evicted": 0, "reused_steps": 0}
+
+    def remaining_s() -> float | None:
+        return None if config.budget_s is None else config.budget_s - (time.monotonic() - t0)
+
+    while True:
+        if is_cancelled():
+            status, reason = "cancelled", "cancelled by the user"
+            break
+        if config.max_trials is not None and len(trials) >= config.max_trials:
+            break
+        left = remaining_s()
+        if left is not None and left <= 0:
+            break
+        batch: list[tuple[Any, TrialRecord, TrialHandle]] = []
+        want = executor.slots
+        if config.max_trials is not None:
+            want = min(want, config.max_trials - len(trials))
+        while len(batch) < want and duplicates < MAX_DUPLICATES:
+            ot = study.ask()
+            chain, values = _suggest(ot, space, chain_keys)
+            steps = steps_for(space, chain, values)
+            key = repr((chain, steps))
+            if key in tried:  # already measured: tell the same outcome, run nothing
+                duplicates += 1
+                _tell(study, ot, tried[key], config, TrialState)
+                continue
+            duplicates = 0
+            origin = "seed" if ot.number < n_seeds else "optuna"
+            rec = TrialRecord(len(trials), chain, steps, origin, status="running")
+            tried[key] = rec
+            trials.append(rec)
+            spec = trial_spec(config, rec.number, steps)
+            if config.trial_timeout_s is not None:
+                spec["timeout_s"] = config.trial_timeout_s
+            batch.append((ot, rec, executor.submit(rec.number, spec)))
+            notify(rec)
+        if not batch:
+            reason = "every chain in the space was tried"
+            break
+        for ot, rec, handle in batch:
+            outcome = _wait(handle, is_cancelled)
+            _record(rec, outcome)
+            trial_cache = (outcome.get("result") or {}).get("cache") or {}
+            for k in cache_total:
+                cache_total[k] += int(trial_cache.get(k) or 0)
+            _tell(study, ot, rec, config, TrialState)
+            notify(rec)
+        if is_cancelled():
+            status, reason = "cancelled", "cancelled by the user"
+            break
+    executor.close()
+    ok = {
+        t.number: v
+        for t in trials
+        if t.status == "ok" and (v := objective_vector(config, t.metrics))
+    }
+    front = pareto_front(ok)
+    # The original model is the reference, not an answer: the best is a trial with steps.
+    candidates = [n for n in ok if trials[n].chain]
+    best = min(candidates, key=lambda n: (ok[n][0], n)) if candidates else None
+    done_seeds = sum(1 for t in trials if t.origin == "seed" and t.status != "cancelled")
+    if status != "cancelled":
+        if best is None:
+            status = "no_feasible"
+            reason = _no_feasible_reason(config, trials)
+        elif done_seeds < n_seeds and (config.max_trials is None or config.max_trials >= n_seeds):
+            reason = (
+                f"the budget was too small for the seeds: {done_seeds} of {n_seeds} known-good "
+                f"stacks ran; give a larger --budget"
+            )
+    return SearchResult(
+        status=status,
+        config=config,
+        trials=trials,
+        front=front,
+        best=best,
+        reason=reason,
+        wall_s=time.monotonic() - t0,
+        space={
+            "chains": len(space.chains),
+            "passes": sorted(space.passes),
+            "excluded": space.excluded,
+            "seeds": [space.chain_key(c) for c in seeds],
+        },
+        cache=cache_total,
+        model_kind=kind,
+    )
+
+
+def _wait(handle: TrialHandle, is_cancelled: Callable[[], bool]) -> dict[str, Any]:
+    cancelled = False
+    while True:
+        try:
+            return handle.result(timeout=0.2)
+        except TimeoutError:
+            if is_cancelled() and not cancelled:
+                cancelled = True
+                handle.cancel()
+
+
+def _record(rec: TrialRecord, outcome: dict[str, Any]) -> None:
+    res = outcome.get("result") or {}
+    rec.run_id = outcome.get("run_id") or rec.run_id
+    rec.run_dir = res.get("run_dir")
+    rec.metrics = dict(res.get("metrics") or {})
+    rec.reused_steps = int(res.get("reused_steps") or 0)
+    rec.duration_s = float(res.get("duration_s") or outcome.get("duration_s") or 0.0)
+    status = outcome.get("status", "failed")
+    if status == "succeeded":
+        rec.status = res.get("trial_status", "ok")
+        rec.gate = res.get("gate")
+    else:
+        rec.status = status if status in ("crashed", "timed_out", "cancelled") else "failed"
+        rec.error = outcome.get("error") or res.get("error") or status
+
+
+def _tell(study: Any, ot: Any, rec: TrialRecord, config: SearchConfig, TrialState: Any) -> None:
+    values = objective_vector(config, rec.metrics) if rec.status == "ok" else None
+    if values is not None:
+        if config.objective == "throughput":
+            values = [-values[0], *values[1:]]
+        study.tell(ot, values)
+    elif rec.status == "gate_failed":
+        study.tell(ot, state=TrialState.PRUNED)
+    else:
+        study.tell(ot, state=TrialState.FAIL)
+
+
+def _no_feasible_reason(config: SearchConfig, trials: list[TrialRecord]) -> str:
+    if not trials:
+        return "no trial ran: the budget was too small for even the first trial"
+    gated = sorted(
+        (t for t in trials if t.status == "gate_failed"),
+        key=lambda t: (t.metrics.get("cosine_drop") is None, t.metrics.get("cosine_drop") or 0),
+    )
+    lines = [
+        f"no trial met the constraints (max cosine drop {config.max_cosine_drop}"
+        + (f", max accuracy drop {config.max_accuracy_drop}" if config.max_accuracy_drop else "")
+        + "); closest:"
+    ]
+    for t in gated[:3]:
+        lines.append(f"  trial {t.number} {t.label}: {t.gate}")
+    failed = [t for t in trials if t.status not in ("gate_failed", "ok")]
+    for t in failed[:3]:
+        lines.append(f"  trial {t.number} {t.label}: {t.status}: {t.error[:160]}")
+    return "\n".join(lines)

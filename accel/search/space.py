@@ -1,0 +1,258 @@
+"""The search space, generated from the registered passes.
+
+Every pass with a ``search`` spec (``accel.passes.base.SearchSpec``) takes part: a chain
+visits the stages in order with at most one pass per stage, each pass must accept the kind
+of model the previous one produced (``Requirements.model_kinds`` / ``output_kind``), run on
+the device, have its libraries, and fit the model (``when``); passes that change weights
+beyond rounding (pruning, QAT) only with the user's ``allow``. A pass registered later (a
+plugin, a new runtime) joins the space by declaring a ``search`` spec, nothing else.
+
+Chains are checked by ``check_chain`` (the pre-flight plan: kinds, device, libraries), so the
+optimizer never proposes a chain the runner would reject before running it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from accel.errors import AccelError
+
+# Layer types a SearchSpec.when may name, and the module class names that have them.
+LAYER_TYPES: dict[str, tuple[str, ...]] = {
+    "conv2d": ("Conv2d",),
+    "batchnorm": ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d"),
+    "linear": ("Linear",),
+    "lstm": ("LSTM", "GRU"),
+    "attention": ("MultiheadAttention", "TransformerEncoderLayer", "TransformerDecoderLayer"),
+}
+
+
+class SearchError(AccelError):
+    """A search that cannot start or cannot meet its constraints; the message says why."""
+
+
+@dataclass(frozen=True)
+class SearchPass:
+    """One pass as the search sees it."""
+
+    name: str
+    stage: int
+    accepts: tuple[str, ...]
+    produces: str | None  # None: the kind it received
+    params: dict[str, Any]  # name -> Domain
+    fixed: dict[str, Any]
+    defaults: dict[str, Any]
+    exportable: bool = True
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Valid chains for one model kind and device, and each pass's tunable parameters."""
+
+    model_kind: str
+    device: str
+    passes: dict[str, SearchPass]
+    chains: tuple[tuple[str, ...], ...]
+    layer_types: frozenset[str] = frozenset()
+    excluded: dict[str, str] = field(default_factory=dict)  # pass -> why it is not in the space
+
+    @staticmethod
+    def chain_key(chain: Sequence[str]) -> str:
+        return "+".join(chain) if chain else "original"
+
+    def chain_from_key(self, key: str) -> tuple[str, ...]:
+        return () if key == "original" else tuple(key.split("+"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model_kind": self.model_kind,
+            "device": self.device,
+            "passes": {
+                n: {
+                    "stage": p.stage,
+                    "params": {k: d.to_dict() for k, d in p.params.items()},
+                    "fixed": p.fixed,
+                }
+                for n, p in self.passes.items()
+            },
+            "chains": [self.chain_key(c) for c in self.chains],
+            "excluded": dict(self.excluded),
+        }
+
+
+def model_layer_types(module: Any) -> frozenset[str]:
+    """Which of LAYER_TYPES a torch module contains (empty for non-torch models)."""
+    if module is None:
+        return frozenset()
+    names = {type(m).__name__ for m in module.modules()}
+    found = {k for k, classes in LAYER_TYPES.items() if names & set(classes)}
+    if any("Attention" in n for n in names):  # custom attention blocks (BERT, ViT, ...)
+        found.add("attention")
+    return frozenset(found)
+
+
+def _device_family(device: str) -> str:
+    return "cuda" if str(device).startswith("cuda") else "cpu"
+
+
+def _have(lib: str) -> bool:
+    try:
+        return importlib.util.find_spec(lib) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def check_chain(chain: Sequence[str], model_kind: str, device: str) -> str | None:
+    """Pre-flight check of a chain of pass names: None when it can run, else why not.
+
+    Checks each pass's accepted model kinds against what the steps before it produce, the
+    device and the libraries, without loading any model."""
+    from accel.errors import PassError
+    from accel.passes import get_pass
+
+    kind = model_kind
+    fam = _device_family(device)
+    for i, name in enumerate(chain):
+        try:
+            cls = get_pass(name)
+        except PassError as exc:
+            return f"step {i + 1}: {exc}"
+        req = cls.requires
+        if kind not in req.model_kinds:
+            return (
+                f"step {i + 1} ({name}) needs a {' or '.join(req.model_kinds)} model, "
+                f"but the steps before it produce a {kind} model"
+            )
+        if req.cuda and fam != "cuda":
+            return f"step {i + 1} ({name}) needs a CUDA device"
+        missing = [lib for lib in req.libraries if not _have(lib)]
+        if missing:
+            return f"step {i + 1} ({name}) needs {', '.join(missing)} (not installed)"
+        kind = cls.output_kind or kind
+    return None
+
+
+def build_space(
+    model_kind: str,
+    device: str = "cpu",
+    *,
+    layer_types: Iterable[str] | None = None,
+    allow: Iterable[str] = (),
+    include: Iterable[str] | None = None,
+    exclude: Iterable[str] = (),
+    max_steps: int = 4,
+) -> SearchSpace:
+    """Every valid chain (up to ``max_steps`` steps) of the passes that declare a search spec.
+
+    ``layer_types``: what the model has (``model_layer_types``); None: assume everything.
+    ``include``: only these passes (by name); ``exclude``: never these."""
+    from accel.passes import list_passes
+
+    allow = {a.strip() for a in allow if a.strip()}
+    include_set = None if include is None else set(include)
+    exclude_set = set(exclude)
+    fam = _device_family(device)
+    layers = None if layer_types is None else frozenset(layer_types)
+    passes: dict[str, SearchPass] = {}
+    excluded: dict[str, str] = {}
+    known = set()
+    for cls in list_passes(include_test=True):
+        known.add(cls.name)
+        spec = cls.search
+        if spec is None:
+            continue
+        why = None
+        if include_set is not None and cls.name not in include_set:
+            why = "not among the passes asked for"
+        elif cls.name in exclude_set:
+            why = "excluded"
+        elif fam not in spec.devices:
+            why = f"not worth trying on {fam}"
+        elif spec.opt_in and spec.opt_in not in allow:
+            why = f"changes the weights; allow it with --allow {spec.opt_in}"
+        elif cls.requires.cuda and fam != "cuda":
+            why = "needs CUDA"
+        elif layers is not None and spec.when and not (layers & set(spec.when)):
+            why = f"the model has no {' / '.join(spec.when)} layers"
+        else:
+            missing = [lib for lib in cls.requires.libraries if not _have(lib)]
+            if missing:
+                why = f"needs {', '.join(missing)} (not installed)"
+        if why:
+            excluded[cls.name] = why
+            continue
+        defaults = {
+            k: f.get_default(call_default_factory=True)
+            for k, f in cls.Config.model_fields.items()
+            if not f.is_required()
+        }
+        passes[cls.name] = SearchPass(
+            name=cls.name,
+            stage=spec.stage,
+            accepts=tuple(cls.requires.model_kinds),
+            produces=cls.output_kind,
+            params=dict(spec.params),
+            fixed=dict(spec.fixed),
+            defaults=defaults,
+            exportable=spec.exportable,
+        )
+    unknown = sorted((set(include_set or ()) | exclude_set) - known)
+    if unknown:
+        raise SearchError(
+            f"unknown pass(es) {', '.join(unknown)}; see `studio passes` for the names"
+        )
+    ordered = sorted(passes.values(), key=lambda p: (p.stage, p.name))
+    chains: list[tuple[str, ...]] = [()]
+
+    def extend(chain: tuple[str, ...], kind: str, last_stage: int, exportable: bool) -> None:
+        if len(chain) >= max_steps:
+            return
+        for p in ordered:
+            if p.stage <= last_stage or kind not in p.accepts:
+                continue
+            if not exportable and (p.produces or kind) != kind:
+                continue
+            new = (*chain, p.name)
+            if check_chain(new, model_kind, device) is None:
+                chains.append(new)
+                extend(new, p.produces or kind, p.stage, exportable and p.exportable)
+
+    extend((), model_kind, -1, True)
+    return SearchSpace(
+        model_kind=model_kind,
+        device=device,
+        passes=passes,
+        chains=tuple(chains),
+        layer_types=layers or frozenset(),
+        excluded=excluded,
+    )
+
+
+def steps_for(space: SearchSpace, chain: Sequence[str], values: dict[str, Any]) -> list[dict]:
+    """Recipe steps for a chain: each pass's fixed params plus its searched values
+    (``values`` keyed ``pass.param``; missing ones take the pass default)."""
+    steps = []
+    for name in chain:
+        p = space.passes[name]
+        params = dict(p.fixed)
+        for k in p.params:
+            key = f"{name}.{k}"
+            if key in values:
+                params[k] = values[key]
+        steps.append({"pass": name, "params": params})
+    return steps
+
+
+def prefix_key(model_hash: str, context: dict[str, Any], steps: Sequence[dict]) -> str:
+    """Cache key of the model built by ``steps`` from the model with ``model_hash``."""
+    blob = json.dumps(
+        {"model": model_hash, "context": context, "steps": list(steps)},
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]

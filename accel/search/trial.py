@@ -1,0 +1,415 @@
+"""One search trial: build a chain of steps (reusing a cached prefix), check parity, and only
+if the gate holds, time it against the original in alternating rounds.
+
+``run_trial(spec, emit, cancel) -> dict`` is a job (accel.jobs): it runs in a worker process
+(local pool) or a Ray task, emits runner events (so a trial is recorded as a run like any
+other) and returns plain JSON. Unlike ``run_recipe`` it does not benchmark every step: the
+search only needs the final model, and a trial that fails its parity gate is never timed.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import statistics
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from accel.errors import AccelError, Cancelled, PassError
+from accel.events import RunFailed, RunFinished, RunStarted, StepFinished, StepStarted
+
+log = logging.getLogger(__name__)
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+def _copy_model(model: Any) -> Any:
+    if model.kind != "torch":
+        return model.replace()
+    return model.replace(module=copy.deepcopy(model.module))
+
+
+def _model_bytes(model: Any) -> float | None:
+    path = getattr(model, "onnx_path", None)
+    if model.kind != "torch" and path is not None:
+        from accel.search.cache import _companions
+
+        p = Path(path)
+        if p.is_file():
+            return float(p.stat().st_size + sum(f.stat().st_size for f in _companions(p)))
+    size = getattr(model, "size_bytes", 0) or 0
+    return float(size) if size else None
+
+
+def cache_context(spec: dict[str, Any]) -> dict[str, Any]:
+    """What besides the steps decides the model a prefix builds."""
+    return {
+        "source": spec["model"]["source"],
+        "input_spec": spec["model"].get("input_spec"),
+        "device": spec.get("device", "cpu"),
+        "seed": spec.get("seed", 0),
+        "data": spec.get("data") or {},
+    }
+
+
+def interleaved_timing(
+    original: Any,
+    candidate: Any,
+    inputs: dict[str, Any],
+    *,
+    device: str,
+    rounds: int,
+    warmup: int,
+    iters: int,
+    threads: int | None,
+) -> dict[str, float | None]:
+    """Time the original and the candidate in alternating rounds (same process, same load):
+    the candidate's latency over all rounds, and the speedup per round (median, min, max)."""
+    from accel.bench import benchmark
+
+    per_round = max(1, iters // max(1, rounds))
+    cand_samples: list[float] = []
+    base_samples: list[float] = []
+    ratios: list[float] = []
+    last = None
+    for _ in range(max(1, rounds)):
+        b = benchmark(
+            original, inputs, device=device, warmup=warmup, iters=per_round, threads=threads
+        )
+        c = benchmark(
+            candidate, inputs, device=device, warmup=warmup, iters=per_round, threads=threads
+        )
+        base_samples.extend(b.samples_ms or (b.median_ms,))
+        cand_samples.extend(c.samples_ms or (c.median_ms,))
+        if c.median_ms > 0:
+            ratios.append(b.median_ms / c.median_ms)
+        last = c
+    assert last is not None
+    cand_samples.sort()
+    base_samples.sort()
+    p50 = statistics.median(cand_samples)
+    metrics = dict(last.metrics())
+    metrics.update(
+        latency_p50_ms=p50,
+        latency_p90_ms=cand_samples[min(len(cand_samples) - 1, int(0.9 * len(cand_samples)))],
+        latency_mean_ms=statistics.fmean(cand_samples),
+        throughput=last.batch_size * 1000.0 / p50 if p50 > 0 else None,
+        baseline_latency_p50_ms=statistics.median(base_samples),
+        speedup=statistics.median(ratios) if ratios else None,
+        speedup_low=min(ratios) if ratios else None,
+        speedup_high=max(ratios) if ratios else None,
+        timing_rounds=float(len(ratios)),
+    )
+    return metrics
+
+
+def run_trial(spec: dict[str, Any], emit: Emit, cancel: Callable[[], bool]) -> dict[str, Any]:
+    """Run one trial (see module docstring). ``spec``: ``model`` {source, input_spec,
+    trust_pickle}, ``device``, ``seed``, ``steps`` [{pass, params}], ``gates`` {rtol, atol,
+    max_cosine_drop, max_accuracy_drop}, ``benchmark`` {warmup, iters, rounds, threads,
+    dims}, ``data`` (recipe data section), ``cache`` {dir, max_entries, max_bytes} or None,
+    ``out`` (the trial's run folder), ``trial`` (its number)."""
+    import torch
+
+    from accel.bench import environment_info
+    from accel.models import load_model
+    from accel.parity import Tolerances, compare
+    from accel.passes import PassContext, get_pass
+    from accel.runner import file_artifact, normalize_outputs
+    from accel.search.cache import PrefixCache
+    from accel.search.space import prefix_key
+
+    t_start = time.perf_counter()
+    device = spec.get("device", "cpu")
+    seed = int(spec.get("seed", 0))
+    steps = list(spec.get("steps", []))
+    gates = spec.get("gates", {})
+    bench = spec.get("benchmark", {})
+    run_dir = Path(spec["out"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    recipe = {
+        "name": f"trial {spec.get('trial', 0)}",
+        "model": spec["model"],
+        "device": device,
+        "seed": seed,
+        "steps": steps,
+    }
+    state: dict[str, Any] = {"index": None}
+
+    def failed(exc: BaseException) -> dict[str, Any]:
+        msg = str(exc) if isinstance(exc, AccelError) else f"{type(exc).__name__}: {exc}"
+        emit(
+            RunFailed(
+                error=msg,
+                error_type=type(exc).__name__,
+                index=state["index"],
+                traceback="" if isinstance(exc, AccelError) else traceback.format_exc(),
+            ).to_dict()
+        )
+        return {
+            "status": "failed",
+            "trial_status": "failed",
+            "error": msg,
+            "run_dir": str(run_dir),
+            "duration_s": time.perf_counter() - t_start,
+        }
+
+    try:
+        torch.manual_seed(seed)
+        m = spec["model"]
+        original = load_model(
+            m["source"],
+            m.get("input_spec"),
+            trust_pickle=bool(m.get("trust_pickle")),
+            device=device,
+        )
+        inputs = original.input_spec.sample(seed=seed, dims=bench.get("dims") or None)
+        reference = normalize_outputs(original.forward(inputs))
+        data = _data_sources(spec.get("data") or {}, original, seed)
+    except Exception as exc:  # noqa: BLE001 - reported as the trial's failure
+        return failed(exc)
+    emit(
+        RunStarted(
+            run_dir=str(run_dir.resolve()),
+            model_source=original.source,
+            model_kind=original.kind,
+            device=device,
+            recipe=recipe,
+            environment=environment_info(device=device),
+            num_steps=len(steps),
+            baseline={},
+            model_hash=original.content_hash,
+            input_spec=str(original.input_spec),
+        ).to_dict()
+    )
+    cache = None
+    if spec.get("cache"):
+        c = spec["cache"]
+        cache = PrefixCache(
+            c["dir"],
+            max_entries=int(c.get("max_entries", 32)),
+            max_bytes=int(c.get("max_bytes", 8 * 1024**3)),
+        )
+    context = cache_context(spec)
+    keys = [prefix_key(original.content_hash, context, steps[: i + 1]) for i in range(len(steps))]
+    current = None
+    start = 0
+    if cache is not None:
+        for k in range(len(steps), 0, -1):
+            current = cache.get(keys[k - 1], original)
+            if current is not None:
+                start = k
+                cache.stats.hits += 1
+                cache.stats.reused_steps += k
+                break
+        else:
+            cache.stats.misses += 1
+    if current is None:
+        current = _copy_model(original)
+    for i in range(start):
+        emit(StepStarted(index=i, pass_name=steps[i]["pass"], params=steps[i]["params"]).to_dict())
+        emit(
+            StepFinished(
+                index=i,
+                pass_name=steps[i]["pass"],
+                status="succeeded",
+                duration_s=0.0,
+                metrics={},
+                parity=None,
+                artifacts=[],
+                details={"reused": f"built by an earlier trial (cache {keys[i][:12]})"},
+            ).to_dict()
+        )
+    last_details: dict[str, Any] = {}
+    last_artifacts: list[dict[str, Any]] = []
+    t_last = time.perf_counter()
+    for i in range(start, len(steps)):
+        step = steps[i]
+        state["index"] = i
+        if cancel():
+            return _cancelled(emit, run_dir, t_start)
+        emit(StepStarted(index=i, pass_name=step["pass"], params=step["params"]).to_dict())
+        t0 = time.perf_counter()
+        step_dir = run_dir / f"step_{i:02d}_{step['pass']}"
+        step_dir.mkdir(parents=True, exist_ok=True)
+        ctx = PassContext(
+            inputs=inputs,
+            device=device,
+            work_dir=step_dir,
+            step_index=i,
+            seed=seed,
+            cancel_cb=cancel,
+            calibration=data.get("calibration"),
+            train_data=data.get("train"),
+            eval_data=data.get("eval"),
+            original=original,
+        )
+        try:
+            cls = get_pass(step["pass"])
+            p = cls()
+            config = cls.parse_config(step["params"])
+            p.check_requirements(current, device)
+            torch.manual_seed(seed)
+            new_model = p.apply(current, config, ctx)
+            if new_model is None:
+                raise PassError(f"{step['pass']} returned no model (a bug in the pass)")
+        except Cancelled:
+            return _cancelled(emit, run_dir, t_start)
+        except Exception as exc:  # noqa: BLE001 - the trial fails, the search goes on
+            msg = str(exc) if isinstance(exc, AccelError) else f"{type(exc).__name__}: {exc}"
+            emit(
+                StepFinished(
+                    index=i,
+                    pass_name=step["pass"],
+                    status="failed",
+                    duration_s=time.perf_counter() - t0,
+                    metrics={},
+                    parity=None,
+                    artifacts=[],
+                    details=_jsonable(ctx.details),
+                    error=msg,
+                ).to_dict()
+            )
+            return failed(PassError(f"step {i + 1} ({step['pass']}): {msg}"))
+        if cache is not None and cache.put(keys[i], new_model):
+            log.debug("cached the model of steps 1..%d", i + 1)
+        current = new_model
+        if i < len(steps) - 1:
+            emit(
+                StepFinished(
+                    index=i,
+                    pass_name=step["pass"],
+                    status="succeeded",
+                    duration_s=time.perf_counter() - t0,
+                    metrics=dict(ctx.metrics),
+                    parity=None,
+                    artifacts=[file_artifact(a["path"], a["kind"]) for a in ctx.artifacts],
+                    details=_jsonable(ctx.details),
+                ).to_dict()
+            )
+        else:
+            last_details = _jsonable(ctx.details)
+            last_artifacts = [file_artifact(a["path"], a["kind"]) for a in ctx.artifacts]
+            t_last = t0
+    # -- the gate, before any timing ------------------------------------------------------
+    last = len(steps) - 1
+    state["index"] = last if last >= 0 else None
+    try:
+        outputs = normalize_outputs(current.forward(inputs))
+        max_drop = gates.get("max_cosine_drop")
+        tol = Tolerances(
+            rtol=float(gates.get("rtol", 1e-3)),
+            atol=float(gates.get("atol", 1e-4)),
+            min_cosine=None if max_drop is None else 1.0 - float(max_drop),
+        )
+        report = compare(reference, outputs, tol)
+        worst = report.worst()
+        cos = worst.get("min_cosine")
+        cosine_drop = None if cos is None else max(0.0, 1.0 - float(cos))
+        metrics: dict[str, float | None] = {
+            "cosine_drop": cosine_drop,
+            "max_abs": worst.get("max_abs"),
+            "size_bytes": _model_bytes(current),
+        }
+        gate_reason = None if report.passed else f"parity: {report.first_failure}"
+        if data.get("eval") is not None:
+            from accel.data import evaluate_accuracy
+
+            metric = (spec.get("data") or {}).get("metric", "top1")
+            base_acc = evaluate_accuracy(original, data["eval"], metric)
+            acc = evaluate_accuracy(current, data["eval"], metric)
+            metrics["accuracy"] = acc
+            metrics["accuracy_drop"] = base_acc - acc
+            max_acc = gates.get("max_accuracy_drop")
+            if gate_reason is None and max_acc is not None and base_acc - acc > max_acc:
+                gate_reason = f"accuracy dropped {base_acc - acc:.4f} > {max_acc}"
+        trial_status = "ok"
+        if gate_reason is None:
+            if cancel():
+                return _cancelled(emit, run_dir, t_start)
+            metrics.update(
+                interleaved_timing(
+                    original,
+                    current,
+                    inputs,
+                    device=device,
+                    rounds=int(bench.get("rounds", 3)),
+                    warmup=int(bench.get("warmup", 3)),
+                    iters=int(bench.get("iters", 30)),
+                    threads=bench.get("threads"),
+                )
+            )
+            metrics["size_bytes"] = _model_bytes(current) or metrics.get("size_bytes")
+        else:
+            trial_status = "gate_failed"
+    except Exception as exc:  # noqa: BLE001
+        return failed(exc)
+    if steps:
+        emit(
+            StepFinished(
+                index=last,
+                pass_name=steps[last]["pass"],
+                status="succeeded" if trial_status == "ok" else "gate_failed",
+                duration_s=time.perf_counter() - t_last,
+                metrics=metrics,
+                parity=report.to_dict(),
+                artifacts=last_artifacts,
+                details=last_details,
+            ).to_dict()
+        )
+    duration = time.perf_counter() - t_start
+    summary = {
+        "steps": len(steps),
+        "final_speedup": metrics.get("speedup"),
+        "final_latency_p50_ms": metrics.get("latency_p50_ms"),
+        "baseline_latency_p50_ms": metrics.get("baseline_latency_p50_ms"),
+    }
+    emit(RunFinished(status="succeeded", duration_s=duration, summary=summary).to_dict())
+    return {
+        "status": "succeeded",
+        "trial_status": trial_status,
+        "gate": gate_reason,
+        "metrics": metrics,
+        "parity_summary": report.summary(),
+        "cache": cache.stats.to_dict() if cache is not None else None,
+        "reused_steps": start,
+        "run_dir": str(run_dir),
+        "duration_s": duration,
+    }
+
+
+def _cancelled(emit: Emit, run_dir: Path, t_start: float) -> dict[str, Any]:
+    d = time.perf_counter() - t_start
+    emit(RunFinished(status="cancelled", duration_s=d, summary={}).to_dict())
+    return {"status": "cancelled", "trial_status": "cancelled", "run_dir": str(run_dir)}
+
+
+def _data_sources(d: dict[str, Any], model: Any, seed: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if not any(d.get(k) for k in ("calibration", "train", "eval")):
+        return out
+    from accel.data import make_data_source
+
+    for key in ("calibration", "train", "eval"):
+        if d.get(key):
+            out[key] = make_data_source(
+                d[key],
+                model.input_spec,
+                seed=seed,
+                require_labels=key != "calibration",
+                teacher=model,
+            )
+    return out
+
+
+def _jsonable(v: Any) -> Any:
+    import json
+
+    try:
+        json.dumps(v)
+        return v
+    except TypeError:
+        return json.loads(json.dumps(v, default=str))

@@ -1,0 +1,178 @@
+"""Recipe search: space from the passes, seeded determinism, prefix reuse, budgets."""
+
+from __future__ import annotations
+
+import pytest
+
+from accel.passes import list_passes
+from accel.search import (
+    InProcessExecutor,
+    PrefixCache,
+    SearchConfig,
+    SearchError,
+    build_space,
+    check_chain,
+    pareto_front,
+    run_search,
+)
+from accel.search.engine import seed_chains, trial_recipe
+
+CHEAP = ("quantize_dynamic_int8", "export_onnx", "quantize_onnx_dynamic", "onnxruntime", "bf16")
+
+
+def _config(tmp_path, **kw):
+    base = dict(
+        model="zoo:mlp",
+        objective="size",
+        max_trials=6,
+        budget_s=None,
+        passes=CHEAP,
+        out_dir=str(tmp_path),
+        bench_iters=4,
+        bench_rounds=2,
+        bench_warmup=1,
+        seed=3,
+    )
+    base.update(kw)
+    return SearchConfig(**base)
+
+
+def test_space_is_generated_from_pass_declarations():
+    space = build_space("torch", "cpu", layer_types={"linear"})
+    searchable = {p.name for p in list_passes(include_test=True) if p.search is not None}
+    assert set(space.passes) <= searchable
+    assert "export_onnx" in space.passes and "quantize_onnx_dynamic" in space.passes
+    # pruning changes weights: only when the user allows it
+    assert "prune_channels" not in space.passes
+    assert "allow" in space.excluded["prune_channels"]
+    assert "prune_channels" in build_space("torch", "cpu", allow=["prune"]).passes
+    # every chain passes the pre-flight check, and visits stages in order
+    for chain in space.chains:
+        assert check_chain(chain, "torch", "cpu") is None
+        stages = [space.passes[n].stage for n in chain]
+        assert stages == sorted(set(stages))
+    assert ("export_onnx", "quantize_onnx_dynamic", "onnxruntime") in space.chains
+    # an int8 torch module is not exported to ONNX
+    assert ("quantize_dynamic_int8", "export_onnx") not in space.chains
+    # fp16 is not worth trying on a CPU, but is on CUDA
+    assert "fp16" not in space.passes and "fp16" in build_space("torch", "cuda").passes
+    # an ONNX model starts in the ONNX stages
+    onnx_space = build_space("onnx", "cpu")
+    assert all(
+        onnx_space.passes[n].accepts == ("onnx",) or "onnx" in onnx_space.passes[n].accepts
+        for c in onnx_space.chains
+        for n in c
+    )
+    assert ("quantize_onnx_dynamic",) in onnx_space.chains
+
+
+def test_check_chain_rejects_with_reason():
+    assert check_chain(["export_onnx", "quantize_onnx_dynamic"], "torch", "cpu") is None
+    why = check_chain(["quantize_onnx_dynamic"], "torch", "cpu")
+    assert why is not None and "onnx model" in why and "torch" in why
+    why = check_chain(["export_onnx", "bf16"], "torch", "cpu")
+    assert why is not None and "step 2 (bf16)" in why
+    assert "unknown pass" in check_chain(["no_such_pass"], "torch", "cpu")
+
+
+def test_unknown_pass_names_are_an_error():
+    with pytest.raises(SearchError, match="unknown pass"):
+        build_space("torch", "cpu", include=["exprot_onnx"])
+
+
+def test_seeds_come_first_and_exist_in_space():
+    space = build_space("torch", "cpu", layer_types={"linear"})
+    seeds = seed_chains(space, "transformer")
+    assert seeds[0] == ()
+    assert ("export_onnx", "quantize_onnx_dynamic", "onnxruntime") in seeds
+    assert all(s in space.chains for s in seeds)
+
+
+def test_pareto_front():
+    vectors = {0: [1.0, 0.0], 1: [0.5, 0.1], 2: [2.0, 0.2], 3: [0.5, 0.1]}
+    assert pareto_front(vectors) == [0, 1]
+
+
+def test_seeded_search_on_mlp_returns_the_same_front_twice(tmp_path):
+    a = run_search(_config(tmp_path / "a"), InProcessExecutor())
+    b = run_search(_config(tmp_path / "b"), InProcessExecutor())
+    assert a.status == b.status == "finished"
+    assert len(a.trials) == 6
+    assert [t.steps for t in a.trials] == [t.steps for t in b.trials]
+    assert a.front == b.front and a.front
+    assert a.best == b.best
+    for n in a.front:
+        ta, tb = a.trial(n), b.trial(n)
+        assert ta.metrics["size_bytes"] == tb.metrics["size_bytes"]
+        assert ta.metrics["cosine_drop"] == pytest.approx(tb.metrics["cosine_drop"], abs=1e-9)
+    # the best (smallest) trial is int8: much smaller than the float original
+    best = a.trial(a.best)
+    assert best.metrics["size_bytes"] < 0.5 * a.trial(0).metrics["size_bytes"]
+    # a different seed explores differently (after the same seeds)
+    c = run_search(_config(tmp_path / "c", seed=11, max_trials=8), InProcessExecutor())
+    assert [t.steps for t in c.trials[:5]] == [t.steps for t in a.trials[:5]]
+
+
+def test_prefix_reuse_is_counted(tmp_path):
+    cfg = _config(tmp_path, passes=("export_onnx", "quantize_onnx_dynamic", "onnxruntime"))
+    res = run_search(cfg, InProcessExecutor())
+    onnx_trials = [t for t in res.trials if t.chain and t.chain[0] == "export_onnx"]
+    assert len(onnx_trials) >= 3
+    # the first ONNX trial exported; the later ones started from its cached export
+    assert onnx_trials[0].reused_steps == 0
+    assert all(t.reused_steps >= 1 for t in onnx_trials[1:])
+    assert res.cache["hits"] == sum(1 for t in res.trials if t.reused_steps)
+    assert res.cache["reused_steps"] == sum(t.reused_steps for t in res.trials)
+    assert res.cache["stored"] >= 1
+    # a reused trial recorded no export step work of its own
+    reused = onnx_trials[1]
+    assert not (tmp_path / "trials" / f"trial_{reused.number:03d}" / "step_00_export_onnx").exists()
+
+
+def test_prefix_cache_is_bounded(tmp_path):
+    from accel.models import load_model
+
+    model = load_model("zoo:mlp")
+    cache = PrefixCache(tmp_path / "cache", max_entries=2)
+    for i in range(4):
+        f = tmp_path / f"m{i}" / "model.onnx"
+        f.parent.mkdir()
+        f.write_bytes(b"x" * 10)
+        assert cache.put(f"k{i}", model.replace(kind="onnx", module=None, onnx_path=f))
+    assert len(cache.entries()) == 2
+    assert cache.stats.evicted == 2
+    assert cache.get("k0", model) is None
+    got = cache.get("k3", model)
+    assert got is not None and got.kind == "onnx" and got.onnx_path.read_bytes() == b"x" * 10
+    assert not cache.put("k3", model.replace(kind="onnx", module=None, onnx_path=f))  # present
+
+
+def test_no_feasible_reports_closest_gates(tmp_path):
+    cfg = _config(
+        tmp_path, max_cosine_drop=0.0, max_trials=3, passes=("bf16", "quantize_dynamic_int8")
+    )
+    res = run_search(cfg, InProcessExecutor())
+    assert res.status == "no_feasible" and res.best is None
+    assert res.trial(0).status == "ok"  # the original meets any budget but is no answer
+    gated = [t for t in res.trials if t.status == "gate_failed"]
+    assert len(gated) == 2 and all("cosine" in (t.gate or "") for t in gated)
+    assert all("latency_p50_ms" not in t.metrics for t in gated)  # stopped before timing
+    assert "closest" in res.reason and gated[0].label in res.reason
+
+
+def test_trial_recipe_reproduces_steps(tmp_path):
+    from accel.recipe import load_recipe
+
+    res = run_search(_config(tmp_path, max_trials=3), InProcessExecutor())
+    recipe = load_recipe(trial_recipe(res.config, res.trial(res.best)))
+    assert [s.pass_name for s in recipe.steps] == list(res.trial(res.best).chain)
+    assert recipe.gates.min_cosine == pytest.approx(1 - res.config.max_cosine_drop)
+
+
+def test_bad_config_is_rejected():
+    with pytest.raises(SearchError, match="objective"):
+        SearchConfig(model="zoo:mlp", objective="speed").validate()
+    with pytest.raises(SearchError, match="budget"):
+        SearchConfig(model="zoo:mlp", budget_s=None, max_trials=None).validate()
+    with pytest.raises(SearchError, match="--data"):
+        SearchConfig(model="zoo:mlp", max_accuracy_drop=0.01).validate()
