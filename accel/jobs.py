@@ -285,6 +285,13 @@ def graph_diff_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> d
     }
 
 
+def search_trial_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
+    """One trial of a recipe search (``accel.search.trial.run_trial``; params: its spec)."""
+    from accel.search.trial import run_trial
+
+    return run_trial(params, emit, cancel)
+
+
 JOBS: dict[str, Job] = {
     "run_recipe": run_recipe_job,
     "profile": profile_job,
@@ -292,6 +299,7 @@ JOBS: dict[str, Job] = {
     "inspect": inspect_job,
     "export_onnx": export_onnx_job,
     "graph_diff": graph_diff_job,
+    "search_trial": search_trial_job,
 }
 
 

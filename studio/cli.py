@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "studio.commands.analyze",
     "studio.commands.history",
     "studio.commands.graph",
+    "studio.commands.optimize",
 ]
 
 

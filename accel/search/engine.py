@@ -158,7 +158,9 @@ class SearchResult:
         }
 
 
-def trial_recipe(config: SearchConfig, trial: TrialRecord) -> dict[str, Any]:
+def trial_recipe(
+    config: SearchConfig, trial: TrialRecord, name: str | None = None
+) -> dict[str, Any]:
     """A recipe (dict) that reproduces a trial with ``studio run``."""
     model: dict[str, Any] = {"source": config.model}
     if config.input_spec:
@@ -169,7 +171,7 @@ def trial_recipe(config: SearchConfig, trial: TrialRecord) -> dict[str, Any]:
     if config.max_accuracy_drop is not None:
         gates["max_accuracy_drop"] = config.max_accuracy_drop
     recipe: dict[str, Any] = {
-        "name": f"search best: {trial.label}"[:80],
+        "name": (name or f"search best: {trial.label}")[:80],
         "description": f"found by studio optimize (trial {trial.number}, objective "
         f"{config.objective}, max cosine drop {config.max_cosine_drop})",
         "model": model,

@@ -1,0 +1,252 @@
+"""`studio optimize MODEL`: search for the fastest recipe within a parity budget.
+
+Trials run in the local worker pool (or a Ray cluster with ``--cluster``), each recorded as
+a run; a live line per trial, then the Pareto front; the best recipe within the constraints
+goes to OUT/best.yaml (and OUT/best.py with ``--script``). Exit 0 when a recipe was found,
+1 when no trial met the constraints (the closest ones and the gate each missed are shown),
+130 when cancelled with Ctrl-C (finished trials are kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from typing import Any
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "optimize",
+        help="search for the fastest recipe within a parity budget (Optuna, local or Ray)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("model", help="model source: zoo:NAME, file.onnx, pkg.mod:factory, ...")
+    p.add_argument(
+        "--input", dest="input_spec", help="input spec, e.g. 'x:float32[batch,3,224,224]'"
+    )
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
+    p.add_argument(
+        "--max-cosine-drop",
+        type=float,
+        default=0.001,
+        help="parity budget: 1 - min cosine similarity (default 0.001)",
+    )
+    p.add_argument(
+        "--max-accuracy-drop", type=float, default=None, help="accuracy budget (needs --data)"
+    )
+    p.add_argument(
+        "--data", default=None, help="labelled evaluation data (file.npz, file.pt, pkg.mod:fn)"
+    )
+    p.add_argument(
+        "--calibration",
+        default=None,
+        help="calibration data for static quantization (default: synthetic)",
+    )
+    p.add_argument("--objective", default="latency", choices=["latency", "throughput", "size"])
+    p.add_argument("--budget", default="15m", help="wall-time budget: 90s, 15m, 1h (default 15m)")
+    p.add_argument("--trials", type=int, default=None, help="stop after N trials")
+    p.add_argument("--allow", default="", help="passes that change weights, allowed: prune,qat")
+    p.add_argument("--passes", default=None, help="only these passes (comma-separated names)")
+    p.add_argument("--exclude", default="", help="never these passes (comma-separated names)")
+    p.add_argument("--seed", type=int, default=0, help="sampler seed (default 0)")
+    p.add_argument(
+        "--threads", type=int, default=None, help="threads per trial (timing and Ray num_cpus)"
+    )
+    p.add_argument("--iters", type=int, default=30, help="timed iterations per trial (default 30)")
+    p.add_argument(
+        "--trial-timeout",
+        type=float,
+        default=600.0,
+        help="stop a trial after SECONDS (default 600)",
+    )
+    p.add_argument(
+        "--cluster", default=None, help="Ray cluster: HOST:PORT, ray://HOST:PORT or auto"
+    )
+    p.add_argument(
+        "--artifacts",
+        default=None,
+        help="folder for trial artifacts every node can reach (with --cluster)",
+    )
+    p.add_argument("--out", required=True, help="output folder: best.yaml, search.json, trials/")
+    p.add_argument(
+        "--script", action="store_true", help="also export the best recipe as OUT/best.py"
+    )
+    p.add_argument("--trust-pickle", action="store_true", help="allow full unpickling of .pt files")
+    p.set_defaults(func=run)
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '15m', '1h', '1h30m', '300' (seconds) -> seconds."""
+    from studio.cli import CliError
+
+    t = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", t):
+        return float(t)
+    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([hms])", t)
+    if not parts or "".join(f"{a}{b}" for a, b in parts) != t.replace(" ", ""):
+        raise CliError(f"--budget {text!r}: write it like 90s, 15m, 1h or 1h30m")
+    return sum(float(a) * {"h": 3600, "m": 60, "s": 1}[b] for a, b in parts)
+
+
+def _names(text: str | None) -> tuple[str, ...]:
+    return tuple(n.strip() for n in (text or "").split(",") if n.strip())
+
+
+def build_config(args: argparse.Namespace) -> Any:
+    from pathlib import Path
+
+    from accel.search import SearchConfig
+
+    data: dict[str, Any] = {}
+    if args.data:
+        data["eval"] = args.data
+    if args.calibration:
+        data["calibration"] = args.calibration
+    out = Path(args.artifacts or args.out).resolve()
+    return SearchConfig(
+        model=args.model,
+        input_spec=args.input_spec,
+        device=args.device,
+        trust_pickle=args.trust_pickle,
+        max_cosine_drop=args.max_cosine_drop,
+        max_accuracy_drop=args.max_accuracy_drop,
+        data=data,
+        objective=args.objective,
+        budget_s=parse_duration(args.budget) if args.budget else None,
+        max_trials=args.trials,
+        allow=_names(args.allow),
+        passes=_names(args.passes) or None,
+        exclude=_names(args.exclude),
+        seed=args.seed,
+        out_dir=str(out),
+        trial_timeout_s=args.trial_timeout,
+        bench_iters=args.iters,
+        bench_threads=args.threads,
+    )
+
+
+def trial_row(t: Any) -> list[Any]:
+    from studio.commands._table import fmt_bytes, fmt_ms
+
+    m = t.metrics
+    speed = m.get("speedup")
+    if speed is not None and m.get("speedup_low") is not None:
+        speed_s = f"{speed:.2f}x [{m['speedup_low']:.2f}-{m['speedup_high']:.2f}]"
+    else:
+        speed_s = "-" if speed is None else f"{speed:.2f}x"
+    drop = m.get("cosine_drop")
+    status = t.status if t.status != "gate_failed" else "gate"
+    return [
+        t.number,
+        t.label,
+        status,
+        fmt_ms(m.get("latency_p50_ms")) if m.get("latency_p50_ms") is not None else "-",
+        speed_s,
+        "-" if drop is None else f"{drop:.2e}",
+        fmt_bytes(m.get("size_bytes")) if m.get("size_bytes") else "-",
+        t.reused_steps or "",
+        (t.gate or t.error or "")[:70],
+    ]
+
+
+HEADERS = ["#", "chain", "status", "p50", "speedup [range]", "cos drop", "size", "reused", "note"]
+
+
+def run(args: argparse.Namespace) -> int:
+    from accel.errors import AccelError
+    from accel.search import SearchError
+    from studio.cli import CliError
+    from studio.commands.history import _repo
+    from studio.optimize import SearchThread
+
+    config = build_config(args)
+    try:
+        config.validate()
+    except SearchError as exc:
+        raise CliError(str(exc)) from None
+    repo = _repo(args)
+    t0 = time.monotonic()
+    limit = []
+    if config.max_trials:
+        limit.append(f"{config.max_trials} trials")
+    if config.budget_s:
+        limit.append(f"{config.budget_s / 60:g} min")
+
+    def on_start(search_id: str, where: str) -> None:
+        print(
+            f"search {search_id[:12]}: {config.model} on {config.device}, objective "
+            f"{config.objective}, max cosine drop {config.max_cosine_drop:g}, "
+            f"budget {' / '.join(limit)}",
+            flush=True,
+        )
+        print(f"trials run in the {where}", flush=True)
+
+    def on_trial(t: Any) -> None:
+        el = time.monotonic() - t0
+        if t.status == "running":
+            print(f"  [{el:6.0f}s] trial {t.number}: {t.label} ...", flush=True)
+            return
+        row = trial_row(t)
+        print(
+            f"  [{el:6.0f}s] trial {row[0]}: {row[1]}  {row[2]}  p50 {row[3]}  speedup {row[4]}"
+            f"  cos drop {row[5]}  size {row[6]}"
+            + (f"  (reused {t.reused_steps} step(s))" if t.reused_steps else "")
+            + (f"  {row[8]}" if row[8] else ""),
+            flush=True,
+        )
+
+    th = SearchThread(
+        config,
+        repo=repo,
+        cluster=args.cluster,
+        on_trial=on_trial,
+        script=args.script,
+        on_start=on_start,
+    ).start()
+    interrupted = False
+    try:
+        while not th.join(0.2):
+            pass
+    except KeyboardInterrupt:
+        interrupted = True
+        print("cancelling the search (finished trials are kept) ...", file=sys.stderr, flush=True)
+        th.cancel()
+        th.join()
+    if th.error is not None:
+        if isinstance(th.error, AccelError):
+            raise CliError(str(th.error)) from None
+        raise th.error
+    assert th.outcome is not None
+    return report(th.outcome, interrupted)
+
+
+def report(outcome: Any, interrupted: bool = False) -> int:
+    from studio.commands._table import render_table
+
+    res = outcome.result
+    print()
+    n_ok = sum(1 for t in res.trials if t.status == "ok")
+    print(
+        f"{len(res.trials)} trials in {res.wall_s:.0f} s ({n_ok} within the constraints); "
+        f"prefix cache: {res.cache.get('hits', 0)} trial(s) reused "
+        f"{res.cache.get('reused_steps', 0)} built step(s), {res.cache.get('stored', 0)} stored"
+    )
+    if res.front:
+        print("\nPareto front (objective, parity error, size):")
+        print(render_table(HEADERS[:-1], [trial_row(res.trial(n))[:-1] for n in res.front]))
+    if res.reason:
+        print(f"\n{res.reason}")
+    if res.best is not None:
+        b = res.trial(res.best)
+        print(f"\nbest within the constraints: trial {b.number} {b.label}")
+        for key in ("best", "script", "search"):
+            if key in outcome.files:
+                print(f"  {key}: {outcome.files[key]}")
+    else:
+        print(f"\n  search: {outcome.files.get('search')}")
+    if res.status == "cancelled" or interrupted:
+        return 130
+    return 0 if res.best is not None else 1

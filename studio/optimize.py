@@ -1,0 +1,273 @@
+"""`studio optimize` and the Optimize dialog share this: run a recipe search with trials in
+the local worker pool or on a Ray cluster, record every trial as a run (the studio is the
+only writer of the store), and write the results (best.yaml, search.json, best.py).
+
+Locally, trials run in worker processes: on a GPU machine one per GPU lane; on the CPU one
+at a time, because trials time themselves and must not disturb each other's measurements.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from accel.search import SearchConfig, SearchResult, TrialRecord, run_search, trial_recipe
+
+if TYPE_CHECKING:
+    from studio.store.repo import Repository
+    from studio.workers.pool import WorkerPool
+
+log = logging.getLogger(__name__)
+
+SEARCH_TAG = "search"
+
+
+def search_tag(search_id: str) -> str:
+    return f"search:{search_id[:12]}"
+
+
+def _trial_name(search_id: str, number: int, label: str) -> str:
+    return f"search {search_id[:8]} #{number} {label}"[:200]
+
+
+def _spec_recipe(config: SearchConfig, spec: dict[str, Any]) -> dict[str, Any]:
+    rec = TrialRecord(spec["trial"], tuple(s["pass"] for s in spec["steps"]), spec["steps"], "")
+    return trial_recipe(config, rec, name=f"search trial {rec.number}: {rec.label}")
+
+
+class _PoolHandle:
+    def __init__(self, handle: Any) -> None:
+        self._h = handle
+
+    def result(self, timeout: float | None = None) -> dict[str, Any]:
+        o = self._h.wait(timeout)  # TimeoutError while running
+        return {"status": o.status, "result": o.result, "error": o.error, "run_id": o.run_id}
+
+    def cancel(self) -> None:
+        self._h.cancel("the search was cancelled")
+
+
+class PoolExecutor:
+    """Trials as ``search_trial`` jobs in the worker pool, each recorded as a run."""
+
+    def __init__(self, pool: WorkerPool, config: SearchConfig, search_id: str) -> None:
+        self.pool = pool
+        self.config = config
+        self.search_id = search_id
+        cuda = config.device.startswith("cuda")
+        self.slots = (
+            max(1, sum(1 for ln in pool.lanes if ln.name.startswith("cuda"))) if cuda else 1
+        )
+
+    def submit(self, number: int, spec: dict[str, Any]) -> _PoolHandle:
+        label = "+".join(s["pass"] for s in spec["steps"]) or "original"
+        h = self.pool.submit(
+            "search_trial",
+            spec,
+            device=self.config.device,
+            timeout_s=spec.get("timeout_s"),
+            record=True,
+            model_source=self.config.model,
+            recipe=_spec_recipe(self.config, spec),
+            name=_trial_name(self.search_id, number, label),
+            tags=[SEARCH_TAG, search_tag(self.search_id)],
+        )
+        return _PoolHandle(h)
+
+    def close(self) -> None:
+        pass
+
+
+class RecordingExecutor:
+    """Wraps an executor whose results carry their events (Ray): records each finished trial
+    as a run in the store, from this process."""
+
+    def __init__(
+        self, inner: Any, repo: Repository | None, config: SearchConfig, search_id: str
+    ) -> None:
+        self.inner = inner
+        self.repo = repo
+        self.config = config
+        self.search_id = search_id
+        self.slots = inner.slots
+
+    def submit(self, number: int, spec: dict[str, Any]) -> Any:
+        handle = self.inner.submit(number, spec)
+        outer = self
+
+        class _H:
+            def result(self, timeout: float | None = None) -> dict[str, Any]:
+                out = handle.result(timeout)
+                out["run_id"] = outer._record(number, spec, out)
+                return out
+
+            def cancel(self) -> None:
+                handle.cancel()
+
+        return _H()
+
+    def _record(self, number: int, spec: dict[str, Any], out: dict[str, Any]) -> str | None:
+        if self.repo is None:
+            return None
+        label = "+".join(s["pass"] for s in spec["steps"]) or "original"
+        try:
+            run = self.repo.create_run(
+                model_source=self.config.model,
+                recipe=_spec_recipe(self.config, spec),
+                kind="search_trial",
+                device=self.config.device,
+                tags=[SEARCH_TAG, search_tag(self.search_id), "ray"],
+                name=_trial_name(self.search_id, number, label),
+                notes=f"ran on {out.get('node', '?')}",
+                status="running",
+            )
+            for event in out.get("events") or []:
+                self.repo.record_event(run.id, event)
+            status = out.get("status", "failed")
+            if status not in ("succeeded", "failed", "cancelled", "crashed", "timed_out"):
+                status = "failed"
+            self.repo.set_status(run.id, status, error=out.get("error") or None)
+            return run.id
+        except Exception:  # a store problem must not stop the search
+            log.exception("could not record trial %d", number)
+            return None
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@dataclass
+class OptimizeOutcome:
+    search_id: str
+    result: SearchResult
+    files: dict[str, str] = field(default_factory=dict)
+    where: str = "local"
+
+
+def make_executor(
+    config: SearchConfig,
+    search_id: str,
+    *,
+    repo: Repository | None,
+    cluster: str | None,
+    pool: WorkerPool | None,
+) -> tuple[Any, Callable[[], None], str]:
+    """(executor, cleanup, description of where trials run)."""
+    if cluster:
+        from accel.search.ray_cluster import RayExecutor
+
+        ray_exec = RayExecutor(cluster, device=config.device, num_cpus=config.bench_threads or 1)
+        where = (
+            f"Ray cluster {cluster} ({ray_exec.nodes} node(s), "
+            f"{', '.join(f'{int(v)} {k}' for k, v in ray_exec.resources.items())})"
+        )
+        return RecordingExecutor(ray_exec, repo, config, search_id), lambda: None, where
+    own = pool is None
+    if pool is None:
+        from studio.workers import WorkerPool
+
+        pool = WorkerPool(repo, cpu_workers=1, devices=[] if config.device == "cpu" else None)
+    executor = PoolExecutor(pool, config, search_id)
+
+    def cleanup() -> None:
+        if own:
+            pool.shutdown(cancel=True, timeout=15)
+
+    lanes = ", ".join(ln.name for ln in pool.lanes)
+    return executor, cleanup, f"local worker pool ({lanes}; {executor.slots} trial(s) at a time)"
+
+
+def optimize(
+    config: SearchConfig,
+    *,
+    repo: Repository | None = None,
+    cluster: str | None = None,
+    pool: WorkerPool | None = None,
+    on_trial: Callable[[TrialRecord], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
+    script: bool = False,
+    search_id: str | None = None,
+    on_start: Callable[[str, str], None] | None = None,
+) -> OptimizeOutcome:
+    """Run a search and write its files to ``config.out_dir``. ``on_start(search_id,
+    where)`` is called once trials can start."""
+    from accel.search.engine import inspect_model
+
+    config.validate()
+    search_id = search_id or uuid.uuid4().hex
+    out = Path(config.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model_info = inspect_model(config)  # a bad model fails here, before any worker starts
+    executor, cleanup, where = make_executor(
+        config, search_id, repo=repo, cluster=cluster, pool=pool
+    )
+    if on_start is not None:
+        on_start(search_id, where)
+    try:
+        result = run_search(
+            config, executor, on_trial=on_trial, cancel=cancel, model_info=model_info
+        )
+    finally:
+        cleanup()
+    files = write_outputs(result, out, search_id=search_id, where=where, script=script)
+    return OptimizeOutcome(search_id, result, files, where)
+
+
+def write_outputs(
+    result: SearchResult, out: Path, *, search_id: str, where: str, script: bool = False
+) -> dict[str, str]:
+    """search.json always; best.yaml (and best.py with ``script``) when a best was found."""
+    from accel.recipe import load_recipe, save_recipe
+
+    files: dict[str, str] = {}
+    data = result.to_dict()
+    data["search_id"] = search_id
+    data["where"] = where
+    p = out / "search.json"
+    p.write_text(json.dumps(data, indent=2, default=str))
+    files["search"] = str(p)
+    if result.best is not None:
+        recipe = load_recipe(result.recipe_for(result.best))
+        files["best"] = str(save_recipe(recipe, out / "best.yaml"))
+        if script:
+            from accel.codegen import recipe_to_script
+
+            path = out / "best.py"
+            path.write_text(recipe_to_script(recipe), encoding="utf-8")
+            files["script"] = str(path)
+    return files
+
+
+class SearchThread:
+    """Runs ``optimize`` on a background thread (the GUI and the CLI's Ctrl-C handling)."""
+
+    def __init__(self, config: SearchConfig, **kwargs: Any) -> None:
+        self.cancel_event = threading.Event()
+        self.outcome: OptimizeOutcome | None = None
+        self.error: BaseException | None = None
+        self._kwargs = kwargs
+        self._config = config
+        self.thread = threading.Thread(target=self._run, name="search", daemon=True)
+
+    def start(self) -> SearchThread:
+        self.thread.start()
+        return self
+
+    def cancel(self) -> None:
+        self.cancel_event.set()
+
+    def _run(self) -> None:
+        try:
+            self.outcome = optimize(self._config, cancel=self.cancel_event.is_set, **self._kwargs)
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits
+            self.error = exc
+
+    def join(self, timeout: float | None = None) -> bool:
+        self.thread.join(timeout)
+        return not self.thread.is_alive()

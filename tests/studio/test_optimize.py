@@ -1,0 +1,92 @@
+"""`studio optimize`: trials in the worker pool recorded as runs, files, bad input."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+import yaml
+
+from studio.cli import main
+from studio.store import Repository
+from studio.store.records import RunFilter
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_optimize_writes_best_recipe_and_records_trials(tmp_path, capsys):
+    db = tmp_path / "s.db"
+    out = tmp_path / "out"
+    code = main(
+        [
+            "--db", str(db), "optimize", "zoo:mlp", "--trials", "3", "--budget", "5m",
+            "--passes", "export_onnx,quantize_onnx_dynamic,onnxruntime",
+            "--iters", "4", "--out", str(out), "--script",
+        ]
+    )  # fmt: skip
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert "Pareto front" in text and "trial 2:" in text
+    best = yaml.safe_load((out / "best.yaml").read_text())
+    assert best["model"]["source"] == "zoo:mlp"
+    assert best["steps"][0]["pass"] == "export_onnx"
+    assert best["gates"]["min_cosine"] == pytest.approx(0.999)
+    assert (out / "best.py").read_text().startswith("#")
+    repo = Repository.open(str(db))
+    runs = repo.list_runs(RunFilter(tags=("search",)))
+    assert len(runs) == 3
+    assert {r.status for r in runs} == {"succeeded"}
+    # a later ONNX trial started from the first one's export
+    assert "reused" in text
+
+
+def test_optimize_reports_constraints_no_recipe_meets(tmp_path, capsys):
+    code = main(
+        [
+            "--db", str(tmp_path / "s.db"), "optimize", "zoo:mlp", "--trials", "2",
+            "--passes", "bf16", "--max-cosine-drop", "0", "--iters", "2",
+            "--out", str(tmp_path / "o"),
+        ]
+    )  # fmt: skip
+    text = capsys.readouterr().out
+    assert code == 1
+    assert "no trial met the constraints" in text and "bf16" in text and "cosine" in text
+    assert not (tmp_path / "o" / "best.yaml").exists()
+
+
+def test_unreachable_cluster_fails_fast_and_records_nothing(tmp_path, capsys):
+    db = tmp_path / "s.db"
+    t0 = time.monotonic()
+    code = main(
+        [
+            "--db", str(db), "optimize", "zoo:mlp", "--trials", "2",
+            "--cluster", f"127.0.0.1:{_free_port()}", "--out", str(tmp_path / "o"),
+        ]
+    )  # fmt: skip
+    assert time.monotonic() - t0 < 10
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "no Ray cluster answers at 127.0.0.1" in err and "ray start --head" in err
+    assert Repository.open(str(db)).list_runs() == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--budget", "ten minutes"], "--budget"),
+        (["--objective", "size", "--max-accuracy-drop", "0.01"], "--data"),
+        (["--passes", "exprot_onnx"], "unknown pass"),
+        (["--cluster", "nohost"], "HOST:PORT"),
+    ],
+)
+def test_bad_input_is_a_clear_error(tmp_path, capsys, args, message):
+    code = main(
+        ["--db", str(tmp_path / "s.db"), "optimize", "zoo:mlp", "--out", str(tmp_path / "o"), *args]
+    )
+    assert code == 2
+    assert message in capsys.readouterr().err
