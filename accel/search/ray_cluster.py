@@ -146,11 +146,15 @@ class RayExecutor:
             )
         }
         errors: list[BaseException] = []
+        hp = _host_port(address)
+        loopback = hp is not None and hp[0] in ("127.0.0.1", "localhost", "::1")
 
         def connect() -> None:
             try:
                 ray.init(
                     address=address,
+                    # A cluster on loopback: the driver must not announce the LAN address.
+                    _node_ip_address="127.0.0.1" if loopback else None,
                     runtime_env={"env_vars": env},
                     ignore_reinit_error=True,
                     log_to_driver=False,
