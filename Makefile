@@ -20,7 +20,9 @@ $(BIN)/studio: pyproject.toml
 
 venv: $(BIN)/studio
 
+# The display and Qt's system libraries are checked before Qt starts (exit 2 with the fix).
 run: venv
+	$(BIN)/python -m studio.platform_check
 	$(BIN)/studio
 
 lint: venv

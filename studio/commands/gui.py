@@ -19,6 +19,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Before Qt is imported: no display or missing xcb libraries get one clear message
+    # (exit 2) instead of Qt's abort.
+    from studio.platform_check import EXIT_NO_PLATFORM, check_platform
+
+    problem = check_platform()
+    if problem:
+        import sys
+
+        print(f"studio: {problem}", file=sys.stderr)
+        return EXIT_NO_PLATFORM
     from studio.app import run_gui
 
     return run_gui(db=getattr(args, "db", None), model=args.model, recipe=args.recipe)
