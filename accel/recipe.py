@@ -53,10 +53,20 @@ class Gates(_Strict):
 
 
 class BenchSettings(_Strict):
-    warmup: int = Field(5, ge=0, description="untimed iterations before timing")
-    iters: int = Field(30, ge=1, description="timed iterations")
+    """How each step is timed against the original (accel.measure.TimingSettings)."""
+
+    rounds: int = Field(
+        8, ge=1, description="alternating rounds original/step (at least; see min_time_s)"
+    )
+    warmup: int = Field(3, ge=0, description="untimed calls of each model before the rounds")
+    iters: int = Field(24, ge=1, description="timed calls of each model, spread over the rounds")
     threads: int | None = Field(
-        None, ge=1, description="torch / ORT intra-op threads (default: library default)"
+        None,
+        ge=1,
+        description="intra-op threads of torch and every runtime (default: physical cores)",
+    )
+    min_time_s: float = Field(
+        0.5, ge=0, description="add rounds until both models were timed this long (seconds)"
     )
     dims: dict[str, int] = Field(
         default_factory=dict, description="symbolic dim values for benchmarking, e.g. {batch: 8}"

@@ -1,0 +1,281 @@
+"""Interleaved A/B timing: interval math on synthetic sequences, rounds driven by a fake
+clock (nothing here times anything real), settings validation, the noise guard."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from accel import measure
+from accel.measure import (
+    Interval,
+    MeasureError,
+    NoiseMonitor,
+    TimingSettings,
+    compare_interleaved,
+    ratio_interval,
+    run_rounds,
+)
+
+
+class FakeClock:
+    """A clock that only moves when a fake model runs."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    c = FakeClock()
+    monkeypatch.setattr(measure, "CLOCK", c)
+    return c
+
+
+def fake_model(clock: FakeClock, base_s: float, load, log: list | None = None, name: str = ""):
+    """A model taking ``base_s * load(t)`` seconds of fake time per call."""
+
+    def call():
+        if log is not None:
+            log.append(name)
+        clock.t += base_s * load(clock.t)
+
+    return call
+
+
+# --------------------------------------------------------------------------- interval math
+
+
+def test_drifting_load_still_gives_the_true_ratio():
+    rng = np.random.default_rng(1)
+    load = np.linspace(1.0, 4.0, 20)  # the machine gets 4x slower during the run
+    ref = 10.0 * load * rng.uniform(0.99, 1.01, 20)
+    cand = 4.0 * load * rng.uniform(0.99, 1.01, 20)
+    iv = ratio_interval(list(ref), list(cand))
+    assert iv.value == pytest.approx(2.5, rel=0.02)
+    assert iv.low <= 2.5 <= iv.high
+    assert iv.half_width < 0.03
+    # Timing the reference first and the candidate later (the old way) is off by far more.
+    assert np.median(ref[:10]) / np.median(cand[10:]) < 2.0
+
+
+def test_constant_model_gives_one_inside_its_interval():
+    rng = np.random.default_rng(2)
+    times = 5.0 * rng.uniform(0.9, 1.1, (2, 15))
+    iv = ratio_interval(list(times[0]), list(times[1]))
+    assert iv.contains(1.0)
+    assert 0.9 < iv.value < 1.1
+    assert iv.low < iv.value < iv.high
+
+
+def test_interval_is_reproducible_and_one_round_has_no_width():
+    a, b = [3.0, 3.3, 2.9, 3.1], [1.0, 1.2, 1.0, 0.9]
+    assert ratio_interval(a, b) == ratio_interval(a, b)
+    one = ratio_interval([4.0], [2.0])
+    assert (one.value, one.low, one.high) == (2.0, 2.0, 2.0)
+
+
+def test_scattered_ratios_give_a_wide_interval():
+    iv = ratio_interval([1, 1, 1, 1, 1, 1], [0.3, 1.0, 0.5, 2.0, 0.7, 1.5])
+    assert iv.half_width > 0.3
+
+
+@pytest.mark.parametrize(
+    ("ref", "cand", "needle"),
+    [
+        ([1.0, 0.0], [1.0, 1.0], "reference model timed at 0 s"),
+        ([1.0, 1.0], [1.0, 0.0], "candidate model timed at 0 s"),
+        ([1.0, math.nan], [1.0, 1.0], "NaN"),
+        ([], [], "benchmark.rounds"),
+        ([1.0], [1.0, 2.0], "rounds"),
+    ],
+)
+def test_bad_timings_are_rejected(ref, cand, needle):
+    with pytest.raises(MeasureError, match=needle):
+        ratio_interval(ref, cand)
+
+
+def test_interval_helpers():
+    a = Interval(2.0, 1.9, 2.2)
+    assert a.half_width == pytest.approx(0.1)
+    assert a.overlaps(Interval(2.15, 2.1, 2.3))
+    assert not a.overlaps(Interval(2.5, 2.3, 2.7))
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"rounds": 0}, "benchmark.rounds must be >= 1"),
+        ({"iters": 0}, "benchmark.iters must be >= 1"),
+        ({"warmup": -1}, "benchmark.warmup must be >= 0"),
+        ({"threads": 0}, "benchmark.threads must be >= 1"),
+        ({"min_time_s": -1.0}, "benchmark.min_time_s"),
+        ({"min_time_s": math.nan}, "benchmark.min_time_s"),
+        ({"iters": 2.5}, "benchmark.iters must be a whole number"),
+        ({"rounds": True}, "benchmark.rounds must be a whole number"),
+    ],
+)
+def test_bad_settings_name_the_setting(kwargs, needle):
+    with pytest.raises(MeasureError, match=needle):
+        TimingSettings(**kwargs)
+
+
+def test_settings_from_recipe_section_fill_defaults():
+    s = TimingSettings.from_any({"rounds": 4, "threads": None})
+    assert (s.rounds, s.iters, s.threads) == (4, TimingSettings().iters, None)
+    assert s.resolved_threads >= 1
+
+
+# --------------------------------------------------------------------------- rounds
+
+
+def test_rounds_alternate_order_and_cancel_a_load_change(clock):
+    order: list[str] = []
+    # Halfway through (fake time 0.2 s), everything becomes 3x slower.
+    load = lambda t: 1.0 if t < 0.2 else 3.0  # noqa: E731
+    ref = fake_model(clock, 0.010, load, order, "A")
+    cand = fake_model(clock, 0.004, load, order, "B")
+    settings = TimingSettings(rounds=10, iters=20, warmup=1, threads=1, min_time_s=0)
+    res = run_rounds(ref, cand, settings)
+    assert res.rounds == 10
+    assert res.speedup.value == pytest.approx(2.5, rel=1e-6)
+    assert res.speedup.contains(2.5)
+    assert not res.noisy
+    timed = order[-40:]  # 10 rounds x 2 sides x 2 samples
+    rounds = [timed[i : i + 4] for i in range(0, 40, 4)]
+    assert rounds[0] == ["A", "A", "B", "B"]
+    assert rounds[1] == ["B", "B", "A", "A"]  # the order alternates: A B B A ...
+    # The load really changed mid-run (the latency samples show both levels).
+    assert max(res.candidate.samples_ms) == pytest.approx(3 * min(res.candidate.samples_ms))
+    m = res.metrics()
+    assert m["speedup_low"] <= m["speedup"] <= m["speedup_high"]
+    assert m["noisy"] == 0.0
+
+
+def test_first_call_is_kept_apart_and_warmup_is_not_timed(clock):
+    calls = {"n": 0}
+
+    def slow_first():
+        calls["n"] += 1
+        clock.t += 1.0 if calls["n"] == 1 else 0.002
+
+    res = run_rounds(
+        slow_first,
+        fake_model(clock, 0.002, lambda t: 1.0),
+        TimingSettings(rounds=3, iters=1, warmup=2, threads=1, min_time_s=0),
+    )
+    assert res.reference.first_call_ms == pytest.approx(1000.0)
+    assert max(res.reference.samples_ms) == pytest.approx(2.0)
+    assert res.speedup.value == pytest.approx(1.0)
+
+
+def test_min_time_adds_rounds(clock):
+    ref = fake_model(clock, 0.001, lambda t: 1.0)
+    cand = fake_model(clock, 0.001, lambda t: 1.0)
+    res = run_rounds(ref, cand, TimingSettings(rounds=2, iters=1, warmup=0, min_time_s=0.02))
+    assert res.rounds == 10  # 2 ms of timed work per round
+
+
+def test_tiny_models_are_batched(clock):
+    ref = fake_model(clock, 2e-6, lambda t: 1.0)
+    cand = fake_model(clock, 1e-6, lambda t: 1.0)
+    res = run_rounds(ref, cand, TimingSettings(rounds=3, iters=6, warmup=3, min_time_s=0))
+    assert res.reference.batch == 250 and res.candidate.batch == 500
+    assert res.speedup.value == pytest.approx(2.0)
+    assert res.reference.samples_ms[0] == pytest.approx(2e-3)  # per call, not per batch
+
+
+def test_wide_interval_is_noisy(clock):
+    speeds = iter([1.0, 3.0, 0.5, 2.0] * 100)
+
+    def jumpy():
+        clock.t += 0.001 * next(speeds)
+
+    res = run_rounds(
+        fake_model(clock, 0.001, lambda t: 1.0),
+        jumpy,
+        TimingSettings(rounds=8, iters=1, warmup=0, min_time_s=0),
+    )
+    assert res.noisy
+    assert "interval wider than" in res.noise_reason
+
+
+def test_cancel_stops_timing(clock):
+    from accel.errors import Cancelled
+
+    with pytest.raises(Cancelled):
+        run_rounds(
+            fake_model(clock, 0.001, lambda t: 1.0),
+            fake_model(clock, 0.001, lambda t: 1.0),
+            TimingSettings(rounds=5, iters=1, warmup=0, min_time_s=0),
+            cancel=lambda: True,
+        )
+
+
+# --------------------------------------------------------------------------- real models
+
+
+def test_compare_two_torch_modules_uses_one_thread_count(monkeypatch):
+    seen = []
+    net = torch.nn.Linear(8, 8).eval()
+
+    def ref(x):
+        seen.append(torch.get_num_threads())
+        return net(x)
+
+    res = compare_interleaved(
+        ref,
+        net,
+        {"x": torch.ones(2, 8)},
+        TimingSettings(rounds=2, iters=1, warmup=0, threads=1, min_time_s=0),
+    )
+    assert set(seen) == {1}
+    assert res.threads == 1
+    assert res.timing_details()["threads"] == 1
+    assert res.speedup.low <= res.speedup.value <= res.speedup.high
+
+
+def test_nan_model_is_rejected():
+    net = torch.nn.Linear(4, 4).eval()
+    with pytest.raises(MeasureError, match="candidate model returned NaN"):
+        compare_interleaved(
+            net,
+            lambda x: net(x) * math.nan,
+            {"x": torch.ones(1, 4)},
+            TimingSettings(rounds=1, iters=1, warmup=0, min_time_s=0),
+        )
+
+
+BUSY = "import time\nt=time.time()\nwhile time.time()-t<30: pass\n"
+
+
+def test_busy_process_raises_the_noisy_flag():
+    import os
+
+    cores = os.cpu_count() or 1
+    procs = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(cores)]
+    try:
+        mon = NoiseMonitor()
+        mon.start()
+        import time
+
+        time.sleep(1.0)  # this process idles while the busy loops run: they are "other"
+        rep = mon.stop()
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    assert rep.busy, rep
+    assert rep.other_cores > 0.25 * cores
+    assert f"{cores} cores" in rep.reason() and "busy with other processes" in rep.reason()
