@@ -50,8 +50,14 @@ def profile_model(
     as the work advances; ``cancel()`` is polled between iterations and raises
     ``accel.errors.Cancelled`` when it returns True. ``trace_path`` writes a
     Chrome/Perfetto trace (open it in https://ui.perfetto.dev or chrome://tracing).
+    ``threads`` (torch and ONNX Runtime intra-op threads) defaults to the physical cores,
+    as the runner's timing does.
     """
     device = device or loaded.device or "cpu"
+    if not threads:  # one thread policy with the runner: the physical cores
+        from accel.measure import physical_cores
+
+        threads = physical_cores()
     if inputs is None:
         inputs = loaded.example_inputs()
     if loaded.kind == "onnx":

@@ -211,3 +211,16 @@ def median(xs: list[float]) -> float:
     if n == 0:
         return 0.0
     return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+def middle_half(totals: list[float]) -> list[int]:
+    """Indices of the iterations whose total lies between its quartiles (all when < 4).
+
+    Averaging the parts over these keeps them additive (a mean of sums is the sum of means)
+    while outliers (a preempted iteration) stay out, as a median would keep them."""
+    n = len(totals)
+    if n < 4:
+        return list(range(n))
+    order = sorted(range(n), key=lambda i: totals[i])
+    lo, hi = n // 4, n - n // 4
+    return sorted(order[lo:hi])

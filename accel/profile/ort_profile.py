@@ -3,7 +3,9 @@
 ORT writes a Chrome-trace JSON (``SessionOptions.enable_profiling``): one
 ``model_run`` event per ``run`` and one ``<node>_kernel_time`` event per node
 execution. Nodes are assigned to the run whose window contains them, warm-up
-runs are dropped, and each node's time is the median over the measured runs.
+runs are dropped, and each node's time is its mean over the measured runs in
+the middle half by duration (so the nodes add up to the run). The headline is the
+plain run (no profiling); ``(unattributed)`` holds the difference.
 Node names are those of the graph ORT executes (after its graph optimizations:
 fused nodes are called ``fused <first node>``); ``graph_optimization_level``
 "disabled" keeps the file's own node names.
@@ -22,8 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from accel.errors import Cancelled
-from accel.profile.hooks import median
-from accel.profile.results import LayerProfile, ModelProfile, OpRow
+from accel.profile.hooks import median, middle_half
+from accel.profile.results import (
+    UNATTRIBUTED,
+    LayerProfile,
+    ModelProfile,
+    OpRow,
+    add_unattributed,
+)
 
 log = logging.getLogger(__name__)
 
@@ -253,12 +261,14 @@ def profile_onnx(
         log.debug("could not read ONNX graph info: %s", exc)
         graph = {}
 
-    total_ms = median([r["dur"] / 1e3 for r in runs]) if runs else 0.0
+    # Means over the middle half of the runs (by duration): parts that add up to a whole.
+    keep = middle_half([r["dur"] / 1e3 for r in runs])
+    total_ms = sum(runs[i]["dur"] / 1e3 for i in keep) / len(keep) if keep else 0.0
     rows: list[LayerProfile] = []
     node_order = sorted(meta, key=lambda nm: int(meta[nm].get("node_index", 0) or 0))
     for name in node_order:
         args = meta[name]
-        ms = median([r.get(name, 0.0) for r in per_run])
+        ms = sum(per_run[i].get(name, 0.0) for i in keep) / len(keep) if keep else 0.0
         g = graph.get(name) or graph.get(_strip_fused(name)) or {}
         flops = g.get("flops")
         if flops is None:  # a node ORT created (layout transforms, fusions): its own shapes
@@ -302,15 +312,15 @@ def profile_onnx(
         params=sum(r.params for r in rows),
     )
     rows.insert(0, root)
-    sum_self = sum(r.self_ms for r in rows)
-    for r in rows:
-        r.share = r.self_ms / sum_self if sum_self > 0 else 0.0
-        r.inclusive_share = r.inclusive_ms / sum_self if sum_self > 0 else 0.0
+    plain_ms = median(plain)
+    add_unattributed(rows, plain_ms)  # the headline is the plain run
 
     op_rows: list[OpRow] = []
     if ops:
         by_op: dict[str, OpRow] = {}
         for r in rows[1:]:
+            if r.name == UNATTRIBUTED:
+                continue
             o = by_op.setdefault(r.type, OpRow(name=r.type))
             o.calls += r.calls
             o.cpu_ms += r.self_ms
@@ -325,7 +335,6 @@ def profile_onnx(
         Path(trace_path).write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
         written = str(trace_path)
 
-    plain_ms = median(plain)
     wall_ms = median(walls)
     notes = [f"ONNX Runtime providers: {', '.join(used_providers)}"]
     if any(p != "CPUExecutionProvider" for p in used_providers[:1]):
@@ -338,13 +347,13 @@ def profile_onnx(
         device=device,
         rows=rows,
         ops=op_rows,
-        total_ms=total_ms,
+        total_ms=plain_ms,
         plain_forward_ms=plain_ms,
         hooked_forward_ms=wall_ms,
         overhead_ratio=median([w / p for w, p in zip(walls, plain) if p > 0])
         if plain
         else math.nan,
-        coverage=sum(r.self_ms for r in rows) / plain_ms if plain_ms > 0 else math.nan,
+        coverage=total_ms / plain_ms if plain_ms > 0 else math.nan,
         total_flops=root.flops,
         iters=n,
         warmup=warmup,

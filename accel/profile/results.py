@@ -31,6 +31,9 @@ def _from_dict(cls, d: dict[str, Any]):
     return cls(**{k: v for k, v in d.items() if k in names})
 
 
+UNATTRIBUTED = "(unattributed)"  # the row that makes the layer table add up to the headline
+
+
 @dataclass
 class LayerProfile:
     """One module (torch) or one graph node (ONNX), per forward pass.
@@ -46,8 +49,8 @@ class LayerProfile:
     parent: str | None = None  # module path of the parent; None for the root
     inclusive_ms: float = 0.0
     self_ms: float = 0.0
-    share: float = 0.0  # self_ms / sum of all rows' self_ms: shares add up to 1
-    inclusive_share: float = 0.0  # inclusive_ms / the same sum
+    share: float = 0.0  # self_ms / the headline (total_ms): shares add up to 1
+    inclusive_share: float = 0.0  # inclusive_ms / the headline
     calls: int = 0  # calls per forward pass
     flops: int | None = None  # inclusive FLOPs per forward pass (None: unknown)
     self_flops: int | None = None
@@ -78,7 +81,10 @@ class OpRow:
     Times are per forward pass (totals over the profiled iterations divided by
     their number), in milliseconds. ``module`` is the innermost module scope the
     op ran in (``""`` = the root module's own code, None = outside any module).
-    For ONNX, rows aggregate by op type and ``module`` is None.
+    For ONNX, rows aggregate by op type and ``module`` is None. For torch, a module's op
+    times are fitted to add up to its self time in the layer table (the profiler's own
+    bookkeeping inflates each op; ``raw_self_ms`` keeps its number), and the module's own
+    Python between ops is the row ``(module code)``.
     """
 
     name: str
@@ -90,6 +96,9 @@ class OpRow:
     self_device_ms: float = 0.0
     input_shapes: str = ""
     share: float = 0.0  # self time (device on CUDA, CPU otherwise) / total
+    # torch: the profiler's own self time before it was fitted to the module's self time
+    # (None: not fitted; see torch_profile._fit_ops_to_layers).
+    raw_self_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _json_safe(dataclasses.asdict(self))
@@ -103,11 +112,13 @@ class OpRow:
 class ModelProfile:
     """Per-layer and per-operator profile of one model on one device.
 
-    ``total_ms`` is the median time of the profiled forward (hooked, with the
-    measured hook cost removed on CPU); rows' times are per-row medians, so on a
-    noisy machine their sum can differ from ``total_ms`` (shares use the sum).
-    ``plain_forward_ms`` is the median of the
-    same forward without any hook. Plain and profiled forwards alternate, and
+    ``total_ms`` is the headline: the median latency of the plain forward (no hook),
+    the same as ``plain_forward_ms``. Rows' times are means over the profiled
+    iterations whose total lies in the middle half (so parts add up to a whole,
+    which medians of parts do not on a busy machine), and the explicit
+    ``(unattributed)`` row (``UNATTRIBUTED``) holds the rest: the rows' self times
+    add up to ``total_ms`` exactly, and shares are fractions of it. A negative
+    unattributed time means the hooked rows came out slower than the plain forward. Plain and profiled forwards alternate, and
     the ratios are medians of per-pair ratios: ``overhead_ratio`` = hooked wall
     time / plain time (1.0 = no overhead); ``coverage`` = summed self times of
     the rows / plain time (1.0 = the rows explain exactly the plain forward).
@@ -139,6 +150,10 @@ class ModelProfile:
     hooked_samples_ms: list[float] = field(default_factory=list)
     total_samples_ms: list[float] = field(default_factory=list)
 
+    @property
+    def unattributed_ms(self) -> float:
+        return next((r.self_ms for r in self.rows if r.name == UNATTRIBUTED), 0.0)
+
     def row(self, name: str) -> LayerProfile:
         """The row of module path / node ``name``."""
         for r in self.rows:
@@ -162,3 +177,24 @@ class ModelProfile:
         d["rows"] = [LayerProfile.from_dict(r) for r in d.get("rows", [])]
         d["ops"] = [OpRow.from_dict(o) for o in d.get("ops", [])]
         return _from_dict(cls, d)
+
+
+def add_unattributed(rows: list[LayerProfile], headline_ms: float) -> None:
+    """Append the ``(unattributed)`` row (headline minus the rows' self times) and set every
+    row's shares as fractions of the headline, so the table adds up to the headline."""
+    rows[:] = [r for r in rows if r.name != UNATTRIBUTED]
+    rest = headline_ms - sum(r.self_ms for r in rows)
+    rows.append(
+        LayerProfile(
+            name=UNATTRIBUTED,
+            type="outside the timed layers",
+            depth=1,
+            parent="",
+            inclusive_ms=rest,
+            self_ms=rest,
+            calls=0,
+        )
+    )
+    for r in rows:
+        r.share = r.self_ms / headline_ms if headline_ms > 0 else 0.0
+        r.inclusive_share = r.inclusive_ms / headline_ms if headline_ms > 0 else 0.0

@@ -36,11 +36,12 @@ from accel.profile.hooks import (
     estimate_hook_cost_ns,
     install_hooks,
     median,
+    middle_half,
     module_paths,
     perf_ns,
     tensor_bytes,
 )
-from accel.profile.results import LayerProfile, ModelProfile, OpRow
+from accel.profile.results import LayerProfile, ModelProfile, OpRow, add_unattributed
 
 log = logging.getLogger(__name__)
 
@@ -217,8 +218,9 @@ def _op_table(
     iters: int,
     trace_path: str | Path | None,
     steps: _Steps,
-) -> tuple[list[OpRow], str | None]:
-    """Operators per forward from torch.profiler, each attributed to its innermost module."""
+) -> tuple[list[OpRow], str | None, dict[str, float]]:
+    """Operators per forward from torch.profiler, each attributed to its innermost module;
+    also each module scope's own time outside its ops and child scopes (ms per forward)."""
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
     cuda = device.startswith("cuda")
@@ -255,7 +257,11 @@ def _op_table(
                 prof.step()
                 steps.report((i + 1) / (iters + 1), "operator profile")
     rows: dict[tuple[str, str | None, str], OpRow] = {}
+    scope_self: dict[str, float] = {}
     for evt in prof.events():
+        if evt.name in scope_to_path and evt.device_type == torch.autograd.DeviceType.CPU:
+            path = scope_to_path[evt.name]
+            scope_self[path] = scope_self.get(path, 0.0) + evt.self_cpu_time_total / 1e3 / iters
         if (
             evt.name in scope_to_path
             or evt.name.startswith("ProfilerStep")
@@ -293,7 +299,61 @@ def _op_table(
         Path(trace_path).parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(trace_path))
         written = str(trace_path)
-    return out, written
+    return out, written, scope_self
+
+
+MODULE_CODE = "(module code)"  # an op row for a module's own Python between its operators
+
+
+def _fit_ops_to_layers(
+    ops: list[OpRow], layer_self: dict[str, float], scope_self: dict[str, float], cuda: bool
+) -> list[OpRow]:
+    """Scale each module's operator times so they add up to the module's self time.
+
+    The operator pass runs under torch.profiler, whose per-op bookkeeping inflates every
+    op by its own cost; its proportions within a module are right, its absolute times are
+    not. The layer pass measured each module's self time without that cost, so each
+    module's ops are scaled to it (``raw_*`` keep the profiler's own numbers), and the
+    module's time outside any op (its Python, the record_function scope) is an op row
+    of its own, ``(module code)``."""
+    key = "self_device_ms" if cuda else "self_cpu_ms"
+    by_module: dict[str | None, list[OpRow]] = {}
+    for o in ops:
+        by_module.setdefault(o.module, []).append(o)
+    out: list[OpRow] = []
+    for module, rows in by_module.items():
+        target = layer_self.get(module) if module is not None else None
+        for o in rows:
+            o.raw_self_ms = getattr(o, key)
+        measured = sum(getattr(o, key) for o in rows)
+        if target is None or measured <= 0:
+            out.extend(rows)
+            continue
+        scope = 0.0 if cuda else scope_self.get(module, 0.0)
+        denom = measured + scope
+        factor = target / denom if denom > 0 else 1.0
+        for o in rows:
+            o.cpu_ms *= factor
+            o.self_cpu_ms *= factor
+            o.device_ms *= factor
+            o.self_device_ms *= factor
+        out.extend(rows)
+        if scope > 0:
+            out.append(
+                OpRow(
+                    name=MODULE_CODE,
+                    module=module,
+                    calls=1,
+                    cpu_ms=scope * factor,
+                    self_cpu_ms=scope * factor,
+                    raw_self_ms=scope,
+                )
+            )
+    total = sum(getattr(o, key) for o in out) or 1.0
+    for o in out:
+        o.share = getattr(o, key) / total
+    out.sort(key=lambda o: getattr(o, key), reverse=True)
+    return out
 
 
 def profile_torch(
@@ -316,7 +376,9 @@ def profile_torch(
     modules on CPU, so self times add up to the plain forward latency.
     """
     iters = max(1, int(iters))
-    warmup = max(0, int(warmup))
+    # The first hooked forward pays one-time costs (lazy init, the hooks' first dispatch,
+    # caches of the first layers): it is always warm-up, never counted.
+    warmup = max(1, int(warmup))
     steps = _Steps(progress, cancel)
     cuda = device.startswith("cuda")
     notes: list[str] = []
@@ -369,26 +431,29 @@ def profile_torch(
 
     # 3. operators
     op_rows: list[OpRow] = []
+    scope_self: dict[str, float] = {}
     written = None
     n_op = 0
     if ops or trace_path is not None:
         steps.phase(0.7, 1.0)
         n_op = max(1, min(iters, op_iters or 5))
-        op_rows, written = _op_table(module, call, device, n_op, trace_path, steps)
+        op_rows, written, scope_self = _op_table(module, call, device, n_op, trace_path, steps)
         if not ops:
             op_rows = []
 
-    # Rows, in module order (parents before children).
+    # Rows, in module order (parents before children). Means over the middle half of the
+    # iterations (by profiled total): the rows add up to their total, outliers stay out.
     paths = module_paths(module)
     plain_ms = median(plain)
-    if per_iter and hooked:
-        total_ms = median([a.top for a in per_iter])
-    else:  # nothing could be hooked: the root is all we know
-        total_ms = plain_ms
+    keep = [per_iter[i] for i in middle_half([a.top for a in per_iter])] if per_iter else []
+
+    def mean_of(values: list[float]) -> float:
+        return sum(values) / len(values) if values else 0.0
+
     rows: list[LayerProfile] = []
     for mod, path in paths.items():
-        incl = median([a.inclusive.get(path, 0.0) for a in per_iter]) if per_iter else 0.0
-        slf = median([a.self.get(path, 0.0) for a in per_iter]) if per_iter else 0.0
+        incl = mean_of([a.inclusive.get(path, 0.0) for a in keep])
+        slf = mean_of([a.self.get(path, 0.0) for a in keep])
         calls = per_iter[-1].calls.get(path, 0) if per_iter else 0
         if path == "" and not hooked:
             incl = slf = plain_ms
@@ -409,7 +474,7 @@ def profile_torch(
             depth=0 if path == "" else path.count(".") + 1,
             parent=None if path == "" else (path.rsplit(".", 1)[0] if "." in path else ""),
             inclusive_ms=incl,
-            self_ms=max(0.0, slf),
+            self_ms=slf,
             calls=calls,
             flops=flops,
             self_flops=info.self_flops.get(path),
@@ -424,12 +489,17 @@ def profile_torch(
         if flops is not None and moved > 0:
             row.intensity = flops / moved
         rows.append(row)
-    # Shares divide by the sum of the (median) self times, so they add up to 1 even when a
-    # noisy machine makes the median of the parts differ from the median of the whole.
-    sum_self = sum(r.self_ms for r in rows)
-    for r in rows:
-        r.share = r.self_ms / sum_self if sum_self > 0 else 0.0
-        r.inclusive_share = r.inclusive_ms / sum_self if sum_self > 0 else 0.0
+    measured_sum = sum(r.self_ms for r in rows)
+    if plain_ms > 0 and abs(measured_sum - plain_ms) > 0.1 * plain_ms:
+        notes.append(
+            f"the layers add up to {measured_sum:.3f} ms against a plain forward of "
+            f"{plain_ms:.3f} ms; the difference is the (unattributed) row (a busy machine "
+            "makes the two disagree: profile again when it is quiet)"
+        )
+    # The headline is the plain forward; what the layers do not explain is a row of its own.
+    add_unattributed(rows, plain_ms)
+    if op_rows:
+        op_rows = _fit_ops_to_layers(op_rows, {r.name: r.self_ms for r in rows}, scope_self, cuda)
     hooked_ms = median(hooked_wall) if hooked_wall else plain_ms
     if cuda:
         notes.append("layer times are GPU times between CUDA events recorded in the hooks")
@@ -445,12 +515,12 @@ def profile_torch(
         device=device,
         rows=rows,
         ops=op_rows,
-        total_ms=total_ms,
+        total_ms=plain_ms,
         plain_forward_ms=plain_ms,
         hooked_forward_ms=hooked_ms,
         # Ratios of interleaved pairs, so drift and load cancel out as much as they can.
         overhead_ratio=_pair_ratio(hooked_wall, plain),
-        coverage=_pair_ratio([a.top for a in per_iter], plain) if hooked else 1.0,
+        coverage=measured_sum / plain_ms if hooked and plain_ms > 0 else 1.0,
         hook_cost_us=hook_cost_ns / 1e3,
         total_flops=root_flops if root_flops is not None else info.counter.get_total_flops(),
         iters=iters,

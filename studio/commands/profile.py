@@ -181,7 +181,8 @@ def run(args: argparse.Namespace) -> int:
         )
         print(
             f"profiler overhead {prof.overhead_ratio:.2f}x; layer self times add up to "
-            f"{100 * prof.coverage:.1f}% of the plain forward ({fmt_ms(prof.plain_forward_ms)} ms)"
+            f"{100 * prof.coverage:.1f}% of the plain forward ({fmt_ms(prof.plain_forward_ms)} ms), "
+            f"(unattributed) {fmt_ms(prof.unattributed_ms)} ms; {prof.threads} threads"
         )
         print()
         print(layer_table(prof, args.top))
