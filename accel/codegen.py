@@ -11,6 +11,7 @@ speedup and parity per step like ``studio run``.
 from __future__ import annotations
 
 import inspect
+import sys
 import textwrap
 from datetime import UTC, datetime
 from typing import Any
@@ -157,12 +158,34 @@ def report(label, index, gates=None):
 '''
 
 
+def doc_text(value: object) -> str:
+    """``value`` as text that is safe inside a triple-quoted (non-raw) docstring or a comment:
+    the repr's escapes (newlines, quotes, control characters) and escaped double quotes, so
+    nothing from a recipe or a model file can close the string or start a line of code."""
+    return repr(str(value)).replace('"', '\\"')
+
+
+def kwargs_code(text: str, source: str) -> str:
+    """Factory keyword arguments from a model source, re-emitted as literals (never the
+    source's own text): ``in_features=16, name='x'``."""
+    from accel.errors import ModelLoadError
+    from accel.models.sources import _parse_kwargs
+
+    if not text:
+        return ""
+    try:
+        kwargs = _parse_kwargs(text, source)
+    except ModelLoadError as exc:
+        raise RecipeError(str(exc)) from None
+    return ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+
+
 def _spec_code(spec: InputSpec, fn_name: str = "make_inputs") -> str:
     """A make_inputs(seed, dims) that produces exactly InputSpec.sample's tensors."""
     defaults = {k: d.default for k, d in spec.dims.items()}
     lines = [
         f"def {fn_name}(seed=0, dims=None):",
-        f'    """The inputs of the model: {spec}"""',
+        f'    """The inputs of the model: {doc_text(spec)}"""',
         f"    dims = {{**{defaults!r}, **(dims or {{}})}}",
         "    gen = torch.Generator().manual_seed(seed)",
         "    out = {}",
@@ -205,7 +228,8 @@ def _model_code(recipe: Recipe, spec: InputSpec) -> tuple[list[str], str, str]:
     m = _SOURCE_RE.match(src)
     if not m:
         raise RecipeError(f"cannot export a script for model source {src!r}")
-    target, kw, weights = m.group("target").strip(), m.group("kwargs") or "", m.group("weights")
+    target, weights = m.group("target").strip(), m.group("weights")
+    kw = kwargs_code(m.group("kwargs") or "", src)
     imports: list[str] = []
     defs = ""
     if target.startswith("zoo:"):
@@ -250,8 +274,19 @@ def _model_code(recipe: Recipe, spec: InputSpec) -> tuple[list[str], str, str]:
     elif target.lower().endswith((".pt", ".ts", ".jit", ".pth")) and ":" not in target:
         stmt = [f"model = torch.jit.load({target!r}, map_location='cpu').eval()", 'kind = "torch"']
     else:
-        mod, _, fn = target.rpartition(":")
-        if mod.endswith(".py") or "/" in mod:
+        from accel.errors import UntrustedCodeError
+        from accel.trust import is_file_ref, split_code_ref
+
+        try:
+            mod, fn = split_code_ref(target, src)  # identifiers only: they are written as code
+        except UntrustedCodeError as exc:
+            raise RecipeError(str(exc)) from None
+        if not is_file_ref(mod) and mod.split(".")[0] in sys.stdlib_module_names:
+            raise RecipeError(
+                f"{src!r} is not a model factory: the standard library has none, and the "
+                "script would call it. Name your own factory (my_model.py:build)."
+            )
+        if is_file_ref(mod):
             imports.append("import importlib.util")
             stmt = [
                 f"_spec = importlib.util.spec_from_file_location('user_model', {mod!r})",
@@ -271,6 +306,26 @@ def _model_code(recipe: Recipe, spec: InputSpec) -> tuple[list[str], str, str]:
     return imports, defs, "\n".join(stmt)
 
 
+def _source_spec(source: str) -> InputSpec:
+    """The input spec of a source whose recipe gives none, read without running code:
+    zoo models and model files only (never unpickling); factories need the recipe's spec."""
+    from accel.errors import AccelError
+    from accel.models import load_model
+    from accel.trust import is_code_ref
+
+    if is_code_ref(source):
+        raise RecipeError(
+            f"the recipe gives no model.input_spec, and the script export does not import "
+            f"{source!r} to find it; add input_spec to the recipe's model (or pass --input)"
+        )
+    try:
+        return load_model(source, validate=False, trust_code=False).input_spec
+    except AccelError as exc:
+        raise RecipeError(
+            f"cannot read the input spec of {source!r} ({exc}); add input_spec to the recipe"
+        ) from None
+
+
 def _step_gates(step: Any) -> str:
     """``, gates=(rtol, atol, min_cosine)`` for a step with its own gates, else nothing."""
     g = step.gates
@@ -278,14 +333,14 @@ def _step_gates(step: Any) -> str:
 
 
 def recipe_to_script(recipe: Recipe | dict[str, Any] | str) -> str:
-    """The whole script as text (see module docstring)."""
-    from accel.models import load_model
+    """The whole script as text (see module docstring). Reads and writes text only: the
+    model source is never imported or run, and every recipe value enters as a literal."""
     from accel.passes import get_pass
 
     recipe = load_recipe(recipe)
     spec = InputSpec.coerce(recipe.model.input_spec)
     if spec is None:
-        spec = load_model(recipe.model.source, validate=False).input_spec
+        spec = _source_spec(recipe.model.source)
     model_imports, model_defs, model_stmt = _model_code(recipe, spec)
     imports = list(_BASE_IMPORTS) + model_imports
     helpers: list[str] = []
@@ -307,7 +362,7 @@ def recipe_to_script(recipe: Recipe | dict[str, Any] | str) -> str:
         dirname = f"step_{index:02d}_{step.pass_name}"
         params = ", ".join(f"{k}={v!r}" for k, v in step.params.items())
         steps_code.append(
-            f"# -- step {index + 1}: {step.label}({params})\n"
+            f"# -- step {index + 1}: {doc_text(step.label)} ({doc_text(params)})\n"
             f"step_dir = OUT / {dirname!r}\n"
             "step_dir.mkdir(parents=True, exist_ok=True)\n"
             "torch.manual_seed(SEED)\n"
@@ -331,7 +386,8 @@ def recipe_to_script(recipe: Recipe | dict[str, Any] | str) -> str:
     dims = dict(b.dims)
     parts = [
         "#!/usr/bin/env python",
-        f'"""Recipe {recipe.name!r} on {recipe.model.source}, exported by Accel Studio on {stamp}.',
+        f'"""Recipe {doc_text(recipe.name)} on {doc_text(recipe.model.source)}, exported by '
+        f"Accel Studio on {stamp}.",
         "",
         "Reproduces the recipe with public libraries only: builds the model, applies each step,",
         "saves every step's outputs and artifacts under --out and prints latency, speedup and",

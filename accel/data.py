@@ -143,7 +143,7 @@ def _parse_opts(text: str | None, spec: str) -> dict[str, int]:
         if not part:
             continue
         key, eq, value = part.partition("=")
-        if not eq or not value.strip().isdigit():
+        if not eq or not (value.strip().isascii() and value.strip().isdigit()):
             raise DataError(
                 f"{spec}: options look like 'synthetic(batches=8, batch=4)', got {part!r}"
             )
@@ -278,8 +278,15 @@ def _file_batch(input_spec: InputSpec, n: int, batch_size: int | None) -> int:
     return n
 
 
-def _load_function(spec: str) -> Callable[[], Any]:
-    mod_name, _, fn_name = spec.rpartition(":")
+def _load_function(spec: str, what: str = "data function") -> Callable[[], Any]:
+    from accel.errors import UntrustedCodeError
+    from accel.trust import check_function, require_code_trust, split_code_ref
+
+    try:
+        require_code_trust(spec, what)
+        mod_name, fn_name = split_code_ref(spec)
+    except UntrustedCodeError as exc:
+        raise DataError(str(exc)) from None
     try:
         if mod_name.endswith(".py") or "/" in mod_name:
             p = Path(mod_name)
@@ -301,6 +308,10 @@ def _load_function(spec: str) -> Callable[[], Any]:
     fn = getattr(mod, fn_name, None)
     if not callable(fn):
         raise DataError(f"data source {spec!r}: {mod_name} has no function {fn_name!r}")
+    try:
+        check_function(fn, mod.__name__, spec, what)
+    except UntrustedCodeError as exc:
+        raise DataError(str(exc)) from None
     return fn
 
 
@@ -409,7 +420,7 @@ def _metric_fn(metric: str) -> Callable[[Any, Any], float] | None:
         raise DataError(
             f"unknown metric {metric!r}; use 'top1' or pkg.mod:function(outputs, labels) -> float"
         )
-    return _load_function(metric)
+    return _load_function(metric, "metric function")
 
 
 def evaluate_accuracy(model: LoadedModel, data: DataSource, metric: str = "top1") -> float:
@@ -459,8 +470,11 @@ def train_script_helper(spec: str | None, input_spec: InputSpec, seed: int = 0) 
 
 
 def _batches_source(spec: str | None, input_spec: InputSpec, seed: int, labels: bool) -> str | None:
+    from accel.codegen import doc_text
+
     if not spec:
         return None
+    spec_doc = doc_text(spec)  # recipe text enters the script only escaped or as a literal
     names = input_spec.names
     m = _SYNTH_RE.match(spec.strip())
     if labels:
@@ -477,7 +491,7 @@ def _batches_source(spec: str | None, input_spec: InputSpec, seed: int, labels: 
         item = f"make_inputs(seed={base} + i, dims={dims!r})"
         return (
             head
-            + f'    """Inputs of {spec} (seeds {base}, {base + 1}, ...)."""\n'
+            + f'    """Inputs of {spec_doc} (seeds {base}, {base + 1}, ...)."""\n'
             + (
                 f"    return [({item}, None) for i in range({n})]\n"
                 if labels
@@ -500,7 +514,7 @@ def _batches_source(spec: str | None, input_spec: InputSpec, seed: int, labels: 
             else "    return [{k: arrays[k][i : i + step] for k in names} for i in range(0, n, step)][:limit]\n"
         )
         return (
-            head + f'    """Batches of {spec}, cut as the studio cuts them{doc_end}."""\n'
+            head + f'    """Batches of {spec_doc}, cut as the studio cuts them{doc_end}."""\n'
             f"    path = Path({str(Path(spec).resolve())!r})\n"
             '    if path.suffix.lower() == ".npz":\n'
             "        with np.load(path, allow_pickle=False) as z:\n"
@@ -518,8 +532,14 @@ def _batches_source(spec: str | None, input_spec: InputSpec, seed: int, labels: 
             f"    step = {batch}\n"
             f"    n = len(arrays[{names[0]!r}])\n" + ret
         )
-    mod, _, fn = spec.rpartition(":")
-    if mod.endswith(".py") or "/" in mod:
+    from accel.errors import UntrustedCodeError
+    from accel.trust import is_file_ref, split_code_ref
+
+    try:
+        mod, fn = split_code_ref(spec)  # identifiers only: they are written as code
+    except UntrustedCodeError as exc:
+        raise DataError(str(exc)) from None
+    if is_file_ref(mod):
         load = (
             "    import importlib.util\n"
             f"    _spec = importlib.util.spec_from_file_location('user_data', {str(Path(mod).resolve())!r})\n"
@@ -530,7 +550,7 @@ def _batches_source(spec: str | None, input_spec: InputSpec, seed: int, labels: 
     else:
         load = f"    from {mod} import {fn}\n\n    items = {fn}()\n"
     return (
-        head + f'    """Batches from {spec}{doc_end}."""\n' + load + f"    names = {names!r}\n"
+        head + f'    """Batches from {spec_doc}{doc_end}."""\n' + load + f"    names = {names!r}\n"
         "    out = []\n"
         "    for item in items:\n"
         "        y = None\n"

@@ -11,6 +11,10 @@ class ModelLoadError(AccelError):
     """A model source could not be loaded."""
 
 
+class UntrustedCodeError(ModelLoadError):
+    """Loading would run code (a recipe's factory, pickled objects) the user did not opt into."""
+
+
 class InputSpecError(AccelError, ValueError):
     """An input specification string or file is malformed or does not fit the model."""
 

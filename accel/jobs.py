@@ -58,7 +58,8 @@ def _call_with_supported(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> A
 
 def run_recipe_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
     """params: ``recipe`` (dict or file path), optional ``model`` (source overriding the
-    recipe's), ``device``, ``out`` (run folder). Returns the run's JSON summary."""
+    recipe's), ``device``, ``out`` (run folder), the caller's opt-ins ``trust_pickle`` and
+    ``trust_recipe_code`` (never taken from the recipe). Returns the run's JSON summary."""
     from accel.runner import run_recipe
 
     recipe = params["recipe"]
@@ -75,6 +76,8 @@ def run_recipe_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> d
         out_dir=params.get("out"),
         model_source=params.get("model"),
         device=params.get("device"),
+        trust_pickle=bool(params.get("trust_pickle")),
+        trust_recipe_code=bool(params.get("trust_recipe_code")),
     )
     return {
         "status": result.status,

@@ -13,13 +13,23 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from accel.errors import PassError, RecipeError
 
 SCHEMA_VERSION = 2
+
+# Bounds a recipe's numbers must stay within (a file from someone else must not switch a
+# gate off with inf, or ask for 1e18 iterations).
+MAX_TOLERANCE = 1e6
+MAX_ITERS = 1_000_000
+MAX_DIM = 1_000_000
+MAX_BATCHES = 100_000
+MAX_STEPS = 1000
+# Recipe files are small; a larger one is refused before parsing.
+MAX_RECIPE_BYTES = 1 << 20
 
 
 class _Strict(BaseModel):
@@ -34,21 +44,47 @@ class ModelRef(_Strict):
         None, description="input spec, e.g. 'x:float32[batch,3,224,224]'; default: the model's own"
     )
     trust_pickle: bool = Field(
-        False, description="allow full unpickling of .pt files (runs code in the file)"
+        False,
+        description="ignored (kept so old recipes load): only the person running a recipe "
+        "can allow unpickling, with --trust-pickle or the studio's confirmation",
     )
 
 
 class Gates(_Strict):
-    rtol: float = Field(1e-3, ge=0, description="relative tolerance of allclose")
-    atol: float = Field(1e-4, ge=0, description="absolute tolerance of allclose")
+    rtol: float = Field(
+        1e-3,
+        ge=0,
+        le=MAX_TOLERANCE,
+        allow_inf_nan=False,
+        description="relative tolerance of allclose",
+    )
+    atol: float = Field(
+        1e-4,
+        ge=0,
+        le=MAX_TOLERANCE,
+        allow_inf_nan=False,
+        description="absolute tolerance of allclose",
+    )
     min_cosine: float | None = Field(
-        0.999, ge=-1, le=1, description="an output also passes with cosine similarity at least this"
+        0.999,
+        ge=-1,
+        le=1,
+        allow_inf_nan=False,
+        description="an output also passes with cosine similarity at least this",
     )
     min_top1: float | None = Field(
-        None, ge=0, le=1, description="minimum top-1 agreement for logits outputs"
+        None,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="minimum top-1 agreement for logits outputs",
     )
     max_accuracy_drop: float | None = Field(
-        None, ge=0, le=1, description="maximum accuracy drop vs the original (needs eval data)"
+        None,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="maximum accuracy drop vs the original (needs eval data)",
     )
 
 
@@ -56,20 +92,35 @@ class BenchSettings(_Strict):
     """How each step is timed against the original (accel.measure.TimingSettings)."""
 
     rounds: int = Field(
-        8, ge=1, description="alternating rounds original/step (at least; see min_time_s)"
+        8,
+        ge=1,
+        le=MAX_ITERS,
+        description="alternating rounds original/step (at least; see min_time_s)",
     )
-    warmup: int = Field(3, ge=0, description="untimed calls of each model before the rounds")
-    iters: int = Field(24, ge=1, description="timed calls of each model, spread over the rounds")
+    warmup: int = Field(
+        3, ge=0, le=MAX_ITERS, description="untimed calls of each model before the rounds"
+    )
+    iters: int = Field(
+        24, ge=1, le=MAX_ITERS, description="timed calls of each model, spread over the rounds"
+    )
     threads: int | None = Field(
         None,
         ge=1,
+        le=1024,
         description="intra-op threads of torch and every runtime (default: physical cores)",
     )
     min_time_s: float = Field(
-        0.5, ge=0, description="add rounds until both models were timed this long (seconds)"
+        0.5,
+        ge=0,
+        le=3600,
+        allow_inf_nan=False,
+        description="add rounds until both models were timed this long (seconds)",
     )
-    dims: dict[str, int] = Field(
-        default_factory=dict, description="symbolic dim values for benchmarking, e.g. {batch: 8}"
+    dims: dict[str, Annotated[int, Field(ge=1, le=MAX_DIM)]] = Field(
+        default_factory=dict,
+        max_length=64,
+        description="symbolic dim values for benchmarking, e.g. {batch: 8}; names of the "
+        "input spec's dims only",
     )
 
 
@@ -77,7 +128,9 @@ class DataConfig(_Strict):
     calibration: str | None = Field(
         None, description="calibration data: 'synthetic', file.npz, file.pt or pkg.mod:function"
     )
-    calibration_batches: int = Field(8, ge=1, description="calibration batches to use")
+    calibration_batches: int = Field(
+        8, ge=1, le=MAX_BATCHES, description="calibration batches to use"
+    )
     train: str | None = Field(None, description="labelled data for QAT / fine-tuning (same forms)")
     eval: str | None = Field(
         None, description="labelled evaluation data; enables accuracy per step"
@@ -89,7 +142,9 @@ class Step(_Strict):
     pass_name: str = Field(alias="pass", description="registered pass name")
     params: dict[str, Any] = Field(default_factory=dict)
     enabled: bool = True
-    name: str | None = Field(None, description="label shown in tables (default: the pass name)")
+    name: str | None = Field(
+        None, max_length=200, description="label shown in tables (default: the pass name)"
+    )
     gates: Gates | None = Field(
         None, description="gates for this step only (default: the recipe's)"
     )
@@ -100,13 +155,13 @@ class Step(_Strict):
 
 
 class Recipe(_Strict):
-    schema_version: int = SCHEMA_VERSION
-    name: str = "recipe"
-    description: str = ""
+    schema_version: int = Field(SCHEMA_VERSION, ge=0, le=SCHEMA_VERSION, strict=True)
+    name: str = Field("recipe", max_length=200)
+    description: str = Field("", max_length=20000)
     model: ModelRef
     device: str = Field("cpu", description="cpu or cuda[:N]")
-    seed: int = 0
-    steps: list[Step] = Field(default_factory=list)
+    seed: int = Field(0, ge=0, le=2**63 - 1)
+    steps: list[Step] = Field(default_factory=list, max_length=MAX_STEPS)
     gates: Gates = Field(default_factory=Gates)
     benchmark: BenchSettings = Field(default_factory=BenchSettings)
     on_gate_fail: Literal["stop", "warn"] = "warn"
@@ -145,9 +200,12 @@ def _v0_to_v1(d: dict[str, Any]) -> dict[str, Any]:
         if "input" in d:
             d["model"]["input_spec"] = d.pop("input")
     if "passes" in d and "steps" not in d:
+        passes = d.pop("passes")
+        if not isinstance(passes, list) or not all(isinstance(p, Mapping) for p in passes):
+            raise RecipeError("'passes' (schema 0) must be a list of {type, options} mappings")
         d["steps"] = [
             {"pass": p.get("type", p.get("pass")), "params": p.get("options", p.get("params", {}))}
-            for p in d.pop("passes")
+            for p in passes
         ]
     d["schema_version"] = 1
     return d
@@ -166,16 +224,42 @@ MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {0: _v0_to_v
 
 
 def migrate(d: Mapping[str, Any]) -> dict[str, Any]:
+    """Bring an older recipe mapping to the current schema; RecipeError if it cannot be."""
+    if not isinstance(d, Mapping):
+        raise RecipeError(
+            f"a recipe is a mapping with model, steps, gates...; got {type(d).__name__}"
+        )
     d = copy.deepcopy(dict(d))
-    version = int(d.get("schema_version", 0))
+    version = d.get("schema_version", 0)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise RecipeError(
+            f"schema_version must be a whole number 0..{SCHEMA_VERSION}, got {_short(version)}"
+        )
     if version > SCHEMA_VERSION:
         raise RecipeError(
             f"recipe schema_version {version} is newer than this studio understands ({SCHEMA_VERSION}); update Accel Studio"
         )
     while version < SCHEMA_VERSION:
-        d = MIGRATIONS[version](d)
+        try:
+            d = MIGRATIONS[version](d)
+        except (TypeError, ValueError, AttributeError, KeyError) as exc:
+            raise RecipeError(
+                f"cannot read this schema_version {version} recipe ({type(exc).__name__}: "
+                f"{_short(exc)}); check its model and passes entries"
+            ) from None
         version = int(d["schema_version"])
     return d
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    """A bounded repr for messages (a huge value must not make a huge message)."""
+    import reprlib
+
+    r = reprlib.Repr()
+    r.maxstring = r.maxother = limit
+    r.maxlist = r.maxdict = 8
+    text = r.repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 # -- load / save / validate -----------------------------------------------------------------
@@ -185,23 +269,76 @@ def read_recipe_file(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise RecipeError(f"recipe file {p} not found")
-    text = p.read_text(encoding="utf-8")
     try:
-        if p.suffix.lower() == ".json":
-            data = json.loads(text)
-        else:
-            import yaml
-
-            data = yaml.safe_load(text)
-    except Exception as exc:
+        raw = p.read_bytes() if p.stat().st_size <= MAX_RECIPE_BYTES else None
+    except OSError as exc:
+        raise RecipeError(f"cannot read recipe file {p}: {exc.strerror or exc}") from None
+    if raw is None:
         raise RecipeError(
-            f"{p}: not valid {'JSON' if p.suffix.lower() == '.json' else 'YAML'}: {exc}"
-        ) from None
+            f"{p} is larger than {MAX_RECIPE_BYTES // 1024} KiB; a recipe is a small text file"
+        )
+    return parse_recipe_text(raw, p.name, json_format=p.suffix.lower() == ".json")
+
+
+def parse_recipe_text(raw: bytes | str, where: str = "recipe", *, json_format: bool = False):
+    """Parse recipe text (YAML or JSON) into a mapping; every failure is a RecipeError.
+
+    YAML is read with the safe loader, with anchors and aliases refused (an alias bomb
+    expands a few hundred bytes into gigabytes) and nesting bounded."""
+    if isinstance(raw, bytes):
+        if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+            raise RecipeError(f"{where} is UTF-16 text; save it as UTF-8")
+        try:
+            text = raw.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise RecipeError(
+                f"{where} is not UTF-8 text (bad byte at offset {exc.start}); save it as UTF-8"
+            ) from None
+    else:
+        text = raw
+    if len(text) > MAX_RECIPE_BYTES:
+        raise RecipeError(f"{where} is larger than {MAX_RECIPE_BYTES // 1024} KiB")
+    kind = "JSON" if json_format else "YAML"
+    try:
+        data = json.loads(text) if json_format else _safe_yaml(text)
+    except RecipeError as exc:
+        raise RecipeError(f"{where}: {exc}") from None
+    except RecursionError:
+        raise RecipeError(f"{where}: nested too deeply to be a recipe") from None
+    except Exception as exc:  # noqa: BLE001 - any parser error is the file's fault
+        raise RecipeError(f"{where}: not valid {kind}: {_short(str(exc), 500)}") from None
     if not isinstance(data, Mapping):
         raise RecipeError(
-            f"{p}: a recipe is a mapping with model, steps, gates...; got {type(data).__name__}"
+            f"{where}: a recipe is a mapping with model, steps, gates...; got {type(data).__name__}"
         )
     return dict(data)
+
+
+_MAX_DEPTH = 50
+
+
+def _safe_yaml(text: str) -> Any:
+    import yaml
+
+    class _Loader(yaml.SafeLoader):
+        depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise RecipeError(
+                    f"line {event.start_mark.line + 1}: YAML aliases (*{event.anchor}) are not "
+                    "allowed in recipes; write the value out"
+                )
+            self.depth += 1
+            if self.depth > _MAX_DEPTH:
+                raise RecipeError(f"nested deeper than {_MAX_DEPTH} levels")
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
 
 
 def load_recipe(
@@ -212,16 +349,61 @@ def load_recipe(
         data = source.to_dict()
     elif isinstance(source, Mapping):
         data = dict(source)
-    else:
+    elif isinstance(source, (str, Path)):
         data = read_recipe_file(source)
+    else:
+        raise RecipeError(f"cannot read a recipe from {type(source).__name__}")
+    _check_text(data)
     data = migrate(data)
     try:
         recipe = Recipe.model_validate(data)
     except ValidationError as exc:
         raise RecipeError(_explain(exc, Recipe)) from None
+    except RecursionError:
+        raise RecipeError("the recipe is nested too deeply") from None
+    _check_dims(recipe)
     if check_passes:
         validate_steps(recipe)
     return recipe
+
+
+def _check_text(value: Any, where: str = "recipe", depth: int = 0) -> None:
+    """Every string must be valid Unicode text (a lone surrogate cannot be stored or printed)."""
+    if depth > _MAX_DEPTH:
+        raise RecipeError(f"the recipe is nested deeper than {_MAX_DEPTH} levels")
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise RecipeError(
+                f"{where}: text {_short(value, 80)} has an invalid character (a lone surrogate)"
+            ) from None
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            _check_text(k, where, depth + 1)
+            _check_text(v, f"{where}.{k}" if isinstance(k, str) else where, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _check_text(v, f"{where}[{i}]", depth + 1)
+
+
+def _check_dims(recipe: Recipe) -> None:
+    """benchmark.dims may only name dims of the recipe's input spec (when it gives one)."""
+    from accel.errors import InputSpecError
+    from accel.models.inputs import InputSpec
+
+    if recipe.model.input_spec is None:
+        return
+    try:
+        spec = InputSpec.parse(recipe.model.input_spec)
+    except InputSpecError as exc:
+        raise RecipeError(f"model.input_spec: {exc}") from None
+    unknown = sorted(set(recipe.benchmark.dims) - set(spec.dims))
+    if unknown:
+        raise RecipeError(
+            f"benchmark.dims names {', '.join(map(repr, unknown))}, which the input spec does "
+            f"not have; its dims: {', '.join(spec.dims) or 'none (all shapes fixed)'}"
+        )
 
 
 def validate_steps(recipe: Recipe) -> None:
@@ -259,7 +441,7 @@ def _explain(exc: ValidationError, model: type[BaseModel]) -> str:
         elif err["type"] == "missing":
             msgs.append(f"missing required field {loc!r}")
         else:
-            msgs.append(f"field {loc!r}: {err['msg']} (got {err.get('input')!r})")
+            msgs.append(f"field {loc!r}: {err['msg']} (got {_short(err.get('input'))})")
     return "; ".join(msgs)
 
 

@@ -30,6 +30,7 @@ from accel.events import (
     StepStarted,
 )
 from accel.recipe import Recipe, load_recipe
+from accel.trust import RECIPE_TRUST_PICKLE_IGNORED, code_trust
 
 log = logging.getLogger(__name__)
 
@@ -151,11 +152,32 @@ def run_recipe(
     model_source: str | None = None,
     device: str | None = None,
     save_models: bool | None = None,
+    trust_pickle: bool = False,
+    trust_recipe_code: bool = False,
 ) -> RunResult:
     """Execute ``recipe`` and return its results (see module docstring).
 
     ``save_models``: save each torch step's model as ``model.pt2`` in its step folder (for
-    bisect and the graph diff); default: on unless env ``ACCEL_SAVE_STEP_MODELS=0``."""
+    bisect and the graph diff); default: on unless env ``ACCEL_SAVE_STEP_MODELS=0``.
+    ``trust_pickle`` / ``trust_recipe_code``: the caller's opt-ins to unpickle the model file
+    and to import the code the recipe names (``model_source`` is the caller's own, always
+    allowed); a recipe never grants them itself (SECURITY.md)."""
+    with code_trust(trust_recipe_code):
+        return _run_recipe(
+            recipe, on_event, cancel, out_dir, model_source, device, save_models, trust_pickle
+        )
+
+
+def _run_recipe(
+    recipe: Recipe | str | Path | dict[str, Any],
+    on_event: Callable[[Event], None] | None,
+    cancel: CancelLike,
+    out_dir: str | Path | None,
+    model_source: str | None,
+    device: str | None,
+    save_models: bool | None,
+    trust_pickle: bool,
+) -> RunResult:
     import torch
 
     from accel.bench import environment_info
@@ -212,11 +234,14 @@ def run_recipe(
     # -- the original model, its reference outputs and baseline benchmark -------------------
     try:
         emit(Progress(index=-1, fraction=0.0, message=f"loading {recipe.model.source}"))
+        if recipe.model.trust_pickle and not trust_pickle:
+            emit(Log(level="warning", message=RECIPE_TRUST_PICKLE_IGNORED))
         original = load_model(
             recipe.model.source,
             recipe.model.input_spec,
-            trust_pickle=recipe.model.trust_pickle,
+            trust_pickle=trust_pickle,
             device=device,
+            trust_code=True if model_source else None,
         )
         inputs = original.input_spec.sample(seed=recipe.seed, dims=recipe.benchmark.dims or None)
         data = _build_data(recipe, original)

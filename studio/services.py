@@ -94,6 +94,11 @@ class Services(QObject):
         self._context: dict[str, dict[str, Any]] = {}
         self._latest: dict[str, str] = {}  # controller -> newest job id (older results dropped)
         self._trusted: set[str] = set()  # sources the user allowed to unpickle
+        # Code references (pkg.mod:factory, file.py:fn) the user named or confirmed.
+        self._named_code: set[str] = set()
+        # Asked before a recipe's code runs: shows the references, returns the user's yes/no
+        # (the main window sets a dialog; without one, unconfirmed code is refused).
+        self.confirm_code: Any = None
 
     # -- facts for the status bar ---------------------------------------------------------
     @property
@@ -143,6 +148,7 @@ class Services(QObject):
         ``trust_pickle``: the user opted in to full unpickling of this file (kept for the
         later jobs on the same source)."""
         source = source.strip()
+        self._named_code.add(source)  # opened by the user: theirs to run
         if trust_pickle:
             self._trusted.add(source)
         params: dict[str, Any] = {"model": source}
@@ -175,14 +181,34 @@ class Services(QObject):
         st.status.emit(f"profiling {st.model_source}…")
         return job_id
 
-    def run_recipe(self, recipe: Any = None, **submit_kwargs: Any) -> str:
-        """Run ``recipe`` (default: ``state.recipe``) in a worker; the pool records it."""
+    def run_recipe(self, recipe: Any = None, **submit_kwargs: Any) -> str | None:
+        """Run ``recipe`` (default: ``state.recipe``) in a worker; the pool records it.
+
+        Code the recipe names (a factory, data or metric function) runs only if the user
+        opened it as the model or confirms it (``confirm_code``); else None, nothing runs."""
+        from accel.trust import recipe_code_refs
+
         recipe = recipe if recipe is not None else self.state.recipe
         data = recipe.to_dict() if hasattr(recipe, "to_dict") else dict(recipe)
         source = (data.get("model") or {}).get("source") or self.state.model_source
+        params: dict[str, Any] = {"recipe": data}
+        unconfirmed = [r for r in recipe_code_refs(data) if r not in self._named_code]
+        if unconfirmed:
+            if self.confirm_code is None or not self.confirm_code(unconfirmed):
+                self.jobFailed.emit(
+                    "run",
+                    "not run: the recipe names code to import and call "
+                    f"({', '.join(unconfirmed)}), which was not confirmed",
+                )
+                return None
+            self._named_code.update(unconfirmed)
+        if recipe_code_refs(data):
+            params["trust_recipe_code"] = True  # every reference is the user's or confirmed
+        if source in self._trusted:
+            params["trust_pickle"] = True
         handle = self.pool.submit(
             "run_recipe",
-            {"recipe": data},
+            params,
             model_source=source,
             recipe=data,
             name=str(data.get("name") or ""),

@@ -404,10 +404,15 @@ class BisectStep:
 
 
 def bisect_run(
-    run_dir: str | Path, *, atol: float | None = None, rtol: float | None = None
+    run_dir: str | Path,
+    *,
+    atol: float | None = None,
+    rtol: float | None = None,
+    trust_pickle: bool = False,
 ) -> list[BisectStep]:
     """Compare the original model of a run folder with every step's saved model (the runner
-    saves each torch step's model as ``model.pt2``; export steps save ONNX / .ts / .pt2)."""
+    saves each torch step's model as ``model.pt2``; export steps save ONNX / .ts / .pt2).
+    ``trust_pickle`` is the caller's opt-in; the run's recipe.json never grants it."""
     import json
 
     from accel.errors import AccelError
@@ -422,9 +427,7 @@ def bisect_run(
     gates = recipe.get("gates", {})
     atol = gates.get("atol", 1e-4) if atol is None else atol
     rtol = gates.get("rtol", 1e-3) if rtol is None else rtol
-    original = load_model(
-        model["source"], model.get("input_spec"), trust_pickle=bool(model.get("trust_pickle"))
-    )
+    original = load_model(model["source"], model.get("input_spec"), trust_pickle=trust_pickle)
     inputs = original.example_inputs(seed=int(recipe.get("seed", 0)))
     out: list[BisectStep] = []
     for step, artifact in step_model_artifacts(run_dir):

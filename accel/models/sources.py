@@ -31,6 +31,12 @@ from typing import Any
 from accel.errors import InputSpecError, ModelLoadError
 from accel.models.inputs import InputSpec
 from accel.models.loaded import LoadedModel
+from accel.trust import (
+    check_factory,
+    is_file_ref,
+    require_code_trust,
+    split_code_ref,
+)
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +53,15 @@ def load_model(
     factory_kwargs: Mapping[str, Any] | None = None,
     device: str = "cpu",
     validate: bool = True,
+    trust_code: bool | None = None,
 ) -> LoadedModel:
     """Load ``source`` (see module docstring) into a LoadedModel.
 
-    Every failure is a ModelLoadError whose message says what to change.
+    ``trust_pickle``: allow full unpickling (it runs any code in the file); only the person
+    running the command may pass it. ``trust_code``: a ``file.py:factory`` /
+    ``pkg.mod:factory`` source may be imported and called; default: unless a runner marked
+    the source as a recipe's (``accel.trust.code_trust``). Every failure is a
+    ModelLoadError whose message says what to change.
     """
     source = str(source).strip()
     if not source:
@@ -75,10 +86,11 @@ def load_model(
     elif suffix == ".onnx":
         lm = _load_onnx(path, spec, source)
     elif suffix == ".pt2":
-        lm = _load_exported(path, spec, source)
+        lm = _load_exported(path, spec, source, trust_pickle)
     elif suffix in (".pt", ".ts", ".pth", ".jit") and ":" not in path.name:
         lm = _load_torch_file(path, spec, source, trust_pickle)
     elif ":" in target:
+        require_code_trust(source, trusted=trust_code)
         lm = _load_factory(target, kwargs, spec, source)
     else:
         if not path.exists():
@@ -163,12 +175,8 @@ def _load_zoo(
 
 
 def _import_factory(target: str, source: str) -> Any:
-    mod_part, _, func_name = target.rpartition(":")
-    if not mod_part or not func_name:
-        raise ModelLoadError(
-            f"factory source {source!r} must look like 'file.py:factory' or 'pkg.mod:factory'"
-        )
-    if mod_part.endswith(".py") or "/" in mod_part or "\\" in mod_part:
+    mod_part, func_name = split_code_ref(target, source)
+    if is_file_ref(mod_part):
         file = Path(mod_part)
         if not file.is_file():
             raise ModelLoadError(f"factory file {file} not found (from {source!r})")
@@ -200,6 +208,7 @@ def _import_factory(target: str, source: str) -> Any:
         raise ModelLoadError(
             f"{mod_part} has no callable {func_name!r}; callables there: {', '.join(names[:20])}"
         )
+    check_factory(fn, module.__name__, source)  # before the call, never after
     return fn
 
 
@@ -262,6 +271,13 @@ def _is_torchscript(path: Path) -> bool:
     return any(n.split("/", 1)[-1].startswith(("code/", "constants.pkl")) for n in names)
 
 
+def _is_legacy_pickle(path: Path) -> bool:
+    """A torch.save file in the pre-1.6 format: a plain pickle (protocol 2+) stream."""
+    with open(path, "rb") as fh:
+        head = fh.read(2)
+    return len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5
+
+
 def _load_torch_file(
     path: Path, spec: InputSpec | None, source: str, trust_pickle: bool
 ) -> LoadedModel:
@@ -284,16 +300,18 @@ def _load_torch_file(
         return LoadedModel(
             source=source, kind="torch", input_spec=spec, module=module.eval(), format="torchscript"
         )
-    if not zipfile.is_zipfile(path):
+    legacy = not zipfile.is_zipfile(path)
+    if legacy and not _is_legacy_pickle(path):
         raise ModelLoadError(
             f"{path} is neither a TorchScript archive nor a torch.save file (corrupt or truncated?)"
         )
+    what = "an old-format (non-zip) torch.save pickle" if legacy else "a torch.save file"
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
         if not trust_pickle:
             raise ModelLoadError(
-                f"{path} contains pickled Python objects (e.g. a whole nn.Module), and loading it can run "
+                f"{path} is {what} with pickled Python objects (e.g. a whole nn.Module), and loading it can run "
                 "arbitrary code, so it was not loaded. If you trust this file, pass trust_pickle=True "
                 f"(CLI: --trust-pickle). Safer: save a state_dict and load it as 'pkg.mod:factory@{path.name}'. "
                 f"(weights_only load said: {str(exc).splitlines()[0][:200]})"
@@ -303,7 +321,7 @@ def _load_torch_file(
             obj = torch.load(path, map_location="cpu", weights_only=False)
         except Exception as exc2:
             raise ModelLoadError(
-                f"{path}: unpickling failed: {type(exc2).__name__}: {exc2}"
+                f"{path} ({what}): unpickling failed: {type(exc2).__name__}: {exc2}"
             ) from None
     if isinstance(obj, torch.nn.Module):
         spec = spec or _spec_from_attr(obj)
@@ -320,10 +338,153 @@ def _load_torch_file(
     raise ModelLoadError(f"{path} holds a {type(obj).__name__}, not a model")
 
 
-def _load_exported(path: Path, spec: InputSpec | None, source: str) -> LoadedModel:
+_PT2_PICKLE_HINT = (
+    "If you trust this file, pass trust_pickle=True (CLI: --trust-pickle). Safer: re-save it "
+    "with torch.export.save from a model whose weights are plain tensors."
+)
+
+
+def check_pt2_archive(path: Path) -> None:
+    """Refuse a .pt2 archive that would make torch unpickle anything but tensors.
+
+    torch.export.load unpickles with ``weights_only=False`` every weight or constant whose
+    config entry says ``use_pickle``, custom/opaque objects, and sample inputs that fail a
+    weights-only load. This reads the archive's configs *before* torch touches it and accepts
+    a pickled entry only if it loads with ``weights_only=True`` (tensors, and torchao's
+    quantized tensor classes, as the runner's own int8 steps save them).
+    """
+    import json
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = [i.filename for i in z.infolist()]
+            if len(set(names)) != len(names):
+                raise ModelLoadError(
+                    f"{path}: the archive holds several entries with the same name; refused "
+                    "(a reader could pick a different one than the check). " + _PT2_PICKLE_HINT
+                )
+            roots = {n.split("/", 1)[0] for n in names}
+            if len(roots) != 1 or any(".." in n.split("/") for n in names):
+                raise ModelLoadError(f"{path}: not a torch.export archive (unexpected layout)")
+            root = roots.pop()
+            if f"{root}/archive_format" not in names:
+                raise ModelLoadError(
+                    f"{path} is in the old torch.export format, which unpickles its contents; "
+                    "it is loaded only with trust_pickle. " + _PT2_PICKLE_HINT
+                )
+            for name in names:
+                rel = name[len(root) + 1 :]
+                if rel in ("data/weights/model_weights_config.json",):
+                    _check_pt2_config(path, z, name, f"{root}/data/weights/")
+                elif rel == "data/constants/model_constants_config.json":
+                    _check_pt2_config(path, z, name, f"{root}/data/constants/")
+                elif rel.startswith("data/sample_inputs/") and not name.endswith("/"):
+                    why = _not_weights_only(z.read(name))
+                    if why:
+                        raise ModelLoadError(
+                            f"{path}: its sample inputs ({name}) hold pickled Python objects "
+                            f"({why}), which torch would unpickle; not loaded. " + _PT2_PICKLE_HINT
+                        )
+    except zipfile.BadZipFile:
+        raise ModelLoadError(f"{path} is not a torch.export archive (not a zip file)") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError) as exc:
+        raise ModelLoadError(f"{path}: malformed archive ({type(exc).__name__}: {exc})") from None
+
+
+_PT2_ENTRY = re.compile(r"[A-Za-z0-9_.\-]+")
+
+
+def _check_pt2_config(path: Path, z: zipfile.ZipFile, name: str, folder: str) -> None:
+    import json
+
+    data = json.loads(z.read(name).decode("utf-8"))
+    config = data.get("config") if isinstance(data, dict) else None
+    if not isinstance(config, dict):
+        raise ModelLoadError(f"{path}: malformed archive config {name}")
+    for fqn, meta in config.items():
+        if not isinstance(meta, dict):
+            raise ModelLoadError(f"{path}: malformed entry {fqn!r} in {name}")
+        path_name = str(meta.get("path_name", ""))
+        if not _PT2_ENTRY.fullmatch(path_name) or ".." in path_name:
+            raise ModelLoadError(f"{path}: bad file name {path_name!r} for {fqn!r} in {name}")
+        if path_name.startswith(("custom_obj", "opaque_obj")):
+            why = "a custom Python object"
+        elif meta.get("use_pickle") is not False:
+            why = _not_weights_only(z.read(folder + path_name))
+        else:
+            continue
+        if why:
+            raise ModelLoadError(
+                f"{path}: {fqn!r} is stored as a pickled Python object ({name}: "
+                f"{path_name!r}: {why}), and loading it can run arbitrary code, so the file was "
+                "not loaded. " + _PT2_PICKLE_HINT
+            )
+
+
+def _pickle_globals(data: bytes) -> set[tuple[str, str]]:
+    """The (module, name) globals a torch.save payload's pickle refers to, read without
+    unpickling (pickletools only decodes the opcodes)."""
+    import io
+    import pickletools
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            pkl = next(n for n in z.namelist() if n.endswith("data.pkl"))
+            data = z.read(pkl)
+    except (zipfile.BadZipFile, StopIteration):
+        pass  # a legacy (non-zip) stream: read its first pickle as is
+    found: set[tuple[str, str]] = set()
+    strings: list[str] = []
+    try:
+        for op, arg, _ in pickletools.genops(io.BytesIO(data)):
+            if op.name == "GLOBAL":
+                mod, _, name = str(arg).partition(" ")
+                found.add((mod, name))
+            elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
+                found.add((strings[-2], strings[-1]))
+            elif isinstance(arg, str):
+                strings.append(arg)
+    except Exception:  # noqa: BLE001 - a malformed stream fails the weights-only load anyway
+        pass
+    return found
+
+
+def _not_weights_only(data: bytes) -> str | None:
+    """None if ``data`` (a torch.save payload) loads with ``weights_only=True`` — allowing
+    torchao's tensor classes, which the runner's quantized steps save — else the reason."""
+    import importlib
+    import io
+
+    import torch
+
+    extra = []
+    for mod, name in _pickle_globals(data):
+        if mod.split(".", 1)[0] != "torchao":
+            continue
+        try:
+            obj = getattr(importlib.import_module(mod), name)
+        except Exception:  # noqa: BLE001 - unknown name: the load below refuses it
+            continue
+        if isinstance(obj, type):  # classes only, never a torchao function
+            extra.append(obj)
+    try:
+        with torch.serialization.safe_globals(extra):
+            torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - anything but tensors
+        return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+    return None
+
+
+def _load_exported(
+    path: Path, spec: InputSpec | None, source: str, trust_pickle: bool = False
+) -> LoadedModel:
     import torch
 
     _require_file(path)
+    if trust_pickle:
+        log.warning("trust_pickle: %s may unpickle Python objects; this runs their code", path)
+    else:
+        check_pt2_archive(path)
     try:
         ep = torch.export.load(str(path))
     except Exception as exc:
@@ -481,7 +642,11 @@ def _fill_torch_stats(lm: LoadedModel) -> None:
 
 def _validate_forward(lm: LoadedModel) -> None:
     try:
-        lm.forward(lm.example_inputs())
+        inputs = lm.example_inputs()
+    except InputSpecError as exc:  # e.g. too large for the memory available
+        raise ModelLoadError(f"cannot build inputs for the spec '{lm.input_spec}': {exc}") from None
+    try:
+        lm.forward(inputs)
     except Exception as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ModelLoadError(

@@ -43,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run", help="run id (or prefix)")
     p.add_argument("--device", help="device for the new run (default: the old run's)")
     p.add_argument("--out", help="run folder for artifacts (default: a new one)")
+    from studio.commands.run import add_trust_arguments
+
+    add_trust_arguments(p)
     p.set_defaults(func=rerun)
 
     p = sub.add_parser("tag", help="add (+TAG or TAG) or remove (-TAG) tags of a run; set notes")
@@ -320,6 +323,9 @@ def rerun(args: argparse.Namespace) -> int:
     if old.get("model"):
         params["model"] = old["model"]
     params["device"] = args.device or old.get("device") or d.recipe.get("device") or d.run.device
+    for opt in ("trust_pickle", "trust_recipe_code"):  # asked again: never carried over
+        if getattr(args, opt, False):
+            params[opt] = True
     if args.out:
         from pathlib import Path
 

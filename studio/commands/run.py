@@ -19,7 +19,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tag", action="append", default=[], help="tag the run (repeatable)")
     p.add_argument("--notes", default="", help="notes stored with the run")
     p.add_argument("--timeout", type=float, default=None, help="stop the run after SECONDS")
+    add_trust_arguments(p)
     p.set_defaults(func=run)
+
+
+def add_trust_arguments(p: argparse.ArgumentParser) -> None:
+    """The opt-ins only the person running a recipe can give (a recipe never grants them)."""
+    p.add_argument(
+        "--trust-pickle",
+        action="store_true",
+        help="allow full unpickling of the model file (it can run any code the file contains)",
+    )
+    p.add_argument(
+        "--trust-recipe-code",
+        action="store_true",
+        help="allow the recipe's file.py:factory / pkg.mod:factory sources, data and metric "
+        "functions to be imported and called (only for recipes you trust)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,6 +50,10 @@ def run(args: argparse.Namespace) -> int:
     params: dict[str, Any] = {"recipe": str(recipe_path), "device": args.device or recipe.device}
     if args.model:
         params["model"] = args.model
+    if args.trust_pickle:
+        params["trust_pickle"] = True
+    if args.trust_recipe_code:
+        params["trust_recipe_code"] = True
     if args.out:
         params["out"] = str(Path(args.out).resolve())
     return run_job(

@@ -113,6 +113,7 @@ class MainWindow(QMainWindow):
         super().__init__(parent)
         self.state = state
         self.services = services
+        services.confirm_code = self.confirm_recipe_code
         self.settings = settings or QSettings()
         self.setObjectName("MainWindow")
         self.setWindowTitle("Accel Studio")
@@ -367,6 +368,22 @@ class MainWindow(QMainWindow):
             )
         self.services.run_recipe()
         self.docks["runs"].raise_()
+
+    def confirm_recipe_code(self, refs: list[str]) -> bool:
+        """Ask before a recipe's code is imported and called (SECURITY.md): a recipe file
+        cannot decide that by itself."""
+        text = (
+            "This recipe names Python code that running it will import and call:\n\n"
+            + "\n".join(f"  • {r}" for r in refs)
+            + "\n\nImporting a module runs its code with your permissions. Run it only if "
+            "you trust where the recipe and this code come from."
+        )
+        box = QMessageBox(QMessageBox.Icon.Warning, "Run code from the recipe?", text, parent=self)
+        run = box.addButton("Import and run", QMessageBox.ButtonRole.AcceptRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        box.exec()
+        return box.clickedButton() is run
 
     def load_recipe_file(self, path: str) -> bool:
         from accel.recipe import load_recipe
