@@ -131,10 +131,20 @@ def normalize_outputs(outputs: Any) -> Any:
 def measure(
     model: Any, inputs: dict[str, Any], recipe: Recipe, device: str
 ) -> dict[str, float | None]:
+    """The original model's own latency (the baseline row), with the run's thread count."""
     from accel.bench import benchmark
+    from accel.measure import TimingSettings, with_threads
 
-    b = recipe.benchmark
-    res = benchmark(model, inputs, device=device, warmup=b.warmup, iters=b.iters, threads=b.threads)
+    t = TimingSettings.from_any(recipe.benchmark)
+    threads = t.resolved_threads
+    res = benchmark(
+        with_threads(model, threads),
+        inputs,
+        device=device,
+        warmup=t.warmup,
+        iters=t.iters,
+        threads=threads,
+    )
     metrics = dict(res.metrics())
     metrics["size_bytes"] = (
         float(getattr(model, "size_bytes", 0) or metrics.get("size_bytes") or 0) or None
@@ -143,7 +153,50 @@ def measure(
     return metrics
 
 
-def run_recipe(
+def measure_against(
+    original: Any,
+    model: Any,
+    inputs: dict[str, Any],
+    recipe: Recipe,
+    device: str,
+    progress: Callable[[float, str], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
+) -> tuple[dict[str, float | None], dict[str, Any]]:
+    """Time ``model`` against ``original`` in alternating rounds (accel.measure): the step's
+    metrics (its latency, speedup with its 95% interval, noisy flag) and timing details."""
+    from accel.measure import compare_interleaved
+
+    cmp = compare_interleaved(
+        original,
+        model,
+        inputs,
+        recipe.benchmark,
+        device=device,
+        progress=progress,
+        cancel=cancel,
+        seed=recipe.seed,
+    )
+    metrics = cmp.metrics()
+    metrics["size_bytes"] = float(getattr(model, "size_bytes", 0) or 0) or None
+    metrics["num_params"] = float(getattr(model, "num_params", 0) or 0) or None
+    return metrics, cmp.timing_details()
+
+
+def run_recipe(*args: Any, **kwargs: Any) -> RunResult:
+    """Execute a recipe and return its results (see module docstring and ``_run_recipe``).
+
+    The run uses one thread count (``benchmark.threads``, default the physical cores); the
+    caller's torch thread setting is restored afterwards."""
+    import torch
+
+    old_threads = torch.get_num_threads()
+    try:
+        return _run_recipe(*args, **kwargs)
+    finally:
+        torch.set_num_threads(old_threads)
+
+
+def _run_recipe(
     recipe: Recipe | str | Path | dict[str, Any],
     on_event: Callable[[Event], None] | None = None,
     cancel: CancelLike = None,
@@ -206,6 +259,16 @@ def _run_recipe(
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "recipe.json").write_text(__import__("json").dumps(recipe.to_dict(), indent=2))
     env = environment_info(device=device)
+    from accel.measure import TimingSettings, physical_cores
+
+    try:
+        threads = TimingSettings.from_any(recipe.benchmark).resolved_threads
+    except AccelError as exc:
+        raise RecipeError(str(exc)) from None
+    # One thread count for the whole run (torch here, ONNX Runtime sessions when timed),
+    # recorded with it.
+    env["threads"] = threads
+    env["physical_cores"] = physical_cores()
     result = RunResult("failed", run_dir, recipe, {}, env)
 
     def fail(exc: BaseException, index: int | None) -> RunResult:
@@ -231,6 +294,7 @@ def _run_recipe(
         return result
 
     torch.manual_seed(recipe.seed)
+    torch.set_num_threads(threads)  # restored by run_recipe
     # -- the original model, its reference outputs and baseline benchmark -------------------
     try:
         emit(Progress(index=-1, fraction=0.0, message=f"loading {recipe.model.source}"))
@@ -315,11 +379,22 @@ def _run_recipe(
             (step_dir / "parity.json").write_text(
                 __import__("json").dumps(report.to_dict(), indent=2)
             )
-            emit(Progress(index=index, fraction=0.95, message="benchmarking"))
-            metrics = measure(new_model, inputs, recipe, device)
+            emit(Progress(index=index, fraction=0.92, message="timing against the original"))
+            # The original and this step's model, timed in alternating rounds in this process:
+            # a change of load during the run hits both alike and cancels in the ratio.
+            metrics, timing = measure_against(
+                original,
+                new_model,
+                inputs,
+                recipe,
+                device,
+                progress=lambda f, m, i=index: emit(
+                    Progress(index=i, fraction=0.92 + 0.06 * f, message=m)
+                ),
+                cancel=is_cancelled,
+            )
+            ctx.details["timing"] = timing
             metrics.update(ctx.metrics)
-            if baseline.get("latency_p50_ms") and metrics.get("latency_p50_ms"):
-                metrics["speedup"] = baseline["latency_p50_ms"] / metrics["latency_p50_ms"]
             status = "succeeded" if report.passed else "gate_failed"
             if data.get("eval") is not None:
                 acc = _accuracy(new_model, data, recipe)
@@ -554,9 +629,23 @@ def _summary(result: RunResult) -> dict[str, Any]:
     last = next(
         (s for s in reversed(result.steps) if s.status in ("succeeded", "gate_failed")), None
     )
+    noisy = [s for s in result.steps if s.metrics.get("noisy")]
+    reason = next(
+        (r for s in noisy if (r := (s.details.get("timing") or {}).get("noise_reason"))), None
+    )
     return {
         "steps": len(result.steps),
         "final_speedup": (last.metrics.get("speedup") if last else None),
+        "final_speedup_low": (last.metrics.get("speedup_low") if last else None),
+        "final_speedup_high": (last.metrics.get("speedup_high") if last else None),
+        "noisy_steps": [s.index for s in noisy],
+        # One line for the run: were its speedups timed on a busy machine?
+        "noise": (
+            f"{len(noisy)} of {len(result.steps)} step(s) timed while the machine was busy: "
+            f"{reason}"
+            if noisy
+            else None
+        ),
         "final_latency_p50_ms": (last.metrics.get("latency_p50_ms") if last else None),
         "baseline_latency_p50_ms": result.baseline.get("latency_p50_ms"),
     }

@@ -50,3 +50,42 @@ def fmt_num(v: Any, digits: int = 3) -> str:
             else f"{v:.{digits}f}"
         )
     return str(v)
+
+
+NOISY_MARK = "~"  # after a speedup timed while the machine was busy (or too scattered)
+
+
+def speedup_interval(m: dict[str, Any] | None) -> tuple[float, float, float] | None:
+    """(speedup, low, high) from a step's metrics; None without an interval (runs recorded
+    before intervals existed show none, never a made-up one)."""
+    if not m:
+        return None
+    s, lo, hi = m.get("speedup"), m.get("speedup_low"), m.get("speedup_high")
+    if s is None or lo is None or hi is None:
+        return None
+    return float(s), float(lo), float(hi)
+
+
+def is_noisy(m: dict[str, Any] | None) -> bool:
+    return bool(m) and bool(m.get("noisy"))
+
+
+def fmt_speedup(m: dict[str, Any] | None, *, mark: bool = True) -> str:
+    """``2.31x [2.25-2.38]`` (``~`` appended when noisy); ``2.31x`` without an interval."""
+    if not m or m.get("speedup") is None:
+        return "-"
+    iv = speedup_interval(m)
+    text = f"{float(m['speedup']):.2f}x"
+    if iv is not None:
+        text += f" [{iv[1]:.2f}-{iv[2]:.2f}]"
+    if mark and is_noisy(m):
+        text += NOISY_MARK
+    return text
+
+
+def intervals_overlap(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool | None:
+    """Whether two steps' speedup intervals overlap (a tie); None when either has none."""
+    ia, ib = speedup_interval(a), speedup_interval(b)
+    if ia is None or ib is None:
+        return None
+    return ia[1] <= ib[2] and ib[1] <= ia[2]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 from typing import Any, TextIO
 
-from studio.commands._table import fmt_bytes, fmt_ms, fmt_num, render_table
+from studio.commands._table import fmt_bytes, fmt_ms, render_table
+from studio.fmt import NOISY_MARK, fmt_speedup, is_noisy
 from studio.report import worst_metric as _worst
 
 
@@ -60,8 +61,11 @@ class RunPrinter:
             )
             line = (
                 f"{e['index'] + 1:>3}  {e['pass_name']:<22} {fmt_ms(m.get('latency_p50_ms')):>9} ms"
-                f"  {fmt_num(m.get('speedup'), 2):>5}x  {verdict:<5} {_worst(parity)}"
+                f"  {fmt_speedup(m):>18}  {verdict:<5} {_worst(parity)}"
             )
+            reason = ((e.get("details") or {}).get("timing") or {}).get("noise_reason")
+            if is_noisy(m) and reason:
+                line += f"\n     noisy timing: {reason}"
             if e.get("error"):
                 line += f"\n     {e['error']}"
             self._line(line)
@@ -93,7 +97,7 @@ class RunPrinter:
                     e["pass_name"],
                     fmt_ms(m.get("latency_p50_ms")),
                     fmt_ms(m.get("latency_p90_ms")),
-                    (fmt_num(m.get("speedup"), 2) + "x") if m.get("speedup") else "-",
+                    fmt_speedup(m),
                     fmt_bytes(m.get("size_bytes")),
                     {"succeeded": "pass", "gate_failed": "FAIL", "failed": "error"}.get(
                         e["status"], e["status"]
@@ -101,11 +105,12 @@ class RunPrinter:
                     _worst(parity) if parity else (e.get("error") or "")[:60],
                 ]
             )
-        return render_table(
-            ["#", "step", "p50 ms", "p90 ms", "speedup", "size", "parity", "worst metric"],
+        table = render_table(
+            ["#", "step", "p50 ms", "p90 ms", "speedup [95% CI]", "size", "parity", "worst metric"],
             rows,
             "rlrrrrll",
         )
+        return table + noise_line(self.rows)
 
     def _line(self, text: str) -> None:
         if self._bar_shown:
@@ -113,3 +118,23 @@ class RunPrinter:
             self._bar_shown = False
         self.out.write(text + "\n")
         self.out.flush()
+
+
+def noise_line(step_events: list[dict[str, Any]]) -> str:
+    """One line under a run's table when some steps were timed on a busy machine ("" if none)."""
+    noisy = [e for e in step_events if is_noisy(e.get("metrics"))]
+    if not noisy:
+        return ""
+    why = next(
+        (
+            r
+            for e in noisy
+            if (r := ((e.get("details") or {}).get("timing") or {}).get("noise_reason"))
+        ),
+        "",
+    )
+    steps = ", ".join(str(e["index"] + 1) for e in noisy)
+    return (
+        f"\n{NOISY_MARK} noisy timing in step(s) {steps}: {why or 'see the step details'}; "
+        "re-run on a quieter machine for numbers to rely on"
+    )

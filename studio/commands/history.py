@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from studio.commands._table import fmt_bytes, fmt_ms, fmt_num, render_table
+from studio.fmt import NOISY_MARK, fmt_speedup, intervals_overlap, is_noisy
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -218,7 +219,7 @@ def show(args: argparse.Namespace) -> int:
                     st.status,
                     _dur(st.duration_s) if st.index >= 0 else "-",
                     fmt_ms(m.get("latency_p50_ms")),
-                    (fmt_num(m.get("speedup"), 2) + "x") if m.get("speedup") else "-",
+                    fmt_speedup(m),
                     fmt_bytes(m.get("size_bytes")),
                     _verdict(st) if st.index >= 0 else "-",
                     _worst(st) if st.index >= 0 else "",
@@ -226,11 +227,35 @@ def show(args: argparse.Namespace) -> int:
             )
         print(
             render_table(
-                ["#", "step", "status", "time", "p50 ms", "speedup", "size", "parity", "worst"],
+                [
+                    "#",
+                    "step",
+                    "status",
+                    "time",
+                    "p50 ms",
+                    "speedup [95% CI]",
+                    "size",
+                    "parity",
+                    "worst",
+                ],
                 rows,
                 "llllrrrll",
             )
         )
+        noisy = [st for st in d.steps if st.index >= 0 and is_noisy(st.metrics)]
+        if noisy:
+            why = next(
+                (
+                    r
+                    for st in noisy
+                    if (r := ((st.details or {}).get("timing") or {}).get("noise_reason"))
+                ),
+                "",
+            )
+            print(
+                f"{NOISY_MARK} noisy timing in step(s) "
+                f"{', '.join(str(st.index + 1) for st in noisy)}: {why or 'see the step details'}"
+            )
         for st in d.steps:
             label = "original" if st.index < 0 else f"step {st.index + 1} {st.pass_name}"
             extra = {k: v for k, v in st.metrics.items()}
@@ -292,8 +317,19 @@ def compare(args: argparse.Namespace) -> int:
         ["", "device", *[d.run.device or "-" for d in cmp.runs]],
     ]
     rows = []
+    ties = False
     for (index, pass_name, metric), values in cmp.rows.items():
         step = "original" if index < 0 else f"{index + 1} {pass_name}"
+        if metric in ("speedup_low", "speedup_high", "noisy"):
+            continue  # shown with the speedup
+        if metric == "speedup":
+            per_run = [_step_metrics(cmp.rows, index, pass_name, i) for i in range(len(values))]
+            cells = [fmt_speedup(m) for m in per_run]
+            if _within_noise(per_run):
+                cells = [c + " =" if c != "-" else c for c in cells]
+                ties = True
+            rows.append([step, metric, *cells])
+            continue
         rows.append([step, metric, *[fmt_num(v) for v in values]])
     for (index, pass_name), values in cmp.parity.items():
         step = f"{index + 1} {pass_name}"
@@ -302,7 +338,27 @@ def compare(args: argparse.Namespace) -> int:
         )
     rows.sort(key=lambda r: (r[0] != "original", r[0], r[1]))
     print(render_table(["step", "metric", *heads], info + rows, "ll" + "r" * len(heads)))
+    if ties:
+        print("= the speedups' 95% intervals overlap: the difference is within noise (a tie)")
+    if any(r[1] == "speedup" and any(str(c).endswith(NOISY_MARK) for c in r[2:]) for r in rows):
+        print(f"{NOISY_MARK} timed on a busy machine (or too scattered): see `studio show RUN`")
     return 0
+
+
+def _step_metrics(
+    rows: dict[tuple[int, str, str], list[Any]], index: int, pass_name: str, i: int
+) -> dict[str, Any]:
+    """The speedup metrics of one step of run ``i`` of a comparison."""
+    keys = ("speedup", "speedup_low", "speedup_high", "noisy")
+    return {k: rows[(index, pass_name, k)][i] for k in keys if (index, pass_name, k) in rows}
+
+
+def _within_noise(per_run: list[dict[str, Any]]) -> bool:
+    """Every pair of runs with an interval overlaps (and there are at least two)."""
+    have = [m for m in per_run if m.get("speedup_low") is not None and m.get("speedup")]
+    if len(have) < 2:
+        return False
+    return all(intervals_overlap(a, b) for i, a in enumerate(have) for b in have[i + 1 :])
 
 
 def rerun(args: argparse.Namespace) -> int:

@@ -75,11 +75,11 @@ def test_history_show_compare_tag_delete(tmp_path, capsys):
     assert slow[:8] in out and fast[:8] not in out
     assert main(["--db", str(db), "show", fast[:8]]) == 0
     out = capsys.readouterr().out
-    assert "bf16" in out and " 2x" in out and "pass" in out and "out: max_abs=0.001" in out
+    assert "bf16" in out and " 2.00x" in out and "pass" in out and "out: max_abs=0.001" in out
     assert main(["--db", str(db), "compare", fast, slow[:6]]) == 0
     out = capsys.readouterr().out
     speed_line = next(line for line in out.splitlines() if "speedup" in line)
-    assert speed_line.split()[-2:] == ["2", "0.5"]
+    assert speed_line.split()[-2:] == ["2.00x", "0.50x"]  # no interval stored: none shown
     assert main(["--db", str(db), "tag", fast, "+best", "--notes", "keep"]) == 0
     capsys.readouterr()
     assert main(["--db", str(db), "export-run", fast, "-o", str(tmp_path / "r.json")]) == 0

@@ -1,0 +1,164 @@
+"""The runner times each step against the original in alternating rounds: a load change in
+the middle of the timing cancels out. Fake models on a fake clock; nothing here times."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from pydantic import Field
+
+from accel import measure
+from accel.errors import RecipeError
+from accel.passes import Pass, PassConfig, ScriptStep, register_pass
+from accel.runner import run_recipe
+
+MODEL = textwrap.dedent(
+    """
+    import torch
+    from accel import measure
+
+    class Clocked(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 4)
+            self.cost = 0.010  # fake seconds per call
+            self.poison = False
+
+        def forward(self, x):
+            advance = getattr(measure.CLOCK, "advance", None)
+            if advance is not None:
+                advance(self.cost)
+            y = self.fc(x)
+            return y * float("nan") if self.poison else y
+
+    def build():
+        return Clocked().eval()
+    """
+)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+        self.load = 1.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, cost: float) -> None:
+        self.t += cost * self.load
+
+
+class _SpeedConfig(PassConfig):
+    cost: float = Field(0.004, description="fake seconds per call of the new model")
+    poison: bool = Field(False, description="make the model return NaN")
+
+
+@register_pass
+class _Speed(Pass):
+    name = "test_speed"
+    summary = "test-only: make the model faster on the fake clock"
+    category = "test"
+    Config = _SpeedConfig
+
+    def apply(self, model, config, ctx):
+        model.module.cost = config.cost
+        model.module.poison = config.poison
+        return model
+
+    def to_script(self, config):
+        return ScriptStep(code=f"model.cost = {config.cost}")
+
+
+class QuietMonitor:
+    def __init__(self, device: str = "cpu") -> None:
+        self.other = 0.0
+
+    def start(self) -> None:
+        pass
+
+    def tick(self) -> None:
+        pass
+
+    def stop(self) -> measure.NoiseReport:
+        return measure.NoiseReport(cores=2, other_cores=self.other)
+
+
+class BusyMonitor(QuietMonitor):
+    def stop(self) -> measure.NoiseReport:
+        return measure.NoiseReport(cores=2, other_cores=1.7)
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    c = FakeClock()
+    monkeypatch.setattr(measure, "CLOCK", c)
+    return c
+
+
+def _recipe(tmp_path, *steps, **bench):
+    path = tmp_path / "clocked.py"
+    path.write_text(MODEL)
+    return {
+        "name": "timing",
+        "model": {"source": f"{path}:build", "input_spec": "x:float32[2,4]"},
+        "benchmark": {"rounds": 8, "iters": 16, "warmup": 1, "min_time_s": 0, **bench},
+        "gates": {"min_cosine": None, "rtol": 1.0, "atol": 1.0},
+        "steps": [{"pass": "test_speed", "params": s} for s in steps],
+    }
+
+
+def test_a_load_change_halfway_through_the_timing_cancels(tmp_path, clock, monkeypatch):
+    monkeypatch.setattr(measure, "NoiseMonitor", QuietMonitor)
+
+    def on_event(e):
+        # Halfway through the step's rounds, the machine becomes 3x slower.
+        if e.kind == "progress" and e.message == "timing round 4":
+            clock.load = 3.0
+
+    res = run_recipe(_recipe(tmp_path, {"cost": 0.004}), on_event=on_event, out_dir=tmp_path / "r")
+    assert res.status == "succeeded", res.error
+    (step,) = res.steps
+    m = step.metrics
+    assert clock.load == 3.0  # the load really changed during the timing
+    assert m["speedup"] == pytest.approx(2.5)
+    assert m["speedup_low"] <= 2.5 <= m["speedup_high"]
+    assert m["noisy"] == 0.0
+    # The step's own latency samples saw both machine states.
+    assert m["latency_p90_ms"] == pytest.approx(12.0)
+    t = step.details["timing"]
+    assert t["mode"] == "interleaved" and t["rounds"] == 8 and t["iters_per_round"] == 2
+    assert t["threads"] == res.environment["threads"] >= 1
+    assert res.environment["threads"] == measure.physical_cores()
+
+
+def test_busy_machine_marks_the_step_and_the_run(tmp_path, clock, monkeypatch):
+    monkeypatch.setattr(measure, "NoiseMonitor", BusyMonitor)
+    finished = []
+    res = run_recipe(
+        _recipe(tmp_path, {"cost": 0.005}, threads=1),
+        on_event=lambda e: finished.append(e) if e.kind == "run_finished" else None,
+        out_dir=tmp_path / "r",
+    )
+    (step,) = res.steps
+    assert step.metrics["noisy"] == 1.0
+    assert step.details["timing"]["noise_reason"] == "2 cores, 1.7 busy with other processes"
+    assert res.environment["threads"] == 1
+    summary = finished[0].summary
+    assert summary["noisy_steps"] == [0]
+    assert "1.7 busy with other processes" in summary["noise"]
+
+
+def test_model_returning_nan_fails_the_step_without_a_result(tmp_path, clock, monkeypatch):
+    monkeypatch.setattr(measure, "NoiseMonitor", QuietMonitor)
+    res = run_recipe(_recipe(tmp_path, {"poison": True}), out_dir=tmp_path / "r")
+    assert res.status == "failed"
+    (step,) = res.steps
+    assert step.status == "failed" and step.metrics == {}
+    assert "candidate model returned NaN" in step.error
+
+
+def test_bad_benchmark_settings_name_the_setting(tmp_path):
+    with pytest.raises(RecipeError, match=r"benchmark\.rounds"):
+        run_recipe(_recipe(tmp_path, {}, rounds=0), out_dir=tmp_path / "r")
