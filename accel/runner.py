@@ -182,21 +182,7 @@ def measure_against(
     return metrics, cmp.timing_details()
 
 
-def run_recipe(*args: Any, **kwargs: Any) -> RunResult:
-    """Execute a recipe and return its results (see module docstring and ``_run_recipe``).
-
-    The run uses one thread count (``benchmark.threads``, default the physical cores); the
-    caller's torch thread setting is restored afterwards."""
-    import torch
-
-    old_threads = torch.get_num_threads()
-    try:
-        return _run_recipe(*args, **kwargs)
-    finally:
-        torch.set_num_threads(old_threads)
-
-
-def _run_recipe(
+def run_recipe(
     recipe: Recipe | str | Path | dict[str, Any],
     on_event: Callable[[Event], None] | None = None,
     cancel: CancelLike = None,
@@ -214,11 +200,19 @@ def _run_recipe(
     bisect and the graph diff); default: on unless env ``ACCEL_SAVE_STEP_MODELS=0``.
     ``trust_pickle`` / ``trust_recipe_code``: the caller's opt-ins to unpickle the model file
     and to import the code the recipe names (``model_source`` is the caller's own, always
-    allowed); a recipe never grants them itself (SECURITY.md)."""
-    with code_trust(trust_recipe_code):
-        return _run_recipe(
-            recipe, on_event, cancel, out_dir, model_source, device, save_models, trust_pickle
-        )
+    allowed); a recipe never grants them itself (SECURITY.md).
+    The run uses one thread count (``benchmark.threads``, default: the physical cores); the
+    caller's torch thread setting is restored afterwards."""
+    import torch
+
+    old_threads = torch.get_num_threads()
+    try:
+        with code_trust(trust_recipe_code):
+            return _run_recipe(
+                recipe, on_event, cancel, out_dir, model_source, device, save_models, trust_pickle
+            )
+    finally:
+        torch.set_num_threads(old_threads)
 
 
 def _run_recipe(

@@ -38,6 +38,9 @@ MODEL = textwrap.dedent(
 )
 
 
+TRUST = {"trust_recipe_code": True}  # the test's own model file
+
+
 class FakeClock:
     def __init__(self) -> None:
         self.t = 0.0
@@ -117,7 +120,9 @@ def test_a_load_change_halfway_through_the_timing_cancels(tmp_path, clock, monke
         if e.kind == "progress" and e.message == "timing round 4":
             clock.load = 3.0
 
-    res = run_recipe(_recipe(tmp_path, {"cost": 0.004}), on_event=on_event, out_dir=tmp_path / "r")
+    res = run_recipe(
+        _recipe(tmp_path, {"cost": 0.004}), on_event=on_event, out_dir=tmp_path / "r", **TRUST
+    )
     assert res.status == "succeeded", res.error
     (step,) = res.steps
     m = step.metrics
@@ -140,6 +145,7 @@ def test_busy_machine_marks_the_step_and_the_run(tmp_path, clock, monkeypatch):
         _recipe(tmp_path, {"cost": 0.005}, threads=1),
         on_event=lambda e: finished.append(e) if e.kind == "run_finished" else None,
         out_dir=tmp_path / "r",
+        **TRUST,
     )
     (step,) = res.steps
     assert step.metrics["noisy"] == 1.0
@@ -152,7 +158,7 @@ def test_busy_machine_marks_the_step_and_the_run(tmp_path, clock, monkeypatch):
 
 def test_model_returning_nan_fails_the_step_without_a_result(tmp_path, clock, monkeypatch):
     monkeypatch.setattr(measure, "NoiseMonitor", QuietMonitor)
-    res = run_recipe(_recipe(tmp_path, {"poison": True}), out_dir=tmp_path / "r")
+    res = run_recipe(_recipe(tmp_path, {"poison": True}), out_dir=tmp_path / "r", **TRUST)
     assert res.status == "failed"
     (step,) = res.steps
     assert step.status == "failed" and step.metrics == {}
@@ -161,4 +167,4 @@ def test_model_returning_nan_fails_the_step_without_a_result(tmp_path, clock, mo
 
 def test_bad_benchmark_settings_name_the_setting(tmp_path):
     with pytest.raises(RecipeError, match=r"benchmark\.rounds"):
-        run_recipe(_recipe(tmp_path, {}, rounds=0), out_dir=tmp_path / "r")
+        run_recipe(_recipe(tmp_path, {}, rounds=0), out_dir=tmp_path / "r", **TRUST)
