@@ -22,6 +22,7 @@ Signals of the pool itself (every job, every event) are on ``services.bridge``
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ class Services(QObject):
     jobFailed = Signal(str, str)  # job kind, message for the user
     jobProgress = Signal(str, str, float, str)  # job_id, kind, fraction, message
     busyChanged = Signal(int)  # jobs queued or running
+    _cachedOpen = Signal(str, object)  # job_id, cached open result (from a reader thread)
 
     def __init__(
         self,
@@ -66,6 +68,7 @@ class Services(QObject):
         repo: Any = None,
         open_store: bool = True,
         cpu_workers: int = 2,
+        warm_worker: bool | None = None,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
@@ -83,8 +86,12 @@ class Services(QObject):
         self._owns_pool = pool is None
         # No GPU detection in the GUI process: the pool's detect_gpus uses nvidia-smi only.
         # A job that hangs ends as timed_out after 4 hours at the latest (Cancel kills it sooner).
+        # A warm worker (torch imported) serves model opens, graphs and profiles, so they do
+        # not wait for a new process each; ACCEL_STUDIO_WARM_WORKER=0 turns it off.
+        if warm_worker is None:
+            warm_worker = os.environ.get("ACCEL_STUDIO_WARM_WORKER", "1") != "0"
         self.pool = pool or WorkerPool(
-            self.repo, cpu_workers=cpu_workers, default_timeout_s=4 * 3600
+            self.repo, cpu_workers=cpu_workers, default_timeout_s=4 * 3600, warm=warm_worker
         )
         self.bridge = PoolBridge(self.pool, self)
         self.bridge.busyChanged.connect(self.busyChanged)
@@ -99,6 +106,7 @@ class Services(QObject):
         # Asked before a recipe's code runs: shows the references, returns the user's yes/no
         # (the main window sets a dialog; without one, unconfirmed code is refused).
         self.confirm_code: Any = None
+        self._cachedOpen.connect(self._apply_cached_open)
 
     # -- facts for the status bar ---------------------------------------------------------
     @property
@@ -160,7 +168,31 @@ class Services(QObject):
         self._context[job_id] = {"source": source, "input_spec": input_spec}
         self.state.modelLoading.emit(source)
         self.state.status.emit(f"opening {source}…")
+        self._read_graph_cache(job_id, source, input_spec)
         return job_id
+
+    # -- the graph cache: a model opened before shows at once while the live load runs ----
+    def _read_graph_cache(self, job_id: str, source: str, input_spec: str | None) -> None:
+        cache = GraphCache(self.data_dir() / "graph-cache")
+
+        def work() -> None:
+            hit = cache.get(source, input_spec)
+            if hit is not None:
+                self._cachedOpen.emit(job_id, hit)
+
+        threading.Thread(target=work, name="graph-cache-read", daemon=True).start()
+
+    def _apply_cached_open(self, job_id: str, hit: dict[str, Any]) -> None:
+        ctx = self._context.get(job_id)
+        if ctx is None or self._latest.get("open") != job_id:
+            return  # the live result came first, or another model was asked for since
+        info = dict(hit["info"], cached=True)
+        source = ctx["source"]
+        self.state.set_model(source, info, info.get("input_spec") or ctx.get("input_spec"))
+        self.state.set_graph(hit["graph"])
+        ctx["cached"] = hit
+        self.modelOpened.emit(source)
+        self.state.status.emit(f"opened {source} (from the graph cache; checking it…)")
 
     def profile_current(self, **profile_kwargs: Any) -> str | None:
         """Profile the current model in a worker; the result lands in ``state.profile``."""
@@ -326,6 +358,12 @@ class Services(QObject):
             return  # a newer request of the same kind superseded this one
         if outcome is None or not outcome.ok:
             msg = _outcome_message(outcome)
+            if kind == "open" and ctx.get("cached"):
+                # The model no longer loads: the cached graph must not stay on screen.
+                GraphCache(self.data_dir() / "graph-cache").drop(
+                    ctx["source"], ctx.get("input_spec")
+                )
+                self.state.set_graph(None)
             if kind == "open":
                 self.state.modelFailed.emit(f"could not open {ctx.get('source')}: {msg}")
             self.jobFailed.emit(kind, msg)
@@ -362,6 +400,23 @@ class Services(QObject):
         if result.get("graph_error"):
             info["graph_error"] = result["graph_error"]
         source = ctx["source"]
+        cached = ctx.get("cached")
+        if result.get("graph"):
+            cache = GraphCache(self.data_dir() / "graph-cache")
+            spec = ctx.get("input_spec")
+            threading.Thread(
+                target=cache.put, args=(source, spec, result), name="graph-cache-write", daemon=True
+            ).start()
+        if (
+            cached is not None
+            and info.get("content_hash")
+            and cached["info"].get("content_hash") == info.get("content_hash")
+            and cached["raw_graph"] == result.get("graph")
+        ):
+            # The cached graph on screen is the live one: keep it (and any profile since).
+            self.state.model_info = {**info, "cached": False}
+            self.state.status.emit(f"opened {source}")
+            return
         self.state.set_model(source, info, info.get("input_spec") or ctx.get("input_spec"))
         graph = result.get("graph")
         self.state.set_graph(Graph.from_dict(graph) if graph else None)
@@ -412,6 +467,71 @@ class Services(QObject):
             self.pool.shutdown(cancel=True, timeout=timeout)
         if self.repo is not None and hasattr(self.repo, "close"):
             self.repo.close()
+
+
+class GraphCache:
+    """Open results (model info + graph) of models opened before, one JSON file each, keyed
+    by source, input spec and (for files) size and modification time. A hit is shown while
+    the live load runs; the live result replaces it unless its content hash and graph are
+    the same. Reads and writes run off the GUI thread."""
+
+    VERSION = 1
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+
+    def _path(self, source: str, input_spec: str | None) -> Path:
+        import hashlib
+
+        key = f"{self.VERSION}|{source}|{input_spec or ''}"
+        path = Path(source.split("@", 1)[0].rsplit(":", 1)[0] if ":" in source else source)
+        if not source.startswith("zoo:") and path.is_file():
+            st = path.stat()
+            key += f"|{st.st_size}|{st.st_mtime_ns}"
+        return self.folder / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
+
+    def get(self, source: str, input_spec: str | None) -> dict[str, Any] | None:
+        import json
+
+        from accel.graph import Graph
+
+        path = self._path(source, input_spec)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if data.get("source") != source or not data.get("graph"):
+                return None
+            return {
+                "info": dict(data["info"]),
+                "raw_graph": data["graph"],
+                "graph": Graph.from_dict(data["graph"]),
+            }
+        except FileNotFoundError:
+            return None
+        except Exception:  # noqa: BLE001 - a damaged cache file is dropped, never fatal
+            log.warning("dropping the unreadable graph cache file %s", path)
+            path.unlink(missing_ok=True)
+            return None
+
+    def put(self, source: str, input_spec: str | None, result: dict[str, Any]) -> None:
+        import json
+        import tempfile
+
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            path = self._path(source, input_spec)
+            data = {"source": source, "info": result.get("info") or {}, "graph": result["graph"]}
+            fd, tmp = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(data, f, separators=(",", ":"))
+            os.replace(tmp, path)
+        except Exception:  # noqa: BLE001 - the cache is an optimisation
+            log.warning("could not write the graph cache for %s", source, exc_info=True)
+
+    def drop(self, source: str, input_spec: str | None) -> None:
+        try:
+            self._path(source, input_spec).unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def _safe_name(source: str) -> str:

@@ -31,4 +31,7 @@ def _studio_home(tmp_path_factory, monkeypatch):
     # Runs skip saving every torch step as model.pt2 (torch.export per step adds minutes to
     # the suite); the tests of that feature turn it back on.
     monkeypatch.setenv("ACCEL_SAVE_STEP_MODELS", "0")
+    # No warm worker per test window (each would import torch in the background); the tests
+    # of the warm worker and of the GUI's responsiveness turn it on.
+    monkeypatch.setenv("ACCEL_STUDIO_WARM_WORKER", "0")
     yield

@@ -5,6 +5,9 @@ writes protocol messages to its original stdout. Everything else that would
 reach stdout (prints of libraries) is sent to stderr, so the protocol stream
 stays clean; the pool keeps stderr's last lines. A ``cancel`` line on stdin, or
 stdin closing (the parent died), requests cooperative cancellation.
+
+``python -m studio.workers.entry --serve`` is a warm worker: it imports torch and the
+engine before its first job and then runs jobs one after another (see ``serve``).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import importlib
 import importlib.util
 import logging
 import os
+import queue
 import sys
 import threading
 import time
@@ -86,35 +90,30 @@ def _watch_stdin(stdin: Any, cancelled: threading.Event, job_id: str) -> None:
     os._exit(3)
 
 
-def main() -> int:
+# What a warm worker (``--serve``) imports before its first job.
+WARM_IMPORTS = ("torch", "accel.models", "accel.graph", "accel.profile", "accel.jobs")
+
+
+def _protocol_stream() -> Any:
     # The protocol gets the real stdout; fd 1 becomes stderr so stray prints and C
     # libraries writing to stdout cannot corrupt it.
     proto = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     faulthandler.enable(file=sys.stderr)  # a segfault leaves a Python traceback in the tail
-
-    writer = MessageWriter(proto)
-    stdin = sys.stdin
-    first = stdin.readline()
-    if not first:
-        return 2
-    spec = decode(first)
-    if not isinstance(spec, JobSpec):
-        print(f"worker: expected a job, got {spec.type}", file=sys.stderr)
-        return 2
-    writer.job_id = spec.job_id
-    writer.send(Hello, pid=os.getpid(), python=sys.version.split()[0])
-
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    return proto
+
+
+def run_job(proto: Any, spec: JobSpec, cancelled: threading.Event) -> None:
+    """Run one job: ``hello``, its events and logs, then ``done`` on ``proto``."""
+    writer = MessageWriter(proto, spec.job_id)
+    writer.send(Hello, pid=os.getpid(), python=sys.version.split()[0])
     root = logging.getLogger()
     forward = _ForwardLogs(writer)
     forward.setLevel(getattr(logging, spec.log_level.upper(), logging.INFO))
     root.addHandler(forward)
     logging.getLogger("accel").setLevel(forward.level)
-
-    cancelled = threading.Event()
-    threading.Thread(target=_watch_stdin, args=(stdin, cancelled, spec.job_id), daemon=True).start()
 
     status, result, error, error_type, tb = "succeeded", {}, "", "", ""
     try:
@@ -148,11 +147,78 @@ def main() -> int:
         Done, status=status, result=result, error=error, error_type=error_type, traceback=tb
     )
     proto.flush()
+
+
+def main() -> int:
+    """One job: read its spec, run it, exit."""
+    proto = _protocol_stream()
+    stdin = sys.stdin
+    first = stdin.readline()
+    if not first:
+        return 2
+    spec = decode(first)
+    if not isinstance(spec, JobSpec):
+        print(f"worker: expected a job, got {spec.type}", file=sys.stderr)
+        return 2
+    cancelled = threading.Event()
+    threading.Thread(target=_watch_stdin, args=(stdin, cancelled, spec.job_id), daemon=True).start()
+    run_job(proto, spec, cancelled)
     return 0
 
 
+def serve() -> int:
+    """A warm worker: import torch and the engine first, then run jobs one after another
+    as their specs arrive on stdin, until stdin closes. ``cancel`` lines cancel the job they
+    name (also one still waiting). The pool decides which jobs a warm worker may take."""
+    proto = _protocol_stream()
+    for name in WARM_IMPORTS:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # the job that needs it reports the error properly
+            print(f"worker: warm import of {name} failed: {exc}", file=sys.stderr)
+    jobs: queue.Queue[tuple[JobSpec, threading.Event] | None] = queue.Queue()
+    events: dict[str, threading.Event] = {}
+    busy = threading.Event()
+
+    def read() -> None:
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            try:
+                msg = decode(line)
+            except ProtocolError as exc:
+                print(f"worker: ignoring bad message: {exc}", file=sys.stderr)
+                continue
+            if isinstance(msg, JobSpec):
+                events[msg.job_id] = threading.Event()
+                jobs.put((msg, events[msg.job_id]))
+            elif isinstance(msg, Cancel) and msg.job_id in events:
+                events[msg.job_id].set()
+        # EOF: the pool retired this worker or died. Idle: exit now; busy: stop the job
+        # cooperatively, then for good.
+        for ev in list(events.values()):
+            ev.set()
+        jobs.put(None)
+        if busy.is_set():
+            time.sleep(ORPHAN_GRACE_S)
+            os._exit(3)
+
+    threading.Thread(target=read, name="worker-stdin", daemon=True).start()
+    while True:
+        item = jobs.get()
+        if item is None:
+            return 0
+        spec, cancelled = item
+        busy.set()
+        try:
+            run_job(proto, spec, cancelled)
+        finally:
+            busy.clear()
+            events.pop(spec.job_id, None)
+
+
 if __name__ == "__main__":
-    code = main()
+    code = serve() if "--serve" in sys.argv[1:] else main()
     sys.stderr.flush()
     # Skip interpreter teardown: atexit hooks of native libraries can hang or crash
     # after the result was already sent.

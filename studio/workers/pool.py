@@ -11,6 +11,13 @@ worker dies later. A worker that exits without its ``done`` message (segfault,
 OOM kill, ``os._exit``) ends its run as ``crashed``; one that outlives its
 timeout is cancelled, terminated, killed and ends as ``timed_out``; either way
 the exit code or signal and the last stderr lines are recorded.
+
+With ``warm=True`` each lane keeps one *warm* worker (``entry --serve``: torch and the
+engine already imported) that serves the light jobs of ``WARM_KINDS`` one after another,
+so opening a model or profiling it does not pay process start-up and imports each time.
+Runs and search trials still get a fresh process each (no state carried between recipe
+runs). A warm worker is replaced after it dies, after a cancelled or timed-out job, and
+after a job that left it using more than ``recycle_rss_mb`` of memory.
 """
 
 from __future__ import annotations
@@ -67,6 +74,38 @@ _CRASH_HINTS = {
 
 PLUGINS_ENV = "ACCEL_STUDIO_PLUGINS"  # modules or .py files loaded by every worker
 
+# Job kinds a warm worker may serve: they load a model and look at it, and restore any
+# global torch setting they change. Recipe runs and search trials get a fresh process.
+WARM_KINDS = frozenset({"inspect", "profile", "export_onnx", "graph_diff", "analyze"})
+RECYCLE_RSS_MB = 3072.0  # a warm worker above this after a job is replaced
+
+
+def worker_command(python: str, *, serve: bool = False) -> list[str]:
+    """How to start a worker: ``python -m studio.workers.entry``, or in a frozen bundle
+    (PyInstaller) the bundle's own executable with ``--studio-worker``."""
+    if getattr(sys, "frozen", False):
+        cmd = [sys.executable, "--studio-worker"]
+    else:
+        cmd = [python, "-m", "studio.workers.entry"]
+    return [*cmd, "--serve"] if serve else cmd
+
+
+def process_rss_mb(pid: int) -> float | None:
+    """Resident memory of process ``pid`` in MiB (None when it cannot be read)."""
+    try:
+        import psutil
+
+        return float(psutil.Process(pid).memory_info().rss) / 2**20
+    except Exception:  # noqa: BLE001 - no psutil, or the process is gone
+        pass
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return float(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
 
 def env_plugins() -> list[str]:
     return [p for p in os.environ.get(PLUGINS_ENV, "").split(os.pathsep) if p.strip()]
@@ -87,6 +126,7 @@ class JobOutcome:
     signal: str = ""
     log_tail: str = ""
     duration_s: float = 0.0
+    pid: int | None = None  # the worker process that ran it (a warm one serves several)
 
     @property
     def ok(self) -> bool:
@@ -113,6 +153,52 @@ class _Lane:
     slots: int
     worker_device: str  # how the worker sees it
     busy: int = 0
+
+
+class _Worker:
+    """One worker process; a persistent (warm) one serves several jobs, one at a time."""
+
+    def __init__(self, proc: subprocess.Popen[str], lane: str, persistent: bool) -> None:
+        self.proc = proc
+        self.lane = lane
+        self.persistent = persistent
+        self.job: _Job | None = None
+        self.jobs_served = 0
+        self.idle_tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
+        self.stderr_reader = threading.Thread(
+            target=self._read_stderr, name=f"worker-{proc.pid}-stderr", daemon=True
+        )
+        self.stderr_reader.start()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            job = self.job
+            (job.stderr if job is not None else self.idle_tail).append(line.rstrip("\n"))
+
+    def retire(self, wait_s: float = 3.0) -> None:
+        """Close its stdin (an idle worker exits), kill it if it does not within ``wait_s``."""
+        with contextlib.suppress(OSError, ValueError):
+            if self.proc.stdin:
+                self.proc.stdin.close()
+
+        def reap() -> None:
+            try:
+                self.proc.wait(wait_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+                    if hasattr(os, "killpg"):
+                        os.killpg(self.proc.pid, getattr(signal, "SIGKILL", signal.SIGTERM))
+                    else:
+                        self.proc.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(2.0)
+
+        threading.Thread(target=reap, name=f"worker-{self.proc.pid}-reap", daemon=True).start()
 
 
 @dataclass
@@ -201,8 +287,17 @@ class WorkerPool:
         cancel_grace_s: float = 5.0,
         kill_grace_s: float = 3.0,
         default_timeout_s: float | None = None,
+        warm: bool = False,
+        recycle_rss_mb: float | None = None,
     ) -> None:
         self.store = store
+        self.warm = warm
+        self.recycle_rss_mb = float(
+            recycle_rss_mb
+            if recycle_rss_mb is not None
+            else os.environ.get("ACCEL_STUDIO_WORKER_RECYCLE_MB", RECYCLE_RSS_MB)
+        )
+        self._idle: dict[str, _Worker] = {}  # lane name -> its warm worker, when idle
         self.python = python or sys.executable
         self.extra_env = dict(env or {})
         self.cancel_grace_s = cancel_grace_s
@@ -235,6 +330,9 @@ class WorkerPool:
         self._watchdog = threading.Thread(target=self._watch, name="pool-watchdog", daemon=True)
         self._dispatcher.start()
         self._watchdog.start()
+        if warm:
+            for lane in self.lanes:
+                self._ensure_warm(lane)
         if store is not None:
             # Runs left "running" by a studio that was killed end as crashed; done on the
             # pool's thread, before any job, so creating a pool never waits on the database.
@@ -374,6 +472,10 @@ class WorkerPool:
             if not j.finished.wait(left):
                 self._kill(j)
                 j.finished.wait(2.0)
+        with self._lock:
+            idle, self._idle = list(self._idle.values()), {}
+        for worker in idle:
+            worker.retire()
         self._inbox.put(("stop", None, None))  # type: ignore[arg-type]
         self._dispatcher.join(timeout=5)
         with self._wake:
@@ -436,11 +538,10 @@ class WorkerPool:
 
     # --- one worker process ----------------------------------------------------------------
 
-    def _worker_env(self, job: _Job) -> dict[str, str]:
+    def _worker_env(self, lane: _Lane) -> dict[str, str]:
         env = dict(os.environ)
         env.update(self.extra_env)
-        assert job.lane is not None
-        env.update(job.lane.env)
+        env.update(lane.env)
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONFAULTHANDLER"] = "1"
         paths = [str(PROJECT_ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
@@ -457,31 +558,95 @@ class WorkerPool:
                 params["device"] = lane.worker_device
         return params
 
+    def _spawn(self, lane: _Lane, *, persistent: bool) -> _Worker:
+        proc = subprocess.Popen(
+            worker_command(self.python, serve=persistent),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            bufsize=1,
+            env=self._worker_env(lane),
+            # The caller's folder: relative model, recipe and output paths mean the same
+            # in the worker (PYTHONPATH above makes studio/accel importable from anywhere).
+            cwd=self.cwd,
+            # Own session: Ctrl-C in a terminal reaches the parent only (which cancels
+            # cooperatively), and the whole process group can be killed at once.
+            start_new_session=True,
+        )
+        return _Worker(proc, lane.name, persistent)
+
+    def _ensure_warm(self, lane: _Lane) -> None:
+        """Start the lane's warm worker unless it has a live idle one (or the pool closed)."""
+        with self._lock:
+            if self._closed or not self.warm:
+                return
+            current = self._idle.get(lane.name)
+            if current is not None and current.alive:
+                return
+            try:
+                self._idle[lane.name] = self._spawn(lane, persistent=True)
+            except OSError as exc:
+                log.warning("could not start a warm worker for %s: %s", lane.name, exc)
+                self._idle.pop(lane.name, None)
+
+    def _checkout(self, job: _Job) -> _Worker | None:
+        """The lane's idle warm worker for ``job`` when it may take it, else None."""
+        if not self.warm or job.kind not in WARM_KINDS or job.lane is None:
+            return None
+        with self._lock:
+            worker = self._idle.pop(job.lane.name, None)
+        if worker is not None and not worker.alive:
+            worker.retire(0)
+            return None
+        return worker
+
+    def _checkin(self, worker: _Worker, job: _Job) -> bool:
+        """After ``job`` ended with its ``done``: keep ``worker`` as the lane's warm worker
+        (True) or retire it."""
+        keep = (
+            worker.persistent
+            and worker.alive
+            and not job.cancel_requested
+            and not job.timed_out
+            and not job.killed
+        )
+        if keep:
+            rss = process_rss_mb(worker.proc.pid)
+            if rss is not None and rss > self.recycle_rss_mb:
+                log.info(
+                    "warm worker %s uses %.0f MiB after %s: replacing it",
+                    worker.proc.pid,
+                    rss,
+                    job.kind,
+                )
+                keep = False
+        worker.job = None
+        if keep:
+            with self._lock:
+                if not self._closed and worker.lane not in self._idle:
+                    self._idle[worker.lane] = worker
+                    return True
+        worker.retire()
+        return False
+
     def _supervise(self, job: _Job) -> None:
         assert job.lane is not None
         self._post("started", job, None)
-        try:
-            proc = subprocess.Popen(
-                [self.python, "-m", "studio.workers.entry"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                encoding="utf-8",
-                errors="replace",
-                bufsize=1,
-                env=self._worker_env(job),
-                # The caller's folder: relative model, recipe and output paths mean the same
-                # in the worker (PYTHONPATH above makes studio/accel importable from anywhere).
-                cwd=self.cwd,
-                # Own session: Ctrl-C in a terminal reaches the parent only (which cancels
-                # cooperatively), and the whole process group can be killed at once.
-                start_new_session=True,
-            )
-        except OSError as exc:
-            job.stderr.append(f"could not start the worker: {exc}")
-            self._post("exit", job, None)
-            return
+        worker = self._checkout(job)
+        if worker is None:
+            try:
+                persistent = self.warm and job.kind in WARM_KINDS
+                worker = self._spawn(job.lane, persistent=persistent)
+            except OSError as exc:
+                job.stderr.append(f"could not start the worker: {exc}")
+                self._post("exit", job, None)
+                return
+        proc = worker.proc
+        worker.job = job
+        worker.jobs_served += 1
         with self._lock:
             job.proc = proc
             job.pid = proc.pid
@@ -496,10 +661,12 @@ class WorkerPool:
         self._send(job, spec)
         if cancel_now:
             self._send(job, Cancel(job_id=job.id, seq=1))
-        err_reader = threading.Thread(target=self._read_stderr, args=(job, proc), daemon=True)
-        err_reader.start()
         assert proc.stdout is not None
-        for line in proc.stdout:
+        got_done = False
+        while True:
+            line = proc.stdout.readline()
+            if not line:
+                break  # EOF: the worker exited
             if not line.strip():
                 continue
             try:
@@ -507,18 +674,29 @@ class WorkerPool:
             except ProtocolError as exc:
                 job.stderr.append(f"[protocol] {exc}")
                 continue
+            if worker.persistent and msg.job_id != job.id:
+                continue  # a late line of the job this worker ran before
             self._post("msg", job, msg)
-        code = proc.wait()
-        err_reader.join(timeout=2.0)
-        with contextlib.suppress(OSError):
-            if proc.stdin:
-                proc.stdin.close()
+            if worker.persistent and isinstance(msg, Done):
+                got_done = True
+                break
+        if got_done and self._checkin(worker, job):
+            code: int | None = 0  # the job ended cleanly; its worker stays for the next
+        else:
+            if got_done:
+                try:
+                    code = proc.wait(self.kill_grace_s + 3.0)
+                except subprocess.TimeoutExpired:
+                    code = None
+            else:
+                code = proc.wait()
+                worker.stderr_reader.join(timeout=2.0)
+                with contextlib.suppress(OSError):
+                    if proc.stdin:
+                        proc.stdin.close()
+            if worker.persistent:
+                self._ensure_warm(job.lane)  # a replacement warms up for the next job
         self._post("exit", job, code)
-
-    def _read_stderr(self, job: _Job, proc: subprocess.Popen[str]) -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            job.stderr.append(line.rstrip("\n"))
 
     def _send(self, job: _Job, msg: Message) -> None:
         proc = job.proc
@@ -690,6 +868,7 @@ class WorkerPool:
             signal=sig,
             log_tail=tail,
             duration_s=time.monotonic() - (job.started or job.submitted),
+            pid=job.pid,
         )
         if job.run_id and self.store is not None:
             keep_tail = status != "succeeded"

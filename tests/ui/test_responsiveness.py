@@ -50,7 +50,7 @@ def test_loading_and_profiling_the_demo_never_stalls_the_gui(qapp, tmp_path, wai
     from studio.ui.main_window import MainWindow
 
     state = AppState()
-    services = Services(state, db=str(tmp_path / "studio.db"))
+    services = Services(state, db=str(tmp_path / "studio.db"), warm_worker=True)
     win = MainWindow(
         state, services, settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
     )
