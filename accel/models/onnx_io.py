@@ -13,6 +13,35 @@ from accel.models.inputs import Dim, InputSpec, TensorSpec, normalize_dtype
 log = logging.getLogger(__name__)
 
 
+def all_tensors(model: Any) -> list[Any]:
+    """Every TensorProto of a model: initializers (sparse ones too) and node attributes, in
+    the main graph, in every subgraph (If / Loop / Scan bodies, at any depth) and in local
+    functions. The studio's own walk, so the external-data guard does not depend on ONNX
+    Runtime refusing what it misses."""
+    out: list[Any] = []
+    graphs = [model.graph]
+    nodes = [n for f in model.functions for n in f.node]
+    while graphs or nodes:
+        if graphs:
+            g = graphs.pop()
+            out.extend(g.initializer)
+            for sp in g.sparse_initializer:
+                out.extend((sp.values, sp.indices))
+            nodes.extend(g.node)
+            continue
+        node = nodes.pop()
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                out.append(attr.t)
+            out.extend(attr.tensors)
+            if attr.HasField("sparse_tensor"):
+                out.extend((attr.sparse_tensor.values, attr.sparse_tensor.indices))
+            if attr.HasField("g"):
+                graphs.append(attr.g)
+            graphs.extend(attr.graphs)
+    return out
+
+
 def check_external_data(path: Path) -> list[Path]:
     """Refuse external data that points outside the model's folder; return the data files."""
     import onnx
@@ -27,12 +56,7 @@ def check_external_data(path: Path) -> list[Path]:
         ) from None
     folder = path.resolve().parent
     files: list[Path] = []
-    tensors = list(model.graph.initializer)
-    for node in model.graph.node:
-        for attr in node.attribute:
-            if attr.HasField("t"):
-                tensors.append(attr.t)
-    for t in tensors:
+    for t in all_tensors(model):
         if t.data_location != onnx.TensorProto.EXTERNAL:
             continue
         info = {e.key: e.value for e in t.external_data}

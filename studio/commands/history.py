@@ -49,6 +49,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_trust_arguments(p)
     p.set_defaults(func=rerun)
 
+    p = sub.add_parser(
+        "import-run", help="record a run the database could not save (unrecorded_run.json)"
+    )
+    p.add_argument("file", help="unrecorded_run.json, or the run folder holding it")
+    p.set_defaults(func=import_run)
+
     p = sub.add_parser("tag", help="add (+TAG or TAG) or remove (-TAG) tags of a run; set notes")
     p.add_argument("run", help="run id (or prefix)")
     p.add_argument("tags", nargs="*", help="+tag / tag adds, -tag removes (use -- before -tag)")
@@ -395,6 +401,31 @@ def rerun(args: argparse.Namespace) -> int:
         parent_run_id=d.run.id,
         tags=d.run.tags,
     )
+
+
+def import_run(args: argparse.Namespace) -> int:
+    """Add a run kept in a file (the store failed while it ran) to the database."""
+    from pathlib import Path
+
+    from studio.cli import CliError
+    from studio.store import StoreError
+    from studio.workers.pool import UNRECORDED_FILE
+
+    path = Path(args.file)
+    if path.is_dir():
+        path = path / UNRECORDED_FILE
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CliError(f"cannot read {path}: {exc}") from None
+    with _repo(args) as repo:
+        try:
+            repo.check_writable()
+            run_id = repo.import_unrecorded(record)
+        except StoreError as exc:
+            raise CliError(str(exc)) from None
+    print(f"imported run {run_id} ({record.get('status')}) from {path}")
+    return 0
 
 
 def tag(args: argparse.Namespace) -> int:

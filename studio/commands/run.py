@@ -79,11 +79,18 @@ def run_job(
     timeout_s: float | None = None,
 ) -> int:
     """Submit a run_recipe job to a one-job pool, print it live, return the exit code."""
+    from studio.cli import CliError
     from studio.commands._runprint import RunPrinter
     from studio.commands.history import _repo
+    from studio.store import StoreError
     from studio.workers import WorkerPool
 
     repo = _repo(args)
+    try:  # before any work: a run that cannot be recorded does not start
+        repo.check_writable()
+    except StoreError as exc:
+        repo.close()
+        raise CliError(str(exc)) from None
     printer = RunPrinter()
     device = str(params.get("device") or "auto")
     pool = WorkerPool(repo, cpu_workers=1, devices=[] if device == "cpu" else None)
@@ -124,10 +131,22 @@ def run_job(
     time.sleep(0)  # let the dispatcher's last print reach the terminal first
     print()
     print(printer.summary())
-    print(f"\nrun {outcome.run_id}: {outcome.status}")
+    shown = outcome.status + (", not recorded" if outcome.store_error else "")
+    print(f"\nrun {outcome.run_id}: {shown}")
     run_dir = outcome.result.get("run_dir") or printer.run_dir
     if run_dir:
         print(f"run folder: {run_dir}")
+    if outcome.store_error:
+        kept = (
+            f"; its record is kept in {outcome.record_file}: add it to the database later with "
+            f"`studio import-run {outcome.record_file}`"
+            if outcome.record_file
+            else ""
+        )
+        print(
+            f"run {outcome.run_id} was NOT recorded in the database ({outcome.store_error}){kept}",
+            file=sys.stderr,
+        )
     if outcome.status != "succeeded":
         print(f"run {outcome.status}: {outcome.error}", file=sys.stderr)
         if outcome.status in ("crashed", "timed_out") and outcome.log_tail:
@@ -136,4 +155,6 @@ def run_job(
     repo.close()
     if outcome.status == "cancelled":
         return 130
+    if outcome.store_error:
+        return 3
     return 0 if outcome.status == "succeeded" else 1

@@ -179,6 +179,24 @@ def backup_sqlite(path: Path, tag: str) -> Path | None:
     return dest
 
 
+class NewerDatabaseError(RuntimeError):
+    """The database was created by a newer version of the studio (unknown revision)."""
+
+
+def _known_revision(rev: str) -> bool:
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    try:
+        return script.get_revision(rev) is not None
+    except Exception:  # noqa: BLE001 - alembic raises for unknown ids
+        return False
+
+
+def _has_backup(path: Path, rev: str) -> bool:
+    return any(path.parent.glob(f"{path.name}.bak-{rev}-*"))
+
+
 def migrate(engine: Engine, *, backup: bool = True) -> str:
     """Upgrade the database to the newest schema; returns the revision it is at.
 
@@ -194,8 +212,17 @@ def migrate(engine: Engine, *, backup: bool = True) -> str:
         current = current_revision(engine)
         if current == head:
             return head
+        if current is not None and not _known_revision(current):
+            shown = engine.url.render_as_string(hide_password=True)
+            raise NewerDatabaseError(
+                f"the database {shown} was created by a newer version of the studio (schema "
+                f"revision {current}; this version knows up to {head}). Update Accel Studio, "
+                "or use another database with --db."
+            )
         path = sqlite_path(url)
-        if backup and path is not None and current is not None:
+        # One backup per revision: a migration that keeps failing must not copy the whole
+        # database again on every start.
+        if backup and path is not None and current is not None and not _has_backup(path, current):
             saved = backup_sqlite(path, current)
             log.info("backed up %s to %s before migrating", path, saved)
         cfg = alembic_config(url)

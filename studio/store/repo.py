@@ -175,13 +175,22 @@ class Repository:
             engine = dbmod.make_engine(url)
             if migrate:
                 dbmod.migrate(engine)
+        except dbmod.NewerDatabaseError as exc:
+            raise StoreError(str(exc)) from None
         except Exception as exc:
             shown = make_url(url).render_as_string(hide_password=True)
             raise StoreError(
                 f"cannot open the database {shown}: {type(exc).__name__}: {exc}. "
                 f"Check --db, ${dbmod.DB_ENV} or the 'database' setting."
             ) from exc
-        return cls(engine, owns_engine=True)
+        repo = cls(engine, owns_engine=True)
+        # Runs left "running" by a studio that was killed end as crashed whenever the store
+        # is opened (history, show, the GUI...), not only when the next run starts.
+        try:
+            repo.recover_interrupted()
+        except Exception as exc:  # noqa: BLE001 - e.g. a read-only database: reading still works
+            log.info("could not recover interrupted runs: %s", exc)
+        return repo
 
     @property
     def url(self) -> str:
@@ -331,14 +340,16 @@ class Repository:
         signal: str | None = None,
         log_tail: str | None = None,
         summary: Mapping[str, Any] | None = None,
+        at: dt.datetime | None = None,
     ) -> None:
-        """Change a run's status; a final status also closes its still-running steps."""
+        """Change a run's status; a final status also closes its still-running steps.
+        ``at``: when it happened (default: now), e.g. a crashed run's last sign of life."""
         _check_status(status)
         with self._write() as s:
             row = s.get(RunRow, run_id)
             if row is None:
                 raise RunNotFound(f"no run {run_id!r}")
-            self._apply_status(s, row, status)
+            self._apply_status(s, row, status, at)
             if error is not None:
                 row.error = error
             if error_type is not None:
@@ -352,8 +363,10 @@ class Repository:
             if summary is not None:
                 row.summary = _json_safe(dict(summary))
 
-    def _apply_status(self, s: Session, row: RunRow, status: str) -> None:
-        now = utcnow()
+    def _apply_status(
+        self, s: Session, row: RunRow, status: str, at: dt.datetime | None = None
+    ) -> None:
+        now = at or utcnow()
         was_final = row.status in FINAL_STATUSES and row.finished_at is not None
         row.status = status
         if status == "running" and row.started_at is None:
@@ -410,23 +423,21 @@ class Repository:
         """Mark as crashed the queued / running runs whose recording process (on this
         machine) is gone: the studio was killed mid-run. Their finished steps are kept.
         Returns the run ids changed."""
-        import psutil
-
         host = socket.gethostname()
         with self._read() as s:
             rows = s.execute(
-                select(RunRow.id, RunRow.owner).where(
+                select(RunRow.id, RunRow.owner, RunRow.created_at).where(
                     RunRow.status.in_(["queued", "running"]),
                     RunRow.owner.startswith(f"{host}:", autoescape=True),
                 )
             ).all()
         dead: list[tuple[str, int]] = []
-        for run_id, owner in rows:
+        for run_id, owner, created in rows:
             try:
                 pid = int(owner.rsplit(":", 1)[1])
             except (IndexError, ValueError):
                 continue
-            if pid != os.getpid() and not psutil.pid_exists(pid):
+            if pid != os.getpid() and not _process_alive(pid, _aware(created)):
                 dead.append((run_id, pid))
         for run_id, pid in dead:
             self.set_status(
@@ -435,10 +446,68 @@ class Repository:
                 error=f"the studio process that ran this job (pid {pid}) exited before the run "
                 "finished; the steps it finished are kept",
                 error_type="StudioExited",
+                at=self._last_sign_of_life(run_id),
             )
         if dead:
             log.warning("marked %d interrupted runs as crashed", len(dead))
         return [r for r, _ in dead]
+
+    def _last_sign_of_life(self, run_id: str) -> dt.datetime | None:
+        """The newest time the run's recorder wrote: a step's start or end, else the run's
+        start (a crashed run's duration ends there, not when someone noticed)."""
+        with self._read() as s:
+            row = s.get(RunRow, run_id)
+            if row is None:
+                return None
+            times = [_aware(row.started_at), _aware(row.created_at)]
+            for step in s.scalars(select(StepRow).where(StepRow.run_id == run_id)):
+                times += [_aware(step.started_at), _aware(step.finished_at)]
+        known = [t for t in times if t is not None]
+        return max(known) if known else None
+
+    def check_writable(self) -> None:
+        """Raise StoreError unless runs can be recorded: the database accepts a write (not
+        read-only) and, for SQLite, its pages pass a quick check (not damaged). Nothing is
+        changed: the probe write is rolled back."""
+        from sqlalchemy import text
+
+        try:
+            with self._write_engine.connect() as conn:
+                if conn.dialect.name == "sqlite":
+                    problems = [r[0] for r in conn.exec_driver_sql("PRAGMA quick_check(3)")]
+                    if problems != ["ok"]:
+                        raise StoreError(
+                            f"the database {self.url} is damaged ({'; '.join(problems)}); "
+                            "runs cannot be recorded. Restore a backup (studio.db.bak-*) or "
+                            "use another database with --db."
+                        )
+                conn.execute(text("UPDATE alembic_version SET version_num = version_num"))
+                conn.rollback()
+        except StoreError:
+            raise
+        except Exception as exc:
+            reason = str(exc).splitlines()[0][:300]
+            raise StoreError(
+                f"the database {self.url} cannot record runs ({reason}). Check that the file "
+                "and its folder are writable, or use another database with --db."
+            ) from None
+
+    def import_unrecorded(self, record: Mapping[str, Any]) -> str:
+        """Record a run the pool kept in a file when the store failed (``unrecorded_run.json``);
+        returns its run id. Importing twice is refused."""
+        if record.get("format") != "accel-studio-unrecorded-run/1":
+            raise StoreError("not an unrecorded-run file (format accel-studio-unrecorded-run/1)")
+        run = dict(record.get("run") or {})
+        run_id = str(run.get("run_id") or "")
+        with self._read() as s:
+            if run_id and s.get(RunRow, run_id) is not None:
+                raise StoreError(f"run {run_id} is already in the database")
+        self.create_run(**{k: v for k, v in run.items() if k in _CREATE_RUN_ARGS})
+        for event in record.get("events") or []:
+            self.record_event(run_id, event)
+        final = {k: v for k, v in dict(record.get("final") or {}).items() if k in _STATUS_ARGS}
+        self.set_status(run_id, str(record.get("status") or "failed"), **final)
+        return run_id
 
     # --- events from the runner -----------------------------------------------------------
 
@@ -863,6 +932,45 @@ class Repository:
 
 
 # --- row -> record --------------------------------------------------------------------------
+
+
+_CREATE_RUN_ARGS = {
+    "run_id",
+    "model_source",
+    "recipe",
+    "kind",
+    "device",
+    "parent_run_id",
+    "tags",
+    "notes",
+    "name",
+    "job_params",
+}
+_STATUS_ARGS = {"error", "error_type", "exit_code", "signal", "log_tail"}
+
+
+def _process_alive(pid: int, since: dt.datetime | None) -> bool:
+    """Is the process ``pid`` the one that created a run at ``since``? (A pid reused by a
+    newer process does not keep a dead studio's run "running".)"""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        started = dt.datetime.fromtimestamp(proc.create_time(), dt.UTC)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+        return psutil.pid_exists(pid) and not _is_zombie(pid)
+    if proc.status() == psutil.STATUS_ZOMBIE:
+        return False
+    return since is None or started <= since + dt.timedelta(seconds=2)
+
+
+def _is_zombie(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def process_owner() -> str:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import heapq
 import itertools
 import logging
@@ -127,10 +128,14 @@ class JobOutcome:
     log_tail: str = ""
     duration_s: float = 0.0
     pid: int | None = None  # the worker process that ran it (a warm one serves several)
+    # Set when the store could not record this run: what failed, and the file that keeps
+    # the run's record for `studio import-run` (a run that was not saved is no success).
+    store_error: str = ""
+    record_file: str = ""
 
     @property
     def ok(self) -> bool:
-        return self.status == "succeeded"
+        return self.status == "succeeded" and not self.store_error
 
 
 @dataclass(frozen=True)
@@ -224,12 +229,97 @@ class _Job:
     terminated_at: float | None = None
     killed: bool = False
     timed_out: bool = False
+    out_of_memory: int = 0  # resident bytes when the memory cap stopped it
     done: Done | None = None
     stderr: collections.deque[str] = field(
         default_factory=lambda: collections.deque(maxlen=LOG_TAIL_LINES)
     )
     outcome: JobOutcome | None = None
     finished: threading.Event = field(default_factory=threading.Event)
+    store_error: str = ""  # the first failure to record this job's run
+    events: list[dict[str, Any]] = field(default_factory=list)  # kept for a failed store
+
+
+UNRECORDED_FILE = "unrecorded_run.json"
+
+MEMORY_ENV = "ACCEL_WORKER_MEMORY_MB"  # a worker's memory cap in MiB (0: none)
+DEFAULT_MEMORY_FRACTION = 0.75  # default cap: this fraction of the machine's RAM
+MEMORY_CHECK_S = 0.2
+
+
+def default_memory_limit() -> int:
+    """Bytes a worker may use: ``$ACCEL_WORKER_MEMORY_MB``, the settings file's
+    ``worker_memory_mb``, else 75% of the machine's RAM. 0 means no cap."""
+    import json
+
+    value: Any = os.environ.get(MEMORY_ENV)
+    if value is None:
+        with contextlib.suppress(Exception):
+            from studio.store.db import settings_path
+
+            value = json.loads(settings_path().read_text()).get("worker_memory_mb")
+    if value not in (None, ""):
+        try:
+            return max(0, int(float(value) * (1 << 20)))
+        except (TypeError, ValueError):
+            log.warning("ignoring %s=%r: not a number of MiB", MEMORY_ENV, value)
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().total * DEFAULT_MEMORY_FRACTION)
+    except Exception:  # noqa: BLE001 - no psutil: no cap
+        return 0
+
+
+def _tree_rss(pid: int) -> int:
+    """Resident bytes of a process and its children (compile workers, ...)."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        procs = [proc, *proc.children(recursive=True)]
+    except (psutil.Error, OSError):
+        return 0
+    total = 0
+    for p in procs:
+        with contextlib.suppress(psutil.Error, OSError):
+            total += p.memory_info().rss
+    return total
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.2f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.0f} MiB"
+
+
+def _save_unrecorded(job: _Job, status: str, final: dict[str, Any], result: dict) -> str:
+    """Keep what the store could not record (the run, its events, how it ended) as JSON in
+    the run folder (or the data folder), for ``studio import-run``. Returns the path."""
+    import json
+
+    run_dir = result.get("run_dir") or next(
+        (e.get("run_dir") for e in job.events if e.get("event") == "run_started"), None
+    )
+    record = {
+        "format": "accel-studio-unrecorded-run/1",
+        "run": {**(job.new_run or {}), "run_id": job.run_id},
+        "events": job.events,
+        "status": status,
+        "final": final,
+        "store_error": job.store_error,
+    }
+    try:
+        if run_dir and Path(run_dir).is_dir():
+            path = Path(run_dir) / UNRECORDED_FILE
+        else:
+            from studio.store.db import data_dir
+
+            path = data_dir() / "unrecorded" / f"{job.run_id}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=1, default=str, ensure_ascii=True))
+        return str(path)
+    except OSError as exc:
+        log.error("could not keep the unrecorded run %s either: %s", job.run_id, exc)
+        return ""
 
 
 class JobHandle:
@@ -289,6 +379,7 @@ class WorkerPool:
         default_timeout_s: float | None = None,
         warm: bool = False,
         recycle_rss_mb: float | None = None,
+        memory_limit_bytes: int | None = None,
     ) -> None:
         self.store = store
         self.warm = warm
@@ -298,6 +389,11 @@ class WorkerPool:
             else os.environ.get("ACCEL_STUDIO_WORKER_RECYCLE_MB", RECYCLE_RSS_MB)
         )
         self._idle: dict[str, _Worker] = {}  # lane name -> its warm worker, when idle
+        # Each worker's memory cap (resident memory, its child processes included): a
+        # runaway model ends as "out of memory" with the figure, and the next job runs.
+        self.memory_limit_bytes = (
+            default_memory_limit() if memory_limit_bytes is None else int(memory_limit_bytes)
+        )
         self.python = python or sys.executable
         self.extra_env = dict(env or {})
         self.cancel_grace_s = cancel_grace_s
@@ -324,6 +420,7 @@ class WorkerPool:
         self._inbox: queue.Queue[tuple[str, _Job, Any]] = queue.Queue()
         self._listeners: list[Callable[[JobUpdate], None]] = []
         self._closed = False
+        self._next_memory_check = 0.0
         self._dispatcher = threading.Thread(
             target=self._dispatch, name="pool-dispatch", daemon=True
         )
@@ -744,9 +841,24 @@ class WorkerPool:
                 self._wake.wait(0.05)
                 running = [self._jobs[i] for i in self._running]
             now = time.monotonic()
+            check_memory = self.memory_limit_bytes > 0 and now >= self._next_memory_check
+            if check_memory:
+                self._next_memory_check = now + MEMORY_CHECK_S
             for job in running:
                 if job.proc is None or job.proc.poll() is not None:
                     continue
+                if check_memory and not job.out_of_memory:
+                    used = _tree_rss(job.proc.pid)
+                    if used > self.memory_limit_bytes:
+                        job.out_of_memory = used
+                        log.warning(
+                            "job %s used %s, over the worker memory limit of %s: stopped",
+                            job.id,
+                            _gib(used),
+                            _gib(self.memory_limit_bytes),
+                        )
+                        self._kill(job)
+                        continue
                 if (
                     job.timeout_s is not None
                     and job.started is not None
@@ -788,22 +900,29 @@ class WorkerPool:
                 if what == "exit" and not job.finished.is_set():
                     self._release(job)
 
-    def _store_call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    def _store_call(
+        self, fn: Callable[..., Any], *args: Any, job: _Job | None = None, **kwargs: Any
+    ) -> bool:
         try:
             fn(*args, **kwargs)
-        except Exception:
-            # A store problem must not stop the pool; the job result is still delivered.
-            log.exception("could not record to the store")
+            return True
+        except Exception as exc:
+            # A store problem must not stop the pool; the job result is still delivered,
+            # marked as not recorded (see _finish).
+            log.warning("could not record to the store: %s: %s", type(exc).__name__, exc)
+            if job is not None and not job.store_error:
+                job.store_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+            return False
 
     def _handle(self, what: str, job: _Job, payload: Any) -> None:
         store = self.store if job.run_id else None
         if what == "queued":
             if store is not None and job.new_run is not None:
-                self._store_call(store.create_run, **job.new_run)
+                self._store_call(store.create_run, **job.new_run, job=job)
             self._notify(JobUpdate(job.id, job.kind, "queued", job.status, job.run_id))
         elif what == "started":
             if store is not None:
-                self._store_call(store.set_status, job.run_id, "running")
+                self._store_call(store.set_status, job.run_id, "running", job=job)
             data = {"device": job.lane.name if job.lane else ""}
             self._notify(JobUpdate(job.id, job.kind, "started", "running", job.run_id, data))
         elif what == "msg":
@@ -812,7 +931,8 @@ class WorkerPool:
                 job.pid = msg.pid
             elif isinstance(msg, EventMessage):
                 if store is not None:
-                    self._store_call(store.record_event, job.run_id, msg.event)
+                    job.events.append(msg.event)
+                    self._store_call(store.record_event, job.run_id, msg.event, job=job)
                 self._notify(
                     JobUpdate(job.id, job.kind, "event", job.status, job.run_id, msg.event)
                 )
@@ -837,6 +957,14 @@ class WorkerPool:
             if job.timed_out and status == "cancelled":
                 status, error_type = "timed_out", "Timeout"
                 error = f"the job ran past its timeout of {job.timeout_s:g} s and stopped"
+        elif job.out_of_memory:
+            status, error_type = "crashed", "OutOfMemory"
+            error = (
+                f"out of memory: the worker used {_gib(job.out_of_memory)}, over its limit of "
+                f"{_gib(self.memory_limit_bytes)} (setting {MEMORY_ENV}, default "
+                f"{int(DEFAULT_MEMORY_FRACTION * 100)}% of RAM), and was stopped; try a smaller "
+                "batch or input shape"
+            )
         elif job.timed_out:
             status, error_type = "timed_out", "Timeout"
             error = f"the job ran past its timeout of {job.timeout_s:g} s and was stopped"
@@ -872,16 +1000,20 @@ class WorkerPool:
         )
         if job.run_id and self.store is not None:
             keep_tail = status != "succeeded"
-            self._store_call(
-                self.store.set_status,
-                job.run_id,
-                status,
+            final = dict(
                 error=error or None,
                 error_type=error_type or None,
                 exit_code=code,
                 signal=sig or None,
                 log_tail=tail if keep_tail else None,
             )
+            self._store_call(self.store.set_status, job.run_id, status, job=job, **final)
+            if job.store_error:
+                outcome = dataclasses.replace(
+                    outcome,
+                    store_error=job.store_error,
+                    record_file=_save_unrecorded(job, status, final, outcome.result),
+                )
         job.outcome = outcome
         job.status = status
         self._release(job)
