@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= $(if $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl),torch==2.13.0,)
 PYTEST_ARGS ?=
 
-.PHONY: run test lint venv clean bench screenshots
+.PHONY: run test lint venv clean bench screenshots package package-test
 
 $(BIN)/studio: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,5 +36,21 @@ test: lint
 bench: venv
 	for f in bench/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
+# The one-folder desktop bundle (packaging/README.md): dist/accel-studio/accel-studio.
+APP_ID := io.github.accelstudio.AccelStudio
+SHARE := dist/accel-studio/share
+package: venv
+	$(BIN)/pyinstaller --noconfirm --distpath dist --workpath build/pyinstaller packaging/accel-studio.spec
+	install -Dm644 packaging/linux/$(APP_ID).desktop $(SHARE)/applications/$(APP_ID).desktop
+	install -Dm644 packaging/linux/$(APP_ID).metainfo.xml $(SHARE)/metainfo/$(APP_ID).metainfo.xml
+	install -Dm644 resources/icons/accel-studio.svg $(SHARE)/icons/hicolor/scalable/apps/$(APP_ID).svg
+	for s in 16 24 32 48 64 128 256 512; do install -Dm644 resources/icons/accel-studio-$$s.png \
+	  $(SHARE)/icons/hicolor/$${s}x$${s}/apps/$(APP_ID).png || exit 1; done
+
+# Runs the built bundle's --smoke (offscreen) and checks the run it wrote to its database.
+package-test: venv
+	test -x dist/accel-studio/accel-studio || $(MAKE) package
+	$(BIN)/python packaging/check_bundle.py dist/accel-studio/accel-studio
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

@@ -5,11 +5,19 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 ORG = "AccelStudio"
 APP = "Accel Studio"
+
+
+def resource_path(*parts: str) -> Path:
+    """A file under ``resources/``: next to the package in a checkout, inside the bundle
+    (PyInstaller's ``sys._MEIPASS``) in the packaged app."""
+    base = Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parents[1]))
+    return base.joinpath("resources", *parts)
 
 
 def make_qapp(argv: list[str] | None = None):
@@ -29,6 +37,13 @@ def make_qapp(argv: list[str] | None = None):
     app.setOrganizationName(ORG)
     app.setApplicationName(APP)
     app.setApplicationDisplayName(APP)
+    # The desktop file's name, so Wayland and X11 docks match the window to its launcher.
+    app.setDesktopFileName("io.github.accelstudio.AccelStudio")
+    icon = resource_path("icons", "accel-studio.svg")
+    if icon.is_file():
+        from PySide6.QtGui import QIcon
+
+        app.setWindowIcon(QIcon(str(icon)))
     return app
 
 
