@@ -171,6 +171,9 @@ class Repository:
     def open(cls, db: str | os.PathLike[str] | None = None, *, migrate: bool = True) -> Repository:
         """Open (and migrate) the database given by ``--db``, settings or the default file."""
         url = dbmod.resolve_db_url(db)
+        path = dbmod.sqlite_path(url)
+        if path is not None and path.is_file() and not _writable(path):
+            return cls._open_read_only(path)
         try:
             engine = dbmod.make_engine(url)
             if migrate:
@@ -191,6 +194,28 @@ class Repository:
         except Exception as exc:  # noqa: BLE001 - e.g. a read-only database: reading still works
             log.info("could not recover interrupted runs: %s", exc)
         return repo
+
+    @classmethod
+    def _open_read_only(cls, path: Path) -> Repository:
+        """A SQLite file (or its folder) we may not write: open it for reading only, so the
+        history can still be read; recording refuses with a clear message (check_writable)."""
+        from urllib.parse import quote
+
+        url = f"sqlite:///file:{quote(str(path))}?mode=ro&immutable=1&uri=true"
+        engine = dbmod.make_engine(url)
+        try:
+            current, head = dbmod.current_revision(engine), dbmod.head_revision()
+        except Exception as exc:
+            engine.dispose()
+            raise StoreError(f"cannot read the database {path}: {exc}") from None
+        if current != head:
+            engine.dispose()
+            raise StoreError(
+                f"the database {path} is read-only and at schema revision {current}, this studio "
+                f"needs {head}; make the file and its folder writable once to upgrade it"
+            )
+        log.info("database %s is read-only: history can be read, runs cannot be recorded", path)
+        return cls(engine, owns_engine=True)
 
     @property
     def url(self) -> str:
@@ -947,6 +972,11 @@ _CREATE_RUN_ARGS = {
     "job_params",
 }
 _STATUS_ARGS = {"error", "error_type", "exit_code", "signal", "log_tail"}
+
+
+def _writable(path: Path) -> bool:
+    """May this process write the SQLite file and create its journal files next to it?"""
+    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)
 
 
 def _process_alive(pid: int, since: dt.datetime | None) -> bool:

@@ -5,6 +5,7 @@ range used to backtrack for minutes); sampled inputs are sized before anything i
 
 from __future__ import annotations
 
+import os
 import threading
 from datetime import timedelta
 
@@ -15,7 +16,12 @@ from hypothesis import strategies as st
 from accel.errors import InputSpecError, ModelLoadError
 from accel.models import InputSpec, load_model
 
-FUZZ = settings(max_examples=300, derandomize=True, deadline=timedelta(seconds=2), database=None)
+FUZZ = settings(
+    max_examples=int(os.environ.get("ACCEL_FUZZ_EXAMPLES", 300)),
+    derandomize=True,
+    deadline=timedelta(seconds=2),
+    database=None,
+)
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ per-example deadline, so a hang shows up as a failure instead of a stuck suite."
 from __future__ import annotations
 
 import json
+import os
 import string
 from datetime import timedelta
 from pathlib import Path
@@ -20,7 +21,7 @@ from accel.errors import RecipeError
 from accel.recipe import load_recipe, migrate
 
 FUZZ = settings(
-    max_examples=150,
+    max_examples=int(os.environ.get("ACCEL_FUZZ_EXAMPLES", 150)),
     derandomize=True,
     deadline=timedelta(seconds=5),
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

@@ -213,3 +213,40 @@ def test_failing_migration_backs_up_once(tmp_path, monkeypatch):
             Repository.open(db)
     assert len(list(tmp_path.glob("studio.db.bak-0001-*"))) == 1
     assert dbmod.head_revision() != "0001" or True
+
+
+@pytest.mark.skipif(
+    hasattr(os, "geteuid") and os.geteuid() == 0,
+    reason="root ignores file permissions: a read-only folder cannot be made here",
+)
+def test_read_only_folder_still_shows_the_history(tmp_path, capsys):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    db = folder / "studio.db"
+    with Repository.open(db) as repo:
+        run = repo.create_run(model_source="zoo:mlp", recipe={"name": "x"})
+    folder.chmod(0o555)
+    db.chmod(0o444)
+    try:
+        assert main(["--db", str(db), "history"]) == 0
+        assert run.id[:8] in capsys.readouterr().out
+        rc = main(
+            ["--db", str(db), "run", str(_recipe_file(tmp_path)), "--out", str(tmp_path / "o")]
+        )
+        assert rc == 2 and "cannot record runs" in capsys.readouterr().err
+    finally:
+        folder.chmod(0o755)
+
+
+def test_read_only_open_reads_the_history(tmp_path):
+    """The read-only path itself (reachable as root too): reads work, recording refuses."""
+    db = tmp_path / "studio.db"
+    with Repository.open(db) as repo:
+        run = repo.create_run(model_source="zoo:mlp", recipe={"name": "x"})
+    repo = Repository._open_read_only(db)
+    try:
+        assert repo.get_run(run.id).run.id == run.id
+        with pytest.raises(StoreError, match="cannot record runs"):
+            repo.check_writable()
+    finally:
+        repo.close()
