@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "studio.commands.history",
     "studio.commands.graph",
     "studio.commands.optimize",
+    "studio.commands.deploy",
 ]
 
 

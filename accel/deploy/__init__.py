@@ -1,0 +1,1 @@
+"""Deploying an optimized model to a serving system (Triton Inference Server)."""

@@ -1,0 +1,127 @@
+"""Triton model repositories: each artifact kind's config parses with Triton's protobuf and
+its model loads; bad input says what to change."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from accel.deploy.triton import (
+    DeployError,
+    SweepPoint,
+    choose_batching,
+    parse_config,
+    servable_artifact,
+    write_repository,
+)
+from accel.models import InputSpec
+
+pytest.importorskip("tritonclient.grpc")
+
+SPEC = InputSpec.parse("x:float32[batch,6]; batch=1..8:2")
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(6, 3)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+
+@pytest.fixture
+def onnx_file(tmp_path):
+    path = tmp_path / "tiny.onnx"
+    torch.onnx.export(
+        Tiny().eval(),
+        (torch.randn(2, 6),),
+        str(path),
+        input_names=["x"],
+        output_names=["y"],
+        dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
+        dynamo=False,
+    )
+    return path
+
+
+@pytest.fixture
+def torchscript_file(tmp_path):
+    path = tmp_path / "tiny.pt"
+    torch.jit.trace(Tiny().eval(), torch.randn(2, 6)).save(str(path))
+    return path
+
+
+def test_onnx_repository_parses_and_loads(onnx_file, tmp_path):
+    out = tmp_path / "repo"
+    res = write_repository(
+        {"kind": "onnx", "path": str(onnx_file)}, SPEC, out, batches=[1, 2, 4], sweep_iters=2
+    )
+    cfg = parse_config((out / "model" / "config.pbtxt").read_text())
+    assert cfg.platform == "onnxruntime_onnx" and cfg.max_batch_size == 8
+    assert [i.name for i in cfg.input] == ["x"] and list(cfg.input[0].dims) == [6]
+    assert [o.name for o in cfg.output] == ["y"] and list(cfg.output[0].dims) == [3]
+    assert cfg.HasField("dynamic_batching")
+    assert list(cfg.dynamic_batching.preferred_batch_size) == res.model.preferred_batch_sizes
+    assert cfg.dynamic_batching.max_queue_delay_microseconds >= 100
+    assert cfg.instance_group[0].kind == cfg.instance_group[0].KIND_CPU
+    assert (out / "model" / "1" / "model.onnx").is_file()
+    assert [p.batch for p in res.sweep] == [1, 2, 4]
+
+
+def test_torchscript_repository_parses_and_loads(torchscript_file, tmp_path):
+    out = tmp_path / "repo"
+    write_repository(
+        {"kind": "torchscript", "path": str(torchscript_file)}, SPEC, out, sweep_iters=1
+    )
+    cfg = parse_config((out / "model" / "config.pbtxt").read_text())
+    assert cfg.platform == "pytorch_libtorch"
+    assert [i.name for i in cfg.input] == ["INPUT__0"] and [o.name for o in cfg.output] == [
+        "OUTPUT__0"
+    ]
+    assert (out / "model" / "1" / "model.pt").is_file()
+
+
+def test_fixed_shapes_serve_without_batching(onnx_file, tmp_path):
+    spec = InputSpec.parse("x:float32[1,6]")
+    write_repository({"kind": "onnx", "path": str(onnx_file)}, spec, tmp_path / "r")
+    cfg = parse_config((tmp_path / "r" / "model" / "config.pbtxt").read_text())
+    assert cfg.max_batch_size == 0 and not cfg.HasField("dynamic_batching")
+    assert list(cfg.input[0].dims) == [1, 6]
+
+
+def test_gpu_run_gets_a_gpu_instance_group(onnx_file, tmp_path):
+    res = write_repository(
+        {"kind": "onnx", "path": str(onnx_file)}, SPEC, tmp_path / "r", sweep_iters=1
+    )
+    res.model.device = "cuda:1"
+    cfg = parse_config(res.model.config_pbtxt())
+    assert cfg.instance_group[0].kind == cfg.instance_group[0].KIND_GPU
+    assert list(cfg.instance_group[0].gpus) == [1]
+
+
+def test_bad_input_says_what_to_change(onnx_file, tmp_path):
+    out = tmp_path / "busy"
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    with pytest.raises(DeployError, match="--force"):
+        write_repository({"kind": "onnx", "path": str(onnx_file)}, SPEC, out)
+    write_repository({"kind": "onnx", "path": str(onnx_file)}, SPEC, out, force=True)
+    assert not (out / "keep.txt").exists()
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not a model")
+    with pytest.raises(DeployError, match="does not load"):
+        write_repository({"kind": "onnx", "path": str(broken)}, SPEC, tmp_path / "r2")
+    with pytest.raises(DeployError, match="does not parse"):
+        parse_config('name: "m"\nplatform: "onnxruntime_onnx"\nmax_batch_size: many\n')
+    assert servable_artifact([{"kind": "outputs", "path": "o.pt"}]) is None
+    assert servable_artifact(
+        [{"kind": "onnx", "path": "a.onnx"}, {"kind": "torchscript", "path": "b.pt"}]
+    ) == {"kind": "torchscript", "path": "b.pt"}
+
+
+def test_choose_batching_prefers_sizes_that_pay():
+    pts = [SweepPoint(1, 1.0, 1000), SweepPoint(2, 1.0, 2000), SweepPoint(4, 4.0, 1000)]
+    pts.append(SweepPoint(8, 4.0, 2100))
+    preferred, delay = choose_batching(pts)
+    assert preferred == [2] and delay == 500
