@@ -23,6 +23,10 @@ class PassError(AccelError):
     """A pass cannot apply to this model; the message tells the user what to change."""
 
 
+class NotApplicable(PassError):
+    """A pass has nothing to do on this model (e.g. no BatchNorm to fold); found before any work."""
+
+
 class RecipeError(AccelError, ValueError):
     """A recipe file is malformed or refers to unknown passes or parameters."""
 

@@ -83,6 +83,8 @@ def load_model(
     suffix = path.suffix.lower()
     if target.startswith("zoo:"):
         lm = _load_zoo(target[4:], kwargs, spec, source)
+    elif target.startswith(("tv:", "hf:")):
+        lm = _load_corpus(target, kwargs, spec, source)
     elif suffix == ".onnx":
         lm = _load_onnx(path, spec, source)
     elif suffix == ".pt2":
@@ -171,6 +173,30 @@ def _load_zoo(
         module=module,
         format="zoo",
         metadata={"task": ZOO[name].task, "description": ZOO[name].description},
+    )
+
+
+def _load_corpus(
+    name: str, kwargs: dict[str, Any], spec: InputSpec | None, source: str
+) -> LoadedModel:
+    from accel.models.corpus import build_corpus_model, get_entry
+
+    entry = get_entry(name)
+    if kwargs:
+        raise ModelLoadError(f"{name} takes no arguments; give the model name alone")
+    try:
+        module = build_corpus_model(name)
+    except ModelLoadError:
+        raise
+    except Exception as exc:
+        raise ModelLoadError(f"building {name} failed: {type(exc).__name__}: {exc}") from exc
+    return LoadedModel(
+        source=source,
+        kind="torch",
+        input_spec=spec or InputSpec.parse(entry.input_spec),
+        module=module,
+        format="corpus",
+        metadata={"task": entry.task, "description": entry.description},
     )
 
 

@@ -77,13 +77,54 @@ class AutocastForward(nn.Module):
             return self.module(*args)
 
 
-def fold_batchnorm(model):
+def conv_bn_pairs_from_export(model, example_args):
+    """(layer, batchnorm) module names where the BatchNorm reads only that layer's output.
+
+    Data flow from a torch.export (non-strict) graph: each conv/linear and batch_norm op
+    carries the module it ran in (``nn_module_stack``), so pairs are found across submodules
+    (models that keep conv and norm as separate attributes of a block). A module called more
+    than once, or a layer output that anything else reads, is left alone.
+    """
+    ep = torch.export.export(model, tuple(example_args), strict=False)
+    producing = ("aten.conv1d", "aten.conv2d", "aten.conv3d", "aten.convolution", "aten.linear")
+    norms = ("aten.batch_norm", "aten._native_batch_norm_legit_no_training")
+
+    def owner(node):
+        stack = node.meta.get("nn_module_stack") or {}
+        return list(stack.values())[-1][0] if stack else None
+
+    calls = {}
+    for node in ep.graph.nodes:
+        if node.op == "call_function" and str(node.target).startswith(producing + norms):
+            name = owner(node)
+            calls[name] = calls.get(name, 0) + 1
+    pairs = []
+    for node in ep.graph.nodes:
+        if node.op != "call_function" or not str(node.target).startswith(norms):
+            continue
+        src = node.args[0] if node.args else None
+        if not (
+            isinstance(src, torch.fx.Node)
+            and src.op == "call_function"
+            and str(src.target).startswith(producing)
+            and len(src.users) == 1
+        ):
+            continue
+        layer_name, bn_name = owner(src), owner(node)
+        if layer_name and bn_name and calls[layer_name] == 1 and calls[bn_name] == 1:
+            pairs.append((layer_name, bn_name))
+    return pairs
+
+
+def fold_batchnorm(model, example_args=None):
     """Fold every BatchNorm that directly follows a Conv (or a Linear, for BatchNorm1d) into it.
 
-    Data flow comes from a torch.fx trace; a model fx cannot trace falls back to consecutive
-    layers inside nn.Sequential. The folded layer replaces the conv/linear, the BatchNorm
-    becomes nn.Identity. Inference only (uses the running statistics). Returns the list of
-    folded (layer, batchnorm) names.
+    Data flow comes from a torch.fx trace; for a model fx cannot trace (most Hugging Face
+    models), from a torch.export graph of ``example_args`` (conv_bn_pairs_from_export);
+    without example inputs, or when export fails too, from consecutive layers inside
+    nn.Sequential. The folded layer replaces the conv/linear in the original module, the
+    BatchNorm becomes nn.Identity. Inference only (uses the running statistics). Returns the
+    list of folded (layer, batchnorm) names.
     """
     from torch.nn.utils.fusion import fuse_conv_bn_eval, fuse_linear_bn_eval
 
@@ -112,24 +153,40 @@ def fold_batchnorm(model):
             ):
                 pairs.append((src.target, node.target))
     except Exception:
-        for name, seq in model.named_modules():
-            if isinstance(seq, nn.Sequential):
-                names = [f"{name}.{n}" if name else n for n, _ in seq.named_children()]
-                pairs += list(zip(names, names[1:]))
+        pairs = None
+        if example_args is not None:
+            try:
+                with torch.no_grad():
+                    pairs = conv_bn_pairs_from_export(model, example_args)
+            except Exception:
+                pairs = None
+        if pairs is None:
+            pairs = []
+            for name, seq in model.named_modules():
+                if isinstance(seq, nn.Sequential):
+                    names = [f"{name}.{n}" if name else n for n, _ in seq.named_children()]
+                    pairs += list(zip(names, names[1:]))
     folded = []
     for layer_name, bn_name in pairs:
-        layer, bn = modules[layer_name], modules[bn_name]
+        layer, bn = modules.get(layer_name), modules.get(bn_name)
         if not isinstance(bn, nn.modules.batchnorm._BatchNorm) or not bn.track_running_stats:
             continue
-        conv_bn = {nn.Conv1d: nn.BatchNorm1d, nn.Conv2d: nn.BatchNorm2d, nn.Conv3d: nn.BatchNorm3d}
+        # Subclasses count when they keep the base forward (e.g. a depthwise Conv2d subclass).
+        conv_bn = [
+            (nn.Conv1d, nn.BatchNorm1d),
+            (nn.Conv2d, nn.BatchNorm2d),
+            (nn.Conv3d, nn.BatchNorm3d),
+        ]
+        kind = next((c for c, b in conv_bn if isinstance(layer, c) and type(bn) is b), None)
         if (
-            type(layer) in conv_bn
-            and type(bn) is conv_bn[type(layer)]
+            kind is not None
+            and type(layer).forward is kind.forward
             and layer.out_channels == bn.num_features
         ):
             fused = fuse_conv_bn_eval(layer, bn)
         elif (
-            type(layer) is nn.Linear
+            isinstance(layer, nn.Linear)
+            and type(layer).forward is nn.Linear.forward
             and type(bn) is nn.BatchNorm1d
             and layer.out_features == bn.num_features
         ):

@@ -89,9 +89,15 @@ def x86_quant_config(observer="histogram", is_qat=False):
     return dataclasses.replace(config, input_activation=act, output_activation=act)
 
 
-def pt2e_static_quantize(model, batches, observer="histogram", exclude_names=(), on_batch=None):
+def pt2e_static_quantize(
+    model, batches, observer="histogram", exclude_names=(), on_batch=None, example=None
+):
     """Post-training static int8 quantization (PT2E): export, insert observers, calibrate
-    on ``batches`` (dicts of inputs), convert to quantize/dequantize + float ops."""
+    on ``batches`` (dicts of inputs), convert to quantize/dequantize + float ops.
+
+    ``example`` (a dict of inputs) is what the export traces; give one whose symbolic dims
+    are at least 2, since torch.export fixes a dim of size 1 (the usual batch-1 calibration
+    sample) and the quantized graph would then refuse other batch sizes."""
     import torch
     from torchao.quantization.pt2e import (
         allow_exported_model_train_eval,
@@ -101,7 +107,7 @@ def pt2e_static_quantize(model, batches, observer="histogram", exclude_names=(),
     from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import X86InductorQuantizer
 
     batches = list(batches)
-    graph = export_for_quantization(model, batches[0])
+    graph = export_for_quantization(model, example if example is not None else batches[0])
     quantizer = X86InductorQuantizer()
     quantizer.set_global(x86_quant_config(observer))
     for name in exclude_names:

@@ -230,6 +230,11 @@ class Pass:
     def to_script(self, config: PassConfig) -> ScriptStep:
         raise NotImplementedError
 
+    def preflight(self, model: LoadedModel, config: PassConfig) -> None:
+        """Raise NotApplicable (with the reason) when the pass has nothing to do on ``model``.
+
+        Cheap checks only (module types, no forward); runs before any step starts work."""
+
     # -- helpers shared by all passes ----------------------------------------------------
     @classmethod
     def parse_config(cls, params: dict[str, Any] | None) -> PassConfig:

@@ -48,16 +48,16 @@ class FoldBatchNorm(Pass):
             raise PassError(
                 "fold_batchnorm needs a plain nn.Module; put it before torchscript / compile steps."
             )
+        self.preflight(model, config)
         bns = [
             n
             for n, m in module.named_modules()
             if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
         ]
-        if not bns:
-            raise PassError(
-                "fold_batchnorm: the model has no BatchNorm layers to fold; remove the step."
-            )
-        folded = fold_batchnorm(module)
+        # Example inputs let the helper follow the data flow through torch.export when
+        # torch.fx cannot trace the model (most Hugging Face models).
+        example_args = list(model.prepare_inputs(ctx.inputs).values())
+        folded = fold_batchnorm(module, example_args)
         left = [
             n
             for n, m in module.named_modules()
@@ -68,8 +68,9 @@ class FoldBatchNorm(Pass):
         ctx.metrics["batchnorm_folded"] = float(len(folded))
         if not folded:
             raise PassError(
-                f"fold_batchnorm found {len(bns)} BatchNorm layer(s) but none directly after a Conv/Linear it "
-                f"could absorb (e.g. {bns[0]}); remove the step."
+                f"fold_batchnorm found {len(bns)} BatchNorm layer(s) but none reading only the output "
+                f"of a Conv/Linear it could absorb (e.g. {bns[0]}; traced with torch.fx, then "
+                "torch.export); remove the step."
             )
         if left:
             ctx.details["not_folded"] = left
@@ -81,10 +82,33 @@ class FoldBatchNorm(Pass):
             module=module, num_params=n_params, size_bytes=size, content_hash=digest
         )
 
+    def preflight(self, model: LoadedModel, config: FoldBatchNormConfig) -> None:
+        import torch
+
+        from accel.errors import NotApplicable
+
+        module = model.module
+        if module is None or not isinstance(module, torch.nn.Module):
+            return
+        if not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in module.modules()):
+            raise NotApplicable(
+                "fold_batchnorm: the model has no BatchNorm layers to fold; remove the step."
+            )
+
     def to_script(self, config: FoldBatchNormConfig) -> ScriptStep:
-        from accel.passes._torch_helpers import fold_batchnorm, source_of
+        from accel.passes._torch_helpers import (
+            conv_bn_pairs_from_export,
+            fold_batchnorm,
+            prepared_args,
+            source_of,
+        )
 
         code = (
-            "folded = fold_batchnorm(model)\nprint(f'    folded {len(folded)} BatchNorm layers')\n"
+            "folded = fold_batchnorm(model, prepared_args(inputs, input_casts, device))\n"
+            "print(f'    folded {len(folded)} BatchNorm layers')\n"
         )
-        return ScriptStep(code=code, imports=["import torch.fx"], helpers=source_of(fold_batchnorm))
+        return ScriptStep(
+            code=code,
+            imports=["import torch.fx"],
+            helpers=source_of(conv_bn_pairs_from_export, fold_batchnorm, prepared_args),
+        )

@@ -41,16 +41,24 @@ class ChannelsLast(Pass):
     ) -> LoadedModel:
         import torch
 
-        from accel.errors import PassError
-
+        self.preflight(model, config)
         module = model.module
-        if not any(isinstance(m, torch.nn.Conv2d) for m in module.modules()):
-            raise PassError(
-                "channels_last only helps models with 2-D convolutions, and this model has none; remove the step."
-            )
         module = module.to(memory_format=torch.channels_last)
         metadata = {**model.metadata, "channels_last_inputs": bool(config.convert_inputs)}
         return model.replace(module=module, metadata=metadata)
+
+    def preflight(self, model: LoadedModel, config: ChannelsLastConfig) -> None:
+        import torch
+
+        from accel.errors import NotApplicable
+
+        module = model.module
+        if isinstance(module, torch.nn.Module) and not any(
+            isinstance(m, torch.nn.Conv2d) for m in module.modules()
+        ):
+            raise NotApplicable(
+                "channels_last only helps models with 2-D convolutions, and this model has none; remove the step."
+            )
 
     def to_script(self, config: ChannelsLastConfig) -> ScriptStep:
         code = "model = model.to(memory_format=torch.channels_last)\n"

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from accel.errors import PassError
+from accel.errors import NotApplicable, PassError
 from accel.passes.base import (
     STAGE_NUMERIC,
     Choice,
@@ -72,7 +72,7 @@ def _select(
         )
     if not keep:
         why = f" (all {len(excluded)} are excluded)" if excluded else ""
-        raise PassError(
+        raise NotApplicable(
             f"{pass_name}: the model has no {'/'.join(types)} layer to quantize{why}; remove the step."
         )
     ctx.details["quantized_layers"] = keep
@@ -118,6 +118,13 @@ def _quiet() -> Any:
         warnings.filterwarnings("ignore", category=FutureWarning)
         warnings.filterwarnings("ignore", message=".*deprecat.*")
         yield
+
+
+def _export_example(spec: Any) -> dict[str, Any]:
+    """Inputs for torch.export with every symbolic dim at least 2 (within its range): the
+    export fixes a dim whose example size is 1, so a batch-1 sample would pin the batch."""
+    dims = {k: min(max(2, d.default), d.max) for k, d in spec.dims.items()}
+    return spec.sample(seed=0, dims=dims)
 
 
 def _require_torch_module(pass_name: str, model: LoadedModel) -> Any:
@@ -431,7 +438,12 @@ class QuantizeStaticInt8(Pass):
         try:
             with _quiet():
                 q = pt2e_static_quantize(
-                    module.eval(), batches, config.observer, excluded, on_batch
+                    module.eval(),
+                    [model.prepare_inputs(b) for b in batches],
+                    config.observer,
+                    excluded,
+                    on_batch,
+                    model.prepare_inputs(_export_example(model.input_spec)),
                 )
         except PassError:
             raise
@@ -456,8 +468,9 @@ class QuantizeStaticInt8(Pass):
 
         code = (
             f"_, kept_float, _ = select_layers(model, {_STATIC_TYPES!r}, {list(config.exclude)!r})\n"
+            "# Export at symbolic dims >= 2 (torch.export fixes a size-1 dim) so other batch sizes run.\n"
             f"model = pt2e_static_quantize(model.eval(), calibration_batches({config.calibration_batches}), "
-            f"{config.observer!r}, kept_float)\n"
+            f"{config.observer!r}, kept_float, example=make_inputs(seed=0, dims={{k: min(max(2, d), hi) for k, (lo, hi, d) in DIMS.items()}}))\n"
         )
         return ScriptStep(
             code=code,

@@ -1,0 +1,348 @@
+"""Real-architecture corpus: torchvision (``tv:``) and Hugging Face (``hf:``) models at real sizes.
+
+Random initialisation from code and configs, fixed seed, no downloads. Each entry carries the
+input spec of its real size (``input_spec``) and a small one for fast tests (``small_spec``).
+BatchNorm layers get running statistics from a few training-mode batches so that folding them
+is a real test. Hugging Face models are built with ``use_cache=False`` (no cache objects out)
+and return their ModelOutput as users get it; inputs are passed positionally in the spec's order.
+
+Needs the ``corpus`` extra (``pip install 'accel-studio[corpus]'``): torchvision for ``tv:``
+models, transformers for ``hf:`` models. A missing or broken package is a ModelLoadError that
+names the package and the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from accel.errors import ModelLoadError
+
+SEED = 0
+EXTRA_HINT = "pip install 'accel-studio[corpus]'"
+
+
+@dataclass(frozen=True)
+class CorpusEntry:
+    name: str  # "tv:resnet50"
+    description: str
+    build: Callable[[], Any]
+    input_spec: str
+    small_spec: str  # smaller inputs of the same model, for fast tests
+    task: str = "classification"
+    has_batchnorm: bool = False
+
+
+def _torchvision():
+    """Import torchvision or raise a ModelLoadError saying why it cannot be used and what to do."""
+    try:
+        import torchvision
+    except ModuleNotFoundError:
+        raise ModelLoadError(
+            f"tv: models need torchvision, which is not installed; install the corpus extra: {EXTRA_HINT}"
+        ) from None
+    except Exception as exc:  # e.g. RuntimeError: operator torchvision::nms does not exist
+        import torch
+
+        raise ModelLoadError(
+            f"tv: models need torchvision, which is installed but cannot be imported beside "
+            f"torch {torch.__version__} ({type(exc).__name__}: {exc}). Install the torchvision "
+            "build made for this torch (same version line and CPU/CUDA variant, e.g. from the "
+            "same index URL as torch), then retry."
+        ) from None
+    return torchvision
+
+
+def torchvision_error() -> str | None:
+    """Why tv: models cannot load here (None when torchvision imports)."""
+    try:
+        _torchvision()
+    except ModelLoadError as exc:
+        return str(exc)
+    return None
+
+
+def _transformers():
+    try:
+        import transformers
+    except ModuleNotFoundError:
+        raise ModelLoadError(
+            f"hf: models need transformers, which is not installed; install the corpus extra: {EXTRA_HINT}"
+        ) from None
+    except Exception as exc:
+        raise ModelLoadError(
+            f"hf: models need transformers, which cannot be imported ({type(exc).__name__}: {exc}); "
+            f"reinstall it: {EXTRA_HINT}"
+        ) from None
+    return transformers
+
+
+def _tv(name: str, **kwargs: Any) -> Callable[[], Any]:
+    def build():
+        tv = _torchvision()
+        return tv.models.get_model(name, weights=None, **kwargs)
+
+    return build
+
+
+def _hf(config_cls: str, model_cls: str, encoder_only: bool = False, **config: Any):
+    def build():
+        tr = _transformers()
+        cfg = getattr(tr, config_cls)(**config)
+        if hasattr(cfg, "use_cache"):
+            cfg.use_cache = False
+        model = getattr(tr, model_cls)(cfg)
+        if encoder_only:
+            model = model.get_encoder()
+        return model
+
+    return build
+
+
+_IMG = "x:float32[batch,3,{s},{s}]; batch=1..64:1"
+_PIX = "pixel_values:float32[batch,3,{s},{s}]; batch=1..64:1"
+
+
+def _ids(vocab: int, low: int = 0, seq: int = 128, name: str = "input_ids") -> str:
+    return f"{name}:int64[batch,seq]{{{low}..{vocab}}}; batch=1..32:1; seq=1..512:{seq}"
+
+
+CORPUS: dict[str, CorpusEntry] = {
+    e.name: e
+    for e in (
+        # -- torchvision ------------------------------------------------------------------
+        CorpusEntry(
+            "tv:resnet50",
+            "torchvision ResNet-50 (25.6 M params)",
+            _tv("resnet50"),
+            _IMG.format(s=224),
+            _IMG.format(s=64),
+            has_batchnorm=True,
+        ),
+        CorpusEntry(
+            "tv:mobilenet_v3_large",
+            "torchvision MobileNetV3-Large (hardswish, squeeze-excitation)",
+            _tv("mobilenet_v3_large"),
+            _IMG.format(s=224),
+            _IMG.format(s=64),
+            has_batchnorm=True,
+        ),
+        CorpusEntry(
+            "tv:efficientnet_b0",
+            "torchvision EfficientNet-B0 (SiLU, squeeze-excitation, stochastic depth)",
+            _tv("efficientnet_b0"),
+            _IMG.format(s=224),
+            _IMG.format(s=64),
+            has_batchnorm=True,
+        ),
+        CorpusEntry(
+            "tv:convnext_tiny",
+            "torchvision ConvNeXt-T (depthwise 7x7, LayerNorm, layer scale)",
+            _tv("convnext_tiny"),
+            _IMG.format(s=224),
+            _IMG.format(s=64),
+        ),
+        CorpusEntry(
+            "tv:regnet_y_800mf",
+            "torchvision RegNetY-800MF (group conv, squeeze-excitation)",
+            _tv("regnet_y_800mf"),
+            _IMG.format(s=224),
+            _IMG.format(s=64),
+            has_batchnorm=True,
+        ),
+        CorpusEntry(
+            "tv:vit_b_16",
+            "torchvision ViT-B/16 (86 M params, fixed 224x224 input)",
+            _tv("vit_b_16"),
+            _IMG.format(s=224),
+            _IMG.format(s=224),
+        ),
+        CorpusEntry(
+            "tv:swin_t",
+            "torchvision Swin-T (shifted windows, relative position bias)",
+            _tv("swin_t"),
+            _IMG.format(s=224),
+            _IMG.format(s=64),
+        ),
+        CorpusEntry(
+            "tv:ssdlite320_mobilenet_v3_large",
+            "torchvision SSDlite320 detector (list of dicts out, data-dependent NMS)",
+            _tv("ssdlite320_mobilenet_v3_large", weights_backbone=None),
+            "x:float32[batch,3,320,320]; batch=1..8:1",
+            "x:float32[batch,3,320,320]; batch=1..8:1",
+            task="detection",
+            has_batchnorm=True,
+        ),
+        # -- Hugging Face transformers, from configs -----------------------------------------
+        CorpusEntry(
+            "hf:roberta_base",
+            "RoBERTa-base size encoder (12 layers, hidden 768, 125 M params)",
+            _hf("RobertaConfig", "RobertaModel"),
+            _ids(50265, low=3),
+            _ids(50265, low=3, seq=16),
+            task="encoder",
+        ),
+        CorpusEntry(
+            "hf:albert_base",
+            "ALBERT-base (shared layer weights, factorised embeddings)",
+            _hf(
+                "AlbertConfig",
+                "AlbertModel",
+                hidden_size=768,
+                num_attention_heads=12,
+                intermediate_size=3072,
+            ),
+            _ids(30000),
+            _ids(30000, seq=16),
+            task="encoder",
+        ),
+        CorpusEntry(
+            "hf:t5_small_encoder",
+            "T5-small encoder alone (relative position bias, RMS-style layer norm)",
+            _hf("T5Config", "T5EncoderModel"),
+            _ids(32128),
+            _ids(32128, seq=16),
+            task="encoder",
+        ),
+        CorpusEntry(
+            "hf:t5_small",
+            "T5-small encoder-decoder with decoder inputs (60 M params)",
+            _hf("T5Config", "T5ForConditionalGeneration"),
+            "input_ids:int64[batch,seq]{0..32128}; attention_mask:int64[batch,seq]{1..2}; "
+            "decoder_input_ids:int64[batch,dec]{0..32128}; batch=1..32:1; seq=1..512:128; "
+            "dec=1..512:32",
+            "input_ids:int64[batch,seq]{0..32128}; attention_mask:int64[batch,seq]{1..2}; "
+            "decoder_input_ids:int64[batch,dec]{0..32128}; batch=1..32:1; seq=1..512:16; "
+            "dec=1..512:8",
+            task="seq2seq",
+        ),
+        CorpusEntry(
+            "hf:opt_125m",
+            "OPT-125m size decoder-only LM (12 layers, hidden 768, learned positions)",
+            _hf("OPTConfig", "OPTForCausalLM"),
+            _ids(50272, low=3),
+            _ids(50272, low=3, seq=16),
+            task="causal-lm",
+        ),
+        CorpusEntry(
+            "hf:llama_small",
+            "Llama architecture, small config (RMSNorm, rotary, grouped-query attention 8/2 heads)",
+            _hf(
+                "LlamaConfig",
+                "LlamaForCausalLM",
+                vocab_size=32000,
+                hidden_size=512,
+                intermediate_size=1376,
+                num_hidden_layers=4,
+                num_attention_heads=8,
+                num_key_value_heads=2,
+                max_position_embeddings=2048,
+            ),
+            _ids(32000),
+            _ids(32000, seq=16),
+            task="causal-lm",
+        ),
+        CorpusEntry(
+            "hf:whisper_tiny_encoder",
+            "Whisper-tiny encoder (conv front end, 4 layers, 30 s of 80-bin log-mel frames)",
+            _hf(
+                "WhisperConfig",
+                "WhisperModel",
+                encoder_only=True,
+                d_model=384,
+                encoder_layers=4,
+                decoder_layers=4,
+                encoder_attention_heads=6,
+                decoder_attention_heads=6,
+                encoder_ffn_dim=1536,
+                decoder_ffn_dim=1536,
+                num_mel_bins=80,
+            ),
+            # Whisper's encoder only takes exactly 3000 frames.
+            "input_features:float32[batch,80,3000]; batch=1..16:1",
+            "input_features:float32[batch,80,3000]; batch=1..16:1",
+            task="audio-encoder",
+        ),
+        CorpusEntry(
+            "hf:resnet50",
+            "Hugging Face ResNet-50 (conv and BatchNorm in separate submodules)",
+            _hf("ResNetConfig", "ResNetForImageClassification"),
+            _PIX.format(s=224),
+            _PIX.format(s=64),
+            has_batchnorm=True,
+        ),
+        CorpusEntry(
+            "hf:mobilenet_v2",
+            "Hugging Face MobileNetV2 1.0 (TF-style padding, ReLU6)",
+            _hf("MobileNetV2Config", "MobileNetV2ForImageClassification"),
+            _PIX.format(s=224),
+            _PIX.format(s=64),
+            has_batchnorm=True,
+        ),
+        CorpusEntry(
+            "hf:regnet",
+            "Hugging Face RegNet (default config: RegNetY-4GF-like, group conv, SE)",
+            _hf("RegNetConfig", "RegNetForImageClassification"),
+            _PIX.format(s=224),
+            _PIX.format(s=64),
+            has_batchnorm=True,
+        ),
+        CorpusEntry(
+            "hf:efficientnet_b0",
+            "Hugging Face EfficientNet-B0 (depthwise conv, SE, BatchNorm)",
+            _hf(
+                "EfficientNetConfig",
+                "EfficientNetForImageClassification",
+                width_coefficient=1.0,
+                depth_coefficient=1.0,
+                image_size=224,
+                dropout_rate=0.2,
+                hidden_dim=1280,
+            ),
+            _PIX.format(s=224),
+            _PIX.format(s=64),
+            has_batchnorm=True,
+        ),
+    )
+}
+
+
+def corpus_names() -> list[str]:
+    return list(CORPUS)
+
+
+def get_entry(name: str) -> CorpusEntry:
+    if name not in CORPUS:
+        family = name.split(":", 1)[0] + ":"
+        valid = [n for n in CORPUS if n.startswith(family)] or list(CORPUS)
+        raise ModelLoadError(f"unknown corpus model {name!r}; valid: {', '.join(valid)}")
+    return CORPUS[name]
+
+
+def _warm_batchnorm(model: Any, spec_text: str) -> None:
+    """Give BatchNorm layers non-trivial running statistics (a few small training batches)."""
+    import torch
+
+    from accel.models.inputs import InputSpec
+
+    spec = InputSpec.parse(spec_text)
+    model.train()
+    with torch.no_grad():
+        for i in range(3):
+            x = spec.sample(seed=100 + i, dims={"batch": 4})
+            model(*x.values())
+    model.eval()
+
+
+def build_corpus_model(name: str) -> Any:
+    """Build corpus model ``name`` with a fixed seed (same weights every time), in eval mode."""
+    import torch
+
+    entry = get_entry(name)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(SEED)
+        model = entry.build()
+        if entry.has_batchnorm and entry.task == "classification":
+            _warm_batchnorm(model, entry.small_spec)
+    return model.eval()

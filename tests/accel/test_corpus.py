@@ -1,0 +1,113 @@
+"""Real-architecture corpus (accel.models.corpus): loading, errors, passes on real layouts."""
+
+from __future__ import annotations
+
+import tempfile
+
+import pytest
+import torch
+
+from accel.errors import ModelLoadError, NotApplicable
+from accel.models import load_model
+from accel.models.corpus import CORPUS, torchvision_error
+
+pytest.importorskip("transformers")
+
+TV_SKIP = torchvision_error()
+
+
+def _bn_count(module: torch.nn.Module) -> int:
+    return sum(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in module.modules())
+
+
+def test_unknown_corpus_name_lists_valid_ones():
+    with pytest.raises(ModelLoadError) as e:
+        load_model("hf:no_such_model")
+    assert "hf:roberta_base" in str(e.value) and "hf:mobilenet_v2" in str(e.value)
+    with pytest.raises(ModelLoadError) as e:
+        load_model("tv:resnet5")
+    assert "tv:resnet50" in str(e.value)
+
+
+@pytest.mark.skipif(TV_SKIP is None, reason="torchvision works here")
+def test_torchvision_missing_or_broken_says_what_to_install():
+    with pytest.raises(ModelLoadError) as e:
+        load_model("tv:resnet50")
+    msg = str(e.value)
+    assert "torchvision" in msg
+    assert "accel-studio[corpus]" in msg or "build made for this torch" in msg
+
+
+@pytest.mark.skipif(TV_SKIP is not None, reason=f"torchvision unusable: {TV_SKIP}")
+def test_torchvision_resnet50_loads_at_small_size():
+    lm = load_model("tv:resnet50", CORPUS["tv:resnet50"].small_spec)
+    assert 25e6 < lm.num_params < 26e6
+    assert lm.forward(lm.example_inputs()).shape == (1, 1000)
+
+
+def test_same_weights_every_time():
+    a = load_model("hf:mobilenet_v2", CORPUS["hf:mobilenet_v2"].small_spec)
+    b = load_model("hf:mobilenet_v2", CORPUS["hf:mobilenet_v2"].small_spec)
+    assert a.content_hash == b.content_hash
+    # Warm BatchNorm statistics (not the 0/1 defaults), so folding is a real test.
+    bn = next(m for m in a.module.modules() if isinstance(m, torch.nn.BatchNorm2d))
+    assert not torch.allclose(bn.running_var, torch.ones_like(bn.running_var))
+
+
+def test_corpus_model_takes_no_arguments():
+    with pytest.raises(ModelLoadError, match="takes no arguments"):
+        load_model("hf:mobilenet_v2(width=2)")
+
+
+def test_fold_batchnorm_follows_data_flow_in_untraceable_hf_cnn():
+    """torch.fx cannot trace HF models; the export graph finds conv/BN pairs across submodules."""
+    from accel.passes._torch_helpers import fold_batchnorm
+
+    lm = load_model("hf:mobilenet_v2", CORPUS["hf:mobilenet_v2"].small_spec)
+    with pytest.raises((TypeError, torch.fx.proxy.TraceError)):
+        torch.fx.symbolic_trace(lm.module)
+    inputs = lm.example_inputs(seed=3)
+    before = lm.forward(inputs).logits
+    n_bn = _bn_count(lm.module)
+    assert n_bn == 52
+    folded = fold_batchnorm(lm.module, list(inputs.values()))
+    assert len(folded) == n_bn
+    assert _bn_count(lm.module) == 0
+    after = lm.forward(inputs).logits
+    torch.testing.assert_close(after, before, rtol=1e-4, atol=1e-4)
+
+
+def test_fold_batchnorm_without_example_inputs_falls_back_to_sequential_neighbours():
+    from accel.passes._torch_helpers import fold_batchnorm
+
+    lm = load_model("hf:mobilenet_v2", CORPUS["hf:mobilenet_v2"].small_spec)
+    # HF keeps conv and norm as attributes of a block, not in nn.Sequential: nothing found.
+    assert fold_batchnorm(lm.module) == []
+
+
+def test_preflight_says_not_applicable_before_work():
+    from accel.passes import get_pass
+
+    lm = load_model("zoo:mlp")
+    p = get_pass("fold_batchnorm")()
+    with pytest.raises(NotApplicable, match="no BatchNorm"):
+        p.preflight(lm, p.parse_config({}))
+    p = get_pass("channels_last")()
+    with pytest.raises(NotApplicable, match="2-D convolutions"):
+        p.preflight(lm, p.parse_config({}))
+
+
+def test_quantize_static_int8_keeps_batch_dynamic():
+    """Calibrated at batch 1, benchmarked at batch 8: the exported graph must take both."""
+    from accel.runner import run_recipe
+
+    recipe = {
+        "model": {"source": "zoo:resnet"},
+        "steps": [{"pass": "quantize_static_int8", "params": {"calibration_batches": 2}}],
+        "benchmark": {"dims": {"batch": 8}, "rounds": 1, "iters": 1, "warmup": 0, "min_time_s": 0},
+    }
+    with tempfile.TemporaryDirectory() as d:
+        res = run_recipe(recipe, out_dir=d, save_models=False)
+    assert res.status == "succeeded", res.error
+    out = res.model.forward(res.model.input_spec.sample(dims={"batch": 3}))
+    assert out.shape == (3, 10)
