@@ -246,6 +246,30 @@ def load_runtime(kind: str, path: str | Path, device: str = "cpu") -> _Runtime:
     return _Runtime(kind, p, device)
 
 
+def tensor_configs(
+    runtime: _Runtime, spec: Any, max_batch: int, sample: Mapping[str, Any]
+) -> tuple[list[TensorConfig], list[TensorConfig]]:
+    """Inputs (names as the runtime wants them, dtypes and dims from the spec) and outputs
+    (from the model); without the batch dim when ``max_batch`` > 0, -1 for variable dims."""
+
+    def dims_of(shape: Sequence[Any]) -> tuple[int, ...]:
+        dims = [d if isinstance(d, int) and d > 0 else -1 for d in shape]
+        return tuple(dims[1:] if max_batch else dims)
+
+    in_names = runtime.input_names(spec)
+    inputs = [
+        TensorConfig(n, t.dtype, dims_of(t.shape))
+        for n, t in zip(in_names, spec.inputs, strict=False)
+    ]
+    outputs = [
+        TensorConfig(n, dt, dims_of(shape)) for n, dt, shape in runtime.outputs(spec, sample)
+    ]
+    for t in [*inputs, *outputs]:
+        if t.dtype not in TRITON_DTYPES:
+            raise DeployError(f"tensor {t.name} has dtype {t.dtype}, which Triton cannot serve")
+    return inputs, outputs
+
+
 def batch_sweep(
     run: Callable[[int], Any],
     batches: Sequence[int],
@@ -339,21 +363,7 @@ def write_repository(
             f"{artifact['path']} does not run on inputs of the spec {spec}: {exc}"
         ) from exc
 
-    def dims_of(shape: Sequence[Any]) -> tuple[int, ...]:
-        dims = [d if isinstance(d, int) and d > 0 else -1 for d in shape]
-        return tuple(dims[1:] if max_batch else dims)
-
-    in_names = runtime.input_names(spec)
-    inputs = [
-        TensorConfig(n, t.dtype, dims_of(t.shape))
-        for n, t in zip(in_names, spec.inputs, strict=False)
-    ]
-    outputs = [
-        TensorConfig(n, dt, dims_of(shape)) for n, dt, shape in runtime.outputs(spec, sample)
-    ]
-    for t in [*inputs, *outputs]:
-        if t.dtype not in TRITON_DTYPES:
-            raise DeployError(f"tensor {t.name} has dtype {t.dtype}, which Triton cannot serve")
+    inputs, outputs = tensor_configs(runtime, spec, max_batch, sample)
 
     sweep: list[SweepPoint] = []
     preferred: list[int] = []

@@ -31,6 +31,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
 
+    s = sub.add_parser(
+        "serve-test",
+        help="serve a run's model with Triton (PyTriton) on loopback under concurrent clients",
+        description="A batch sweep of the run's final model called directly, then a real "
+        "Triton server (PyTriton) on 127.0.0.1 serving it without and with dynamic batching "
+        "(preferred sizes and queue delay from the sweep), loaded by concurrent clients over "
+        "gRPC, each load bounded in requests and time: p50/p99 latency and throughput per "
+        "client count, and the served path's overhead over a direct call. The result is "
+        "written to the run folder as serve_test.json. The server always stops (Ctrl-C too).",
+    )
+    s.add_argument("run", metavar="RUN", help="run id (or a unique prefix)")
+    s.add_argument("--clients", default="1,4,16", metavar="1,4,16", help="client counts")
+    s.add_argument("--batch", metavar="1,2,4,8,16", help="batch sizes of the sweep")
+    s.add_argument("--duration", type=float, default=5.0, help="seconds per load (default 5)")
+    s.add_argument(
+        "--requests", type=int, default=2000, help="at most this many requests per client"
+    )
+    s.add_argument(
+        "--port", type=int, help="HTTP port (gRPC: +1, metrics: +2); default: free ports"
+    )
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
+    s.set_defaults(func=run_serve_test)
+
 
 def parse_batches(text: str | None) -> list[int] | None:
     from studio.cli import CliError
@@ -110,4 +133,74 @@ def run(args: argparse.Namespace) -> int:
     else:
         print("no batching: the input spec has no symbolic first dim")
     print("config.pbtxt parses with Triton's ModelConfig; the model loaded with its runtime")
+    return 0
+
+
+def run_serve_test(args: argparse.Namespace) -> int:
+    import sys
+    from pathlib import Path
+
+    from accel.deploy.serve import serve_test
+    from accel.deploy.triton import load_runtime
+    from studio.cli import CliError
+    from studio.commands.history import _repo
+
+    clients = parse_batches(args.clients)  # the same "1,4,16" syntax
+    if not clients:
+        raise CliError("--clients: give at least one client count")
+    if args.duration <= 0 or args.duration > 600:
+        raise CliError("--duration: give 0 < seconds <= 600")
+    if args.requests < 1:
+        raise CliError("--requests: give at least 1")
+    repo = _repo(args)
+    try:
+        detail, art, spec = run_artifact(repo, args.run)
+    finally:
+        repo.close()
+    runtime = load_runtime(art["kind"], art["path"])
+    say = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
+    report = serve_test(
+        runtime,
+        spec,
+        clients=clients,
+        batches=parse_batches(args.batch),
+        duration_s=args.duration,
+        max_requests=args.requests,
+        port=args.port,
+        log=say,
+    )
+    data = {**report.to_dict(), "run_id": detail.id, "artifact": art}
+    if detail.run_dir and Path(detail.run_dir).is_dir():
+        out = Path(detail.run_dir) / "serve_test.json"
+        out.write_text(json.dumps(data, indent=1, default=str))
+        data["saved_to"] = str(out)
+    if args.json:
+        print(json.dumps(data, indent=2, default=str))
+        return 0
+    print(f"model: {art['path']} ({art['kind']}, step {art['step'] + 1} {art['pass']})")
+    print("batch sweep (direct calls):")
+    for pt in report.sweep:
+        print(f"  batch {pt.batch:>3}: {pt.latency_ms:8.2f} ms  {pt.throughput:10.1f} samples/s")
+    sizes = ", ".join(map(str, report.preferred_batch_sizes)) or "none"
+    print(f"dynamic batching: preferred [{sizes}], max_queue_delay {report.max_queue_delay_us} us")
+    print(
+        f"{'mode':18s} {'clients':>7s} {'req/s':>9s} {'p50 ms':>8s} {'p99 ms':>8s} {'errors':>6s}"
+    )
+    for p in report.load:
+        print(
+            f"{p.mode:18s} {p.clients:7d} {p.throughput:9.1f} {p.p50_ms:8.2f} "
+            f"{p.p99_ms:8.2f} {p.errors:6d}"
+        )
+    for n in clients:
+        a, b = report.point("dynamic batching", n), report.point("no batching", n)
+        if a and b and b.throughput > 0:
+            print(f"{n} clients: dynamic batching {a.throughput / b.throughput:.2f}x throughput")
+    one = report.point("no batching", 1)
+    if one is not None:
+        print(
+            f"served path overhead at 1 client: {one.p50_ms - report.direct_p50_ms:.2f} ms "
+            f"(p50 {one.p50_ms:.2f} ms served vs {report.direct_p50_ms:.2f} ms direct)"
+        )
+    if "saved_to" in data:
+        print(f"saved {data['saved_to']}")
     return 0

@@ -125,3 +125,31 @@ def test_choose_batching_prefers_sizes_that_pay():
     pts.append(SweepPoint(8, 4.0, 2100))
     preferred, delay = choose_batching(pts)
     assert preferred == [2] and delay == 500
+
+
+def test_a_taken_port_is_a_clear_error():
+    import socket
+
+    from accel.deploy.serve import check_port
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(DeployError, match=f"port {port} .* taken.*--port"):
+            check_port(port)
+
+
+@pytest.mark.slow
+def test_served_by_triton_under_two_clients_with_and_without_batching(onnx_file):
+    pytest.importorskip("pytriton")
+    from accel.deploy.serve import serve_test
+    from accel.deploy.triton import load_runtime
+
+    runtime = load_runtime("onnx", onnx_file)
+    report = serve_test(runtime, SPEC, clients=[2], batches=[1, 2], duration_s=1.0, max_requests=50)
+    assert {p.mode for p in report.load} == {"dynamic batching", "no batching"}
+    for p in report.load:
+        assert p.clients == 2 and p.errors == 0 and 0 < p.requests <= 100
+        assert p.p50_ms <= p.p99_ms and p.throughput > 0
+    assert [s.batch for s in report.sweep] == [1, 2]
