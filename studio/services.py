@@ -57,6 +57,7 @@ class Services(QObject):
     jobFailed = Signal(str, str)  # job kind, message for the user
     jobProgress = Signal(str, str, float, str)  # job_id, kind, fraction, message
     busyChanged = Signal(int)  # jobs queued or running
+    deployFinished = Signal(str, object, str)  # run_id, DeployResult.to_dict() or None, error
     _cachedOpen = Signal(str, object)  # job_id, cached open result (from a reader thread)
 
     def __init__(
@@ -318,6 +319,30 @@ class Services(QObject):
         self._context[job_id] = {"source": st.model_source, "run_id": run_id}
         st.status.emit("comparing graphs…")
         return job_id
+
+    def deploy_triton(self, run_id: str, out: str, *, force: bool = False) -> None:
+        """Write a Triton model repository for run ``run_id`` into ``out`` on a thread (it
+        loads the model and measures a batch sweep); ``deployFinished`` brings the result."""
+        repo = self.repo
+        if repo is None:
+            self.deployFinished.emit(run_id, None, "no database: the run cannot be looked up")
+            return
+
+        def work() -> None:
+            from accel.deploy.triton import write_repository
+            from studio.commands.deploy import run_artifact
+
+            try:
+                detail, art, spec = run_artifact(repo, run_id)
+                device = detail.run.device if detail.run.device.startswith("cuda") else "cpu"
+                res = write_repository(art, spec, out, device=device, force=force)
+            except Exception as exc:  # noqa: BLE001 - shown to the user as is
+                self.deployFinished.emit(run_id, None, str(exc))
+                return
+            self.deployFinished.emit(run_id, {**res.to_dict(), "artifact": art}, "")
+
+        threading.Thread(target=work, name="deploy-triton", daemon=True).start()
+        self.state.status.emit("writing the Triton model repository (measuring a batch sweep)…")
 
     def export_path(self) -> Path:
         """Where the ONNX export of the current model goes (named by its content hash, so

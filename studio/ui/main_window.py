@@ -215,6 +215,15 @@ class MainWindow(QMainWindow):
         self.act_run = self._action(
             "&Run recipe", self.run_recipe, "Ctrl+R", "Run the recipe in a worker"
         )
+        self.act_deploy = self._action(
+            "&Deploy run to Triton…",
+            lambda: self.deploy_run(),
+            None,
+            "Write a Triton model repository for the selected run's final model",
+        )
+        self.act_deploy.setEnabled(False)
+        self.state.currentRunChanged.connect(lambda rid: self.act_deploy.setEnabled(bool(rid)))
+        self.services.deployFinished.connect(self._on_deployed)
         self.act_find = self._action(
             "&Find in graph",
             self.find_in_graph,
@@ -246,6 +255,7 @@ class MainWindow(QMainWindow):
         m.addAction(self.act_export_onnx)
         m = mb.addMenu("&Recipe")
         m.addAction(self.act_run)
+        m.addAction(self.act_deploy)
         m = mb.addMenu("&View")
         m.addAction(self.act_find)
         m.addAction(self.act_fit)
@@ -384,6 +394,41 @@ class MainWindow(QMainWindow):
         box.setDefaultButton(QMessageBox.StandardButton.Cancel)
         box.exec()
         return box.clickedButton() is run
+
+    def deploy_run(self, out: str | None = None) -> None:
+        """Deploy the current run (a finished one with an ONNX/TorchScript/... model file)
+        as a Triton model repository into ``out`` (asked for when None)."""
+        run_id = self.state.current_run_id
+        if not run_id:
+            return
+        if out is None:
+            out = QFileDialog.getExistingDirectory(self, "Triton model repository folder")
+            if not out:
+                return
+        force = False
+        folder = Path(out)
+        if folder.is_dir() and any(folder.iterdir()):
+            answer = QMessageBox.question(
+                self, "Replace folder?", f"{out} is not empty. Replace its contents?"
+            )
+            if answer != QMessageBox.StandardButton.Yes:
+                return
+            force = True
+        self.services.deploy_triton(run_id, out, force=force)
+
+    def _on_deployed(self, run_id: str, result: object, error: str) -> None:
+        if error or not isinstance(result, dict):
+            self.statusBar().showMessage(f"deploy failed: {error}", 10000)
+            box = QMessageBox(
+                QMessageBox.Icon.Warning, "Cannot deploy this run", error, parent=self
+            )
+            box.open()  # not exec(): nothing waits on it
+            return
+        sizes = ", ".join(map(str, result.get("preferred_batch_sizes") or [])) or "none"
+        self.statusBar().showMessage(
+            f"wrote {result['model_dir']} ({result['platform']}, preferred batch sizes {sizes})",
+            10000,
+        )
 
     def load_recipe_file(self, path: str) -> bool:
         from accel.recipe import load_recipe
