@@ -39,8 +39,8 @@ def test_no_display_message_and_chosen_platform():
 
 def test_a_library_that_cannot_be_found_is_named_with_its_install_command():
     fake = pc.SystemLib("no-such-lib", "libno-such-lib.so.9", "libnosuch9", "nosuch-libs", "nosuch")
-    missing = pc.missing_libs([*pc.XCB_LIBS[:2], fake], lookup=pc.default_lookup())
-    assert missing == [fake]
+    # The real lookup (ldconfig -p, or find_library) cannot find a name that does not exist.
+    assert pc.missing_libs([fake], lookup=pc.default_lookup()) == [fake]
 
     def lookup(lib):
         return lib.name not in ("xcb-cursor", "xcb-icccm")
