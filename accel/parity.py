@@ -526,3 +526,33 @@ def compare(
     return ParityReport(
         passed=not failures, first_failure=first, outputs=tuple(outputs), tolerances=tol
     )
+
+
+# --------------------------------------------------------------------------- outputs
+
+
+def to_float_outputs(outputs: Any) -> Any:
+    """Outputs moved to CPU; low-precision floats cast to float32 for comparison."""
+    import torch
+
+    if isinstance(outputs, torch.Tensor):
+        t = outputs.detach()
+        if t.is_quantized:
+            t = t.dequantize()
+        t = t.cpu()
+        if t.is_floating_point() and t.dtype != torch.float64:
+            t = t.float()
+        return t
+    if isinstance(outputs, (list, tuple)) and not hasattr(outputs, "_fields"):
+        return type(outputs)(to_float_outputs(o) for o in outputs)
+    if isinstance(outputs, dict):
+        return {k: to_float_outputs(v) for k, v in outputs.items()}
+    return outputs
+
+
+def normalize_outputs(outputs: Any) -> Any:
+    """ONNX returns a tuple even for one output; unwrap single-element tuples on both sides."""
+    outputs = to_float_outputs(outputs)
+    if isinstance(outputs, (list, tuple)) and len(outputs) == 1:
+        return outputs[0]
+    return outputs

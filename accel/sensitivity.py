@@ -133,7 +133,7 @@ class _Evaluator:
         data: Any,
         cancel: Callable[[], bool],
     ):
-        from accel.runner import normalize_outputs
+        from accel.parity import normalize_outputs
 
         if model.kind != "torch":
             raise PassError(
@@ -166,9 +166,8 @@ class _Evaluator:
     def evaluate(self, exclude: list[str]) -> dict[str, Any]:
         import torch
 
-        from accel.parity import compare
+        from accel.parity import compare, normalize_outputs
         from accel.passes import PassContext
-        from accel.runner import normalize_outputs
 
         config = self.pass_cls.parse_config(
             {**self.params, "exclude": self.user_exclude + list(exclude)}

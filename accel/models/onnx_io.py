@@ -12,6 +12,9 @@ from accel.models.inputs import Dim, InputSpec, TensorSpec, normalize_dtype
 
 log = logging.getLogger(__name__)
 
+# Protobuf cannot serialise a single message over 2 GiB; keep a margin.
+EXTERNAL_DATA_THRESHOLD = 1_800_000_000
+
 
 def all_tensors(model: Any) -> list[Any]:
     """Every TensorProto of a model: initializers (sparse ones too) and node attributes, in
@@ -301,3 +304,28 @@ def _np_dtype(dtype: Any) -> Any:
         torch.uint8: np.uint8,
         torch.bool: np.bool_,
     }[dtype]
+
+
+def save_onnx(proto: Any, path: Path, external: bool | None) -> bool:
+    """Save ``proto`` at ``path``; weights go to ``path.name + '.data'`` in the same folder
+    when asked or when the model is too big for one protobuf. Returns whether they did."""
+    import onnx
+
+    size = sum(len(t.raw_data) for t in proto.graph.initializer)
+    if external is None:
+        external = size > EXTERNAL_DATA_THRESHOLD
+    data = path.with_name(path.name + ".data")
+    if data.exists():
+        data.unlink()
+    if external:
+        onnx.save_model(
+            proto,
+            str(path),
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location=data.name,
+            size_threshold=1024,
+        )
+    else:
+        onnx.save_model(proto, str(path))
+    return bool(external)

@@ -211,6 +211,13 @@ class PassContext:
         return [self.original.input_spec.sample(seed=1000 + i) for i in range(n)]
 
 
+def recipe_threads(ctx: PassContext) -> int | None:
+    """The recipe's benchmark thread count: ORT sessions use it too, so eager and ORT
+    are timed with the same number of threads."""
+    bench = getattr(ctx.recipe, "benchmark", None)
+    return getattr(bench, "threads", None)
+
+
 class Pass:
     """Base class of all passes (see module docstring)."""
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
+from accel.models.onnx_io import EXTERNAL_DATA_THRESHOLD, save_onnx
 from accel.passes.base import (
     STAGE_LOWER,
     Pass,
@@ -24,9 +25,9 @@ from accel.passes.base import (
     Requirements,
     ScriptStep,
     SearchSpec,
+    recipe_threads,
     register_pass,
 )
-from accel.passes.onnx_runtime import recipe_threads
 
 if TYPE_CHECKING:
     from accel.models.loaded import LoadedModel
@@ -38,8 +39,6 @@ log = logging.getLogger(__name__)
 TORCHSCRIPT_OPSETS = (7, 20)
 DYNAMO_OPSETS = (18, 23)
 DEFAULT_OPSET = {"dynamo": 18, "torchscript": 17}
-# Protobuf cannot serialise a single message over 2 GiB; keep a margin.
-EXTERNAL_DATA_THRESHOLD = 1_800_000_000
 
 
 class ExportOnnxConfig(PassConfig):
@@ -254,31 +253,6 @@ def rename_dims(proto: Any, axes: dict[str, dict[int, str]]) -> int:
                 d.dim_param = mapping[d.dim_param]
                 n += 1
     return n
-
-
-def save_onnx(proto: Any, path: Path, external: bool | None) -> bool:
-    """Save ``proto`` at ``path``; weights go to ``path.name + '.data'`` in the same folder
-    when asked or when the model is too big for one protobuf. Returns whether they did."""
-    import onnx
-
-    size = sum(len(t.raw_data) for t in proto.graph.initializer)
-    if external is None:
-        external = size > EXTERNAL_DATA_THRESHOLD
-    data = path.with_name(path.name + ".data")
-    if data.exists():
-        data.unlink()
-    if external:
-        onnx.save_model(
-            proto,
-            str(path),
-            save_as_external_data=True,
-            all_tensors_to_one_file=True,
-            location=data.name,
-            size_threshold=1024,
-        )
-    else:
-        onnx.save_model(proto, str(path))
-    return bool(external)
 
 
 @register_pass

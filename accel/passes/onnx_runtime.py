@@ -19,6 +19,7 @@ from accel.passes.base import (
     Requirements,
     ScriptStep,
     SearchSpec,
+    recipe_threads,
     register_pass,
 )
 
@@ -76,13 +77,6 @@ def requested_providers(config_providers: list[str] | None, device: str) -> list
     if not names:
         names = list(FALLBACK_ORDER) if str(device).startswith("cuda") else ["cpu"]
     return [PROVIDER_NAMES[n] for n in names]
-
-
-def recipe_threads(ctx: PassContext) -> int | None:
-    """The recipe's benchmark thread count: ORT sessions use it too, so eager and ORT
-    are timed with the same number of threads."""
-    bench = getattr(ctx.recipe, "benchmark", None)
-    return getattr(bench, "threads", None)
 
 
 def session_options(
@@ -332,7 +326,7 @@ class OnnxFp16(Pass):
 
         from accel.errors import PassError
         from accel.models import load_model
-        from accel.passes.onnx_export import save_onnx
+        from accel.models.onnx_io import save_onnx
 
         proto = onnx.load(str(model.onnx_path))
         floats = [t for t in proto.graph.initializer if t.data_type == onnx.TensorProto.FLOAT16]

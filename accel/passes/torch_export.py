@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
+from accel.models.shapes import example_for_export, export_dim_objects, ranged_dims
 from accel.passes.base import Pass, PassConfig, PassContext, Requirements, ScriptStep, register_pass
 
 if TYPE_CHECKING:
@@ -32,39 +33,7 @@ class TorchExportConfig(PassConfig):
 
 def dynamic_dims(spec: InputSpec, config: TorchExportConfig) -> dict[str, tuple[int, int]]:
     """name -> (min, max) of the dims exported as dynamic."""
-    if not config.dynamic:
-        return {}
-    return {
-        n: (d.min, d.max)
-        for n, d in spec.dims.items()
-        if n not in config.static_dims and d.max > d.min
-    }
-
-
-def dynamic_shapes_spec(spec: InputSpec, dims: dict[str, tuple[int, int]]) -> list[dict[int, str]]:
-    """Per positional input: axis -> dim name, for the dims in ``dims``."""
-    return [
-        {axis: d for axis, d in enumerate(t.shape) if isinstance(d, str) and d in dims}
-        for t in spec.inputs
-    ]
-
-
-def example_for_export(
-    spec: InputSpec, inputs: dict[str, Any], dims: dict[str, tuple[int, int]], seed: int
-) -> dict[str, Any]:
-    """The run's inputs, unless a dynamic dim is 0 or 1 there: torch.export specializes those
-    sizes, so export on a sample where they are 2 (the program still accepts 1)."""
-    from accel.passes.torchscript import current_dims
-
-    now = current_dims(spec, inputs)
-    if all(now.get(n, 2) >= 2 for n in dims):
-        return dict(inputs)
-    wanted = {n: (max(2, v) if n in dims and dims[n][1] >= 2 else v) for n, v in now.items()}
-    return spec.sample(seed=seed, dims=wanted)
-
-
-def _identifier(name: str) -> str:
-    return "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return ranged_dims(spec, config.static_dims) if config.dynamic else {}
 
 
 def _first_line(exc: BaseException) -> str:
@@ -84,7 +53,6 @@ class TorchExport(Pass):
 
     def apply(self, model: LoadedModel, config: TorchExportConfig, ctx: PassContext) -> LoadedModel:
         import torch
-        from torch.export import Dim
 
         from accel.errors import PassError
 
@@ -104,11 +72,7 @@ class TorchExport(Pass):
                 f"torch_export: static_dims {unknown} are not dims of the input spec ({', '.join(spec.dims) or 'none'})."
             )
         dims = dynamic_dims(spec, config)
-        # Dim names must be identifiers; spec names may hold '.', '-' or '/'.
-        dim_objs = {n: Dim(_identifier(n), min=lo, max=hi) for n, (lo, hi) in dims.items()}
-        shapes = tuple(
-            {axis: dim_objs[d] for axis, d in m.items()} for m in dynamic_shapes_spec(spec, dims)
-        )
+        shapes = export_dim_objects(spec, dims)  # dim names made identifiers
         example = example_for_export(spec, ctx.inputs, dims, ctx.seed)
         args = tuple(model.prepare_inputs(example).values())
         ctx.details["dynamic_dims"] = {n: [lo, hi] for n, (lo, hi) in dims.items()}

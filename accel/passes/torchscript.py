@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
+from accel.models.shapes import current_dims, other_dims
 from accel.passes.base import Pass, PassConfig, PassContext, Requirements, ScriptStep, register_pass
 
 if TYPE_CHECKING:
-    from accel.models.inputs import InputSpec
     from accel.models.loaded import LoadedModel
 
 log = logging.getLogger(__name__)
@@ -28,30 +28,6 @@ class TorchScriptConfig(PassConfig):
         False,
         description="torch.jit.freeze: weights and attributes inlined as constants, conv+bn folded (optimize_for_inference is not applied: its files do not reload)",
     )
-
-
-def current_dims(spec: InputSpec, inputs: dict[str, Any]) -> dict[str, int]:
-    """Values of the spec's symbolic dims in ``inputs`` (read from the tensors' shapes)."""
-    dims: dict[str, int] = {}
-    for t in spec.inputs:
-        x = inputs.get(t.name)
-        if x is None:
-            continue
-        for axis, d in enumerate(t.shape):
-            if isinstance(d, str) and axis < x.dim():
-                dims.setdefault(d, int(x.shape[axis]))
-    return dims
-
-
-def other_dims(spec: InputSpec, dims: dict[str, int]) -> dict[str, int]:
-    """Each symbolic dim moved to another value inside its range (when it has one)."""
-    out = {}
-    for name, value in dims.items():
-        d = spec.dims[name]
-        out[name] = (
-            value + 1 if value + 1 <= d.max else (value - 1 if value - 1 >= d.min else value)
-        )
-    return out
 
 
 def _first_line(exc: BaseException) -> str:
@@ -132,7 +108,7 @@ class TorchScript(Pass):
         import torch
 
         from accel.errors import PassError
-        from accel.runner import normalize_outputs
+        from accel.parity import normalize_outputs
 
         spec = model.input_spec
         dims = other_dims(spec, current_dims(spec, ctx.inputs))

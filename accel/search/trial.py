@@ -116,9 +116,9 @@ def run_trial(spec: dict[str, Any], emit: Emit, cancel: Callable[[], bool]) -> d
 
     from accel.bench import environment_info
     from accel.models import load_model
-    from accel.parity import Tolerances, compare
+    from accel.parity import Tolerances, compare, normalize_outputs
     from accel.passes import PassContext, get_pass
-    from accel.runner import file_artifact, normalize_outputs
+    from accel.runner import file_artifact
     from accel.search.cache import PrefixCache
     from accel.search.space import prefix_key
 

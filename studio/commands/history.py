@@ -12,6 +12,8 @@ import json
 import sys
 from typing import Any
 
+from studio.commands._common import add_trust_arguments
+from studio.commands._common import open_repo as _repo
 from studio.commands._table import fmt_bytes, fmt_ms, fmt_num, render_table
 from studio.fmt import NOISY_MARK, fmt_speedup, intervals_overlap, is_noisy
 
@@ -44,8 +46,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run", help="run id (or prefix)")
     p.add_argument("--device", help="device for the new run (default: the old run's)")
     p.add_argument("--out", help="run folder for artifacts (default: a new one)")
-    from studio.commands.run import add_trust_arguments
-
     add_trust_arguments(p)
     p.set_defaults(func=rerun)
 
@@ -71,16 +71,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("runs", nargs="+", help="run ids (or prefixes)")
     p.add_argument("--files", action="store_true", help="also delete the runs' artifact files")
     p.set_defaults(func=delete)
-
-
-def _repo(args: argparse.Namespace):  # noqa: ANN202
-    from studio.cli import CliError
-    from studio.store import Repository, StoreError
-
-    try:
-        return Repository.open(args.db)
-    except StoreError as exc:
-        raise CliError(str(exc)) from None
 
 
 def _run_arg(repo: Any, run_id: str) -> str:

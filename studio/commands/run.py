@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from studio.commands._common import add_trust_arguments, open_repo
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a recipe (benchmark + parity per step), recorded in the db")
@@ -21,21 +23,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=None, help="stop the run after SECONDS")
     add_trust_arguments(p)
     p.set_defaults(func=run)
-
-
-def add_trust_arguments(p: argparse.ArgumentParser) -> None:
-    """The opt-ins only the person running a recipe can give (a recipe never grants them)."""
-    p.add_argument(
-        "--trust-pickle",
-        action="store_true",
-        help="allow full unpickling of the model file (it can run any code the file contains)",
-    )
-    p.add_argument(
-        "--trust-recipe-code",
-        action="store_true",
-        help="allow the recipe's file.py:factory / pkg.mod:factory sources, data and metric "
-        "functions to be imported and called (only for recipes you trust)",
-    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -81,11 +68,10 @@ def run_job(
     """Submit a run_recipe job to a one-job pool, print it live, return the exit code."""
     from studio.cli import CliError
     from studio.commands._runprint import RunPrinter
-    from studio.commands.history import _repo
     from studio.store import StoreError
     from studio.workers import WorkerPool
 
-    repo = _repo(args)
+    repo = open_repo(args)
     try:  # before any work: a run that cannot be recorded does not start
         repo.check_writable()
     except StoreError as exc:

@@ -1,0 +1,191 @@
+"""Evaluating a model against the original: parity of its outputs, accuracy on the recipe's
+eval data, and timing (the baseline's own latency; each step timed against the original in
+alternating rounds, accel.measure). Nothing here applies a pass or writes run events."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from accel.parity import ParityReport, Tolerances, compare, normalize_outputs
+from accel.recipe import Recipe, Step
+from accel.runner.artifacts import write_json
+
+Progress = Callable[[float, str], None]
+
+
+def measure(
+    model: Any, inputs: dict[str, Any], recipe: Recipe, device: str
+) -> dict[str, float | None]:
+    """The original model's own latency (the baseline row), with the run's thread count."""
+    from accel.bench import benchmark
+    from accel.measure import TimingSettings, with_threads
+
+    t = TimingSettings.from_any(recipe.benchmark)
+    threads = t.resolved_threads
+    res = benchmark(
+        with_threads(model, threads),
+        inputs,
+        device=device,
+        warmup=t.warmup,
+        iters=t.iters,
+        threads=threads,
+    )
+    metrics = dict(res.metrics())
+    metrics["size_bytes"] = (
+        float(getattr(model, "size_bytes", 0) or metrics.get("size_bytes") or 0) or None
+    )
+    metrics["num_params"] = float(getattr(model, "num_params", 0) or 0) or None
+    return metrics
+
+
+def measure_against(
+    original: Any,
+    model: Any,
+    inputs: dict[str, Any],
+    recipe: Recipe,
+    device: str,
+    progress: Progress | None = None,
+    cancel: Callable[[], bool] | None = None,
+) -> tuple[dict[str, float | None], dict[str, Any]]:
+    """Time ``model`` against ``original`` in alternating rounds (accel.measure): the step's
+    metrics (its latency, speedup with its 95% interval, noisy flag) and timing details."""
+    from accel.measure import compare_interleaved
+
+    cmp = compare_interleaved(
+        original,
+        model,
+        inputs,
+        recipe.benchmark,
+        device=device,
+        progress=progress,
+        cancel=cancel,
+        seed=recipe.seed,
+    )
+    metrics = cmp.metrics()
+    metrics["size_bytes"] = float(getattr(model, "size_bytes", 0) or 0) or None
+    metrics["num_params"] = float(getattr(model, "num_params", 0) or 0) or None
+    return metrics, cmp.timing_details()
+
+
+def accuracy(model: Any, data: dict[str, Any], recipe: Recipe) -> float | None:
+    """The model's accuracy on the recipe's eval data (None when the recipe has none)."""
+    if data.get("eval") is None:
+        return None
+    from accel.data import evaluate_accuracy
+
+    return evaluate_accuracy(model, data["eval"], recipe.data.metric)
+
+
+def tolerances(gates: Any) -> Tolerances:
+    """The parity tolerances of a step's gates (accel.recipe.Gates)."""
+    return Tolerances(
+        rtol=gates.rtol, atol=gates.atol, min_cosine=gates.min_cosine, min_top1=gates.min_top1
+    )
+
+
+@dataclass
+class Baseline:
+    """The original model's reference outputs and numbers (the baseline row)."""
+
+    reference: Any
+    metrics: dict[str, float | None]
+    accuracy: float | None = None
+
+
+def evaluate_baseline(
+    original: Any,
+    inputs: dict[str, Any],
+    data: dict[str, Any],
+    recipe: Recipe,
+    device: str,
+    run_dir: Path,
+    progress: Progress,
+    cancelled: Callable[[], bool],
+) -> Baseline | None:
+    """Reference outputs (saved as reference_outputs.pt), baseline latency and accuracy.
+    None when the run was cancelled after the reference outputs."""
+    import torch
+
+    progress(0.3, "reference outputs")
+    reference = normalize_outputs(original.forward(inputs))
+    torch.save(reference, run_dir / "reference_outputs.pt")
+    if cancelled():
+        return None
+    progress(0.5, "benchmarking the original model")
+    metrics = measure(original, inputs, recipe, device)
+    acc = accuracy(original, data, recipe)
+    if acc is not None:
+        metrics["accuracy"] = acc
+    return Baseline(reference, metrics, acc)
+
+
+@dataclass
+class StepEvaluation:
+    """A step's verdict: ``succeeded`` or ``gate_failed`` (parity or accuracy gate)."""
+
+    status: str
+    metrics: dict[str, float | None]
+    parity: ParityReport
+    timing: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def why(self) -> str:
+        return self.parity.first_failure or "accuracy gate"
+
+
+def evaluate_step(
+    original: Any,
+    model: Any,
+    inputs: dict[str, Any],
+    baseline: Baseline,
+    *,
+    recipe: Recipe,
+    step: Step,
+    data: dict[str, Any],
+    device: str,
+    step_dir: Path,
+    pass_metrics: dict[str, float | None],
+    progress: Progress,
+    cancel: Callable[[], bool],
+) -> StepEvaluation:
+    """Parity against the reference (outputs.pt, parity.json in ``step_dir``), timing against
+    the original, then accuracy with its gate. ``pass_metrics`` (what the pass reported)
+    override the timing's keys; accuracy comes last."""
+    import torch
+
+    progress(0.9, "checking parity")
+    outputs = normalize_outputs(model.forward(inputs))
+    torch.save(outputs, step_dir / "outputs.pt")
+    gates = recipe.gates_for(step)
+    report = compare(baseline.reference, outputs, tolerances(gates))
+    write_json(step_dir / "parity.json", report.to_dict())
+    progress(0.92, "timing against the original")
+    # The original and this step's model, timed in alternating rounds in this process:
+    # a change of load during the run hits both alike and cancels in the ratio.
+    metrics, timing = measure_against(
+        original,
+        model,
+        inputs,
+        recipe,
+        device,
+        progress=lambda f, m: progress(0.92 + 0.06 * f, m),
+        cancel=cancel,
+    )
+    metrics.update(pass_metrics)
+    ev = StepEvaluation("succeeded" if report.passed else "gate_failed", metrics, report, timing)
+    if data.get("eval") is not None:
+        acc = accuracy(model, data, recipe)
+        metrics["accuracy"] = acc
+        drop = gates.max_accuracy_drop
+        if acc is not None and baseline.accuracy is not None:
+            metrics["accuracy_drop"] = baseline.accuracy - acc
+            if drop is not None and baseline.accuracy - acc > drop:
+                ev.status = "gate_failed"
+                ev.warnings.append(
+                    f"accuracy dropped {baseline.accuracy - acc:.4f} > max_accuracy_drop {drop}"
+                )
+    return ev

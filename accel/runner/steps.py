@@ -1,0 +1,84 @@
+"""Executing one step: the pass context, the pass applied to the current model, and the
+copy of the original the first step gets. Evaluation is accel.runner.evaluate's."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from accel.errors import AccelError, PassError
+from accel.recipe import Recipe, Step
+
+log = logging.getLogger(__name__)
+
+
+def make_context(
+    index: int,
+    step_dir: Path,
+    recipe: Recipe,
+    original: Any,
+    inputs: dict[str, Any],
+    data: dict[str, Any],
+    device: str,
+    progress: Callable[[float, str], None],
+    cancel: Callable[[], bool],
+) -> Any:
+    """The PassContext of step ``index`` (its folder, data sources, callbacks)."""
+    from accel.passes import PassContext
+
+    return PassContext(
+        inputs=inputs,
+        device=device,
+        work_dir=step_dir,
+        step_index=index,
+        seed=recipe.seed,
+        progress_cb=progress,
+        cancel_cb=cancel,
+        calibration=data.get("calibration"),
+        train_data=data.get("train"),
+        eval_data=data.get("eval"),
+        original=original,
+        recipe=recipe,
+    )
+
+
+def apply_step(step: Step, model: Any, ctx: Any, seed: int) -> Any:
+    """Parse the step's config, check the model fits the pass, apply it; the new model."""
+    import torch
+
+    from accel.passes import get_pass
+
+    pass_cls = get_pass(step.pass_name)
+    p = pass_cls()
+    config = pass_cls.parse_config(step.params)
+    p.check_requirements(model, ctx.device)
+    torch.manual_seed(seed)
+    new_model = p.apply(model, config, ctx)
+    if new_model is None:
+        raise PassError(f"{step.pass_name} returned no model (a bug in the pass)")
+    ctx.check_cancelled()
+    return new_model
+
+
+def step_error(step: Step, exc: BaseException) -> str:
+    """The message of a step that raised: AccelError's own text, else what crashed."""
+    if isinstance(exc, AccelError):
+        return str(exc)
+    log.debug("pass %s crashed", step.pass_name, exc_info=exc)
+    return f"{step.pass_name} failed: {type(exc).__name__}: {exc}"
+
+
+def copy_model(model: Any) -> Any:
+    """A copy passes may change in place (the original stays intact for sensitivity, QAT)."""
+    import copy
+
+    if model.kind != "torch":
+        return model.replace()
+    try:
+        return model.replace(module=copy.deepcopy(model.module))
+    except Exception:  # noqa: BLE001 - some scripted modules cannot be copied; reload instead
+        from accel.models import load_model
+
+        return load_model(model.source, model.input_spec, device=model.device, validate=False)

@@ -1,0 +1,32 @@
+"""Pieces several commands share: the store they open and the trust opt-ins they take."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def open_repo(args: argparse.Namespace) -> Any:
+    """The store named by ``--db`` (default location otherwise); a CliError if it cannot open."""
+    from studio.cli import CliError
+    from studio.store import Repository, StoreError
+
+    try:
+        return Repository.open(args.db)
+    except StoreError as exc:
+        raise CliError(str(exc)) from None
+
+
+def add_trust_arguments(p: argparse.ArgumentParser) -> None:
+    """The opt-ins only the person running a recipe can give (a recipe never grants them)."""
+    p.add_argument(
+        "--trust-pickle",
+        action="store_true",
+        help="allow full unpickling of the model file (it can run any code the file contains)",
+    )
+    p.add_argument(
+        "--trust-recipe-code",
+        action="store_true",
+        help="allow the recipe's file.py:factory / pkg.mod:factory sources, data and metric "
+        "functions to be imported and called (only for recipes you trust)",
+    )
