@@ -31,6 +31,7 @@ class AppState(QObject):
     overlayChanged = Signal(str)  # graph overlay: none | latency | params | dtype | parity
     runsChanged = Signal()  # a run started, progressed or finished (history may refresh)
     currentRunChanged = Signal(str)  # run id selected in Runs / History
+    runsDeleted = Signal(list)  # run ids deleted from the history
     status = Signal(str)  # one-line message for the status bar
 
     def __init__(self, parent: QObject | None = None):

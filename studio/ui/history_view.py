@@ -26,6 +26,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.ui.slots import on_click
+
 log = logging.getLogger(__name__)
 
 PAGE = 200
@@ -225,11 +227,11 @@ class HistoryView(QWidget):
 
         self.btn_compare = QPushButton("Compare")
         self.btn_compare.setToolTip("select two or more runs")
-        self.btn_compare.clicked.connect(self.compare_selected)
+        on_click(self.btn_compare.clicked, self.compare_selected)
         self.btn_tag = QPushButton("Tag…")
-        self.btn_tag.clicked.connect(self.tag_selected)
+        on_click(self.btn_tag.clicked, self.tag_selected)
         self.btn_delete = QPushButton("Delete…")
-        self.btn_delete.clicked.connect(self.delete_selected)
+        on_click(self.btn_delete.clicked, self.delete_selected)
         self.btn_export = QPushButton("Export…")
         export_menu = QMenu(self)
         for label, fmt_ in (("CSV", "csv"), ("JSON", "json"), ("Markdown report", "md")):
@@ -319,25 +321,56 @@ class HistoryView(QWidget):
         self.reload()
 
     def delete_selected(self, confirm: bool = True, delete_files: bool | None = None) -> None:
+        """Delete the selected runs after asking (naming them; Cancel is the default, so a
+        stray click or Enter deletes nothing)."""
         ids = self.selected_ids()
         if not ids:
             return
         if confirm:
-            box = QMessageBox(
-                QMessageBox.Icon.Warning,
-                "Delete runs",
-                f"Delete {len(ids)} run(s) from the history?",
-                QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
-                self,
-            )
-            files = QCheckBox("also delete their artifact files (models, ONNX files, reports)")
-            box.setCheckBox(files)
+            box, files = self._confirm_delete_box(ids)
             if box.exec() != QMessageBox.StandardButton.Yes:
+                self.state.status.emit("nothing deleted")
                 return
             delete_files = files.isChecked()
         for rid in ids:
             self.repo.delete_run(rid, delete_files=bool(delete_files))
+        what = "and their files " if delete_files else ""
+        self.state.status.emit(f"deleted {len(ids)} run(s) {what}from the history")
+        self.state.runsDeleted.emit(list(ids))
         self.reload()
+
+    def _confirm_delete_box(self, ids: list[str]) -> tuple[QMessageBox, QCheckBox]:
+        rows = {r.id: r for r in self.model.rows}
+        names = []
+        for rid in ids[:8]:
+            r = rows.get(rid)
+            label = (getattr(r, "name", "") or getattr(r, "model_source", "") or "") if r else ""
+            names.append(f"{rid[:8]} {label}".strip())
+        more = f"\n… and {len(ids) - 8} more" if len(ids) > 8 else ""
+        box = QMessageBox(
+            QMessageBox.Icon.Warning,
+            "Delete runs",
+            f"Delete {len(ids)} run(s) from the history?\n\n" + "\n".join(names) + more,
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+            self,
+        )
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        box.setEscapeButton(QMessageBox.StandardButton.Cancel)
+        box.button(QMessageBox.StandardButton.Yes).setText(f"Delete {len(ids)} run(s)")
+        files = QCheckBox("also delete their artifact files (models, ONNX files, reports)")
+        box.setCheckBox(files)
+
+        def explain(on: bool) -> None:
+            box.setInformativeText(
+                "Their run folders (models, ONNX files, reports) are deleted from disk too; "
+                "this cannot be undone."
+                if on
+                else "Only the history entries go; the run folders stay on disk."
+            )
+
+        files.toggled.connect(explain)
+        explain(False)
+        return box, files
 
     def export_selected(self, fmt_: str, path: str | None = None) -> str | None:
         ids = self.selected_ids()

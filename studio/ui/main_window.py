@@ -158,6 +158,9 @@ class MainWindow(QMainWindow):
         self._make_status_bar()
 
         state.status.connect(lambda msg: self.statusBar().showMessage(msg, 8000))
+        from studio.ui.slots import report_slot_errors
+
+        report_slot_errors(lambda msg: self.statusBar().showMessage(msg, 15000))
         state.modelChanged.connect(self._on_model_changed)
         state.modelFailed.connect(self._on_model_failed)
         services.busyChanged.connect(self._update_busy)
@@ -176,7 +179,7 @@ class MainWindow(QMainWindow):
         if tip:
             act.setStatusTip(tip)
             act.setToolTip(f"{tip} ({act.shortcut().toString()})" if shortcut else tip)
-        act.triggered.connect(slot)
+        act.triggered.connect(lambda *_args, s=slot: s())  # not triggered(bool)'s flag
         self.addAction(act)
         return act
 

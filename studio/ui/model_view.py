@@ -19,6 +19,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.ui.slots import on_click
+
 
 def fmt_bytes(n: int | float | None) -> str:
     if not n:
@@ -78,7 +80,7 @@ class ModelView(QWidget):
         self.spec_error.hide()
         self.apply_btn = QPushButton("Apply")
         self.apply_btn.setToolTip("Reopen the model with this input spec")
-        self.apply_btn.clicked.connect(self.apply_spec)
+        on_click(self.apply_btn.clicked, self.apply_spec)
         self.apply_btn.setEnabled(False)
         spec_row = QHBoxLayout()
         spec_row.addWidget(self.spec, 1)
@@ -86,7 +88,7 @@ class ModelView(QWidget):
 
         self.profile_btn = QPushButton("Profile")
         self.profile_btn.setToolTip("Time every layer of this model (Ctrl+P)")
-        self.profile_btn.clicked.connect(self._profile)
+        on_click(self.profile_btn.clicked, self._profile)
         self.profile_btn.setEnabled(False)
         self.status = QLabel("")
         self.status.setWordWrap(True)

@@ -26,6 +26,8 @@ from pathlib import Path
 from PySide6.QtCore import QUrl
 from PySide6.QtWidgets import QApplication, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
+from studio.ui.slots import on_click
+
 log = logging.getLogger(__name__)
 
 # Files Netron reads directly (besides ONNX); other torch sources need an export.
@@ -110,9 +112,9 @@ class NetronView(QWidget):
         self.label = QLabel("No model open.")
         self.label.setWordWrap(True)
         self.export_btn = QPushButton("Export to ONNX for Netron")
-        self.export_btn.clicked.connect(self.export)
+        on_click(self.export_btn.clicked, self.export)
         self.browser_btn = QPushButton("Open in browser")
-        self.browser_btn.clicked.connect(self.open_in_browser)
+        on_click(self.browser_btn.clicked, self.open_in_browser)
         self.browser_btn.setEnabled(False)
         bar = QHBoxLayout()
         bar.addWidget(self.label, 1)
@@ -219,6 +221,13 @@ class NetronView(QWidget):
     def _ensure_web(self) -> None:
         if self.web is not None:
             return
+        from studio.app import webengine_sandbox_env
+
+        # As root Chromium aborts the process without --no-sandbox: add it before the
+        # engine starts (also when the QApplication was not made by make_qapp).
+        warning = webengine_sandbox_env()
+        if warning:
+            self.state.status.emit(warning)
         # A private (off-the-record) profile: no cookies or cache on disk, and our
         # interceptor and script apply to Netron only.
         # Parented to the application: the profile must outlive the page (Qt warns otherwise).

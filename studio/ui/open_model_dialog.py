@@ -68,7 +68,7 @@ class OpenModelDialog(QDialog):
         file_tab = QWidget()
         self.path = QLineEdit(placeholderText="/path/to/model.onnx, .pt, .pt2, .ts")
         browse = QPushButton("Browse…")
-        browse.clicked.connect(self._browse)
+        browse.clicked.connect(lambda *_: self._browse())
         self.trust = QCheckBox("Trust this file: allow full unpickling (it can run code)")
         self.trust.setToolTip(
             "Only for .pt files holding a pickled nn.Module from a source you trust; "

@@ -57,6 +57,7 @@ class ParamForm(QWidget):
     """Edit an instance of ``model_cls`` (a pydantic model) as a form."""
 
     changed = Signal(dict)  # params that validate (only the ones that differ from defaults)
+    validityChanged = Signal(bool)  # the form became valid / invalid (while typing too)
 
     def __init__(
         self,
@@ -69,6 +70,7 @@ class ParamForm(QWidget):
         self.schema = model_cls.model_json_schema()
         self.fields: dict[str, _Field] = {}
         self._loading = False
+        self._valid = True
         layout = QFormLayout(self)
         layout.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         props = self.schema.get("properties", {})
@@ -115,14 +117,19 @@ class ParamForm(QWidget):
                 int(fld.minimum) if fld.minimum is not None else -(2**31),
                 int(fld.maximum) if fld.maximum is not None else 2**31 - 1,
             )
+            # Typed digits commit on Enter / focus-out, not one keystroke at a time.
+            w.setKeyboardTracking(False)
             w.valueChanged.connect(self._emit)
             return w
         w = QLineEdit()
         if fld.kind == "array":
             w.setPlaceholderText("comma-separated")
         elif fld.kind == "object":
-            w.setPlaceholderText('JSON, e.g. {"batch": 8}')
-        w.textChanged.connect(self._emit)
+            w.setPlaceholderText("e.g. {batch: 8} (YAML or JSON)")
+        # Validate while typing (errors show at once), commit on Enter / focus-out: a
+        # half-typed value ("0.2" of "0.25") is never stored or run.
+        w.textChanged.connect(self._check)
+        w.editingFinished.connect(self._emit)
         return w
 
     def _set_editor(self, fld: _Field, value: Any) -> None:
@@ -172,7 +179,7 @@ class ParamForm(QWidget):
                 return [int(t) if t.lstrip("-").isdigit() else t for t in items]
             return items
         if fld.kind == "object":
-            return json.loads(text) if text else {}
+            return _parse_mapping(text)
         if fld.kind == "number":
             if text == "":
                 return _NO_VALUE
@@ -193,13 +200,16 @@ class ParamForm(QWidget):
                 fld.error.hide()
         finally:
             self._loading = False
+        if not self._valid:
+            self._valid = True
+            self.validityChanged.emit(True)
 
     def raw_values(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key, fld in self.fields.items():
             try:
                 v = self._read_editor(fld)
-            except (ValueError, json.JSONDecodeError) as exc:
+            except ValueError as exc:
                 v = f"<invalid: {exc}>"
             if v is not _NO_VALUE:
                 out[key] = v
@@ -222,9 +232,10 @@ class ParamForm(QWidget):
         }
         return params, {}
 
-    def _emit(self, *_: Any) -> None:
+    def _check(self, *_: Any) -> dict[str, Any] | None:
+        """Show the errors of what is typed now; returns the params when valid."""
         if self._loading:
-            return
+            return None
         params, errors = self.validate()
         for key, fld in self.fields.items():
             if key in errors:
@@ -232,11 +243,41 @@ class ParamForm(QWidget):
                 fld.error.show()
             else:
                 fld.error.hide()
+        valid = params is not None
+        if valid != self._valid:
+            self._valid = valid
+            self.validityChanged.emit(valid)
+        return params
+
+    def _emit(self, *_: Any) -> None:
+        params = self._check()
         if params is not None:
             self.changed.emit(params)
 
+    def commit(self) -> bool:
+        """Commit what is typed (as Enter would); False when the form is invalid."""
+        self._emit()
+        return self._valid
+
+    def is_valid(self) -> bool:
+        return self._valid
+
     def errors(self) -> dict[str, str]:
         return self.validate()[1]
+
+
+def _parse_mapping(text: str) -> Any:
+    """A mapping typed as YAML flow (``{batch: 4}``, as in recipes and the README) or
+    JSON (``{"batch": 4}``, which is YAML too); raises ValueError with the reason."""
+    if not text:
+        return {}
+    import yaml
+
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"not a mapping like {{batch: 4}}: {exc}") from None
+    return value
 
 
 def _jsonable(v: Any) -> Any:

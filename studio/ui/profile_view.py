@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.fmt import fmt_bytes, fmt_count
+from studio.ui.slots import on_click
 
 log = logging.getLogger(__name__)
 
@@ -152,10 +153,10 @@ class ProfileView(QWidget):
         self.summary.setWordWrap(True)
         self.profile_btn = QPushButton("Profile")
         self.profile_btn.setToolTip("Profile the current model in a worker (Ctrl+P)")
-        self.profile_btn.clicked.connect(self._profile)
+        on_click(self.profile_btn.clicked, self._profile)
         self.export_btn = QPushButton("Export trace…")
         self.export_btn.setToolTip("Save the Chrome/Perfetto trace of the last profile")
-        self.export_btn.clicked.connect(self.export_trace)
+        on_click(self.export_btn.clicked, self.export_trace)
         self.export_btn.setEnabled(False)
         self.top_n = QSpinBox(minimum=5, maximum=50, value=15)
         self.top_n.setPrefix("top ")

@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
 from accel.passes import list_passes
 from accel.recipe import BenchSettings, Gates, Step
 from studio.ui.param_form import ParamForm
+from studio.ui.slots import on_click
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,8 @@ class RecipeView(QWidget):
         self._passes = {p.name: p for p in list_passes()}
         self._syncing = False
         self._form: ParamForm | None = None
+        self._form_key: tuple[int, str] | None = None  # (row, pass) the open form edits
+        self._recipe_problems: list[str] = []
 
         # -- palette ---------------------------------------------------------------------
         self.palette = QTreeWidget()
@@ -156,9 +159,11 @@ class RecipeView(QWidget):
         self.tabs.addTab(step_tab, "Step")
         self.gates_form = ParamForm(Gates, self.state.recipe.gates.model_dump())
         self.gates_form.changed.connect(self._gates_changed)
+        self.gates_form.validityChanged.connect(self._update_run_button)
         self.tabs.addTab(_scroll(self.gates_form), "Parity gates")
         self.bench_form = ParamForm(BenchSettings, self.state.recipe.benchmark.model_dump())
         self.bench_form.changed.connect(self._bench_changed)
+        self.bench_form.validityChanged.connect(self._update_run_button)
         self.tabs.addTab(_scroll(self.bench_form), "Benchmark")
         settings_tab = QWidget()
         fl = QFormLayout(settings_tab)
@@ -184,15 +189,15 @@ class RecipeView(QWidget):
         # -- toolbar ---------------------------------------------------------------------
         bar = QHBoxLayout()
         self.btn_open = QPushButton("Open…")
-        self.btn_open.clicked.connect(self.open_recipe)
+        on_click(self.btn_open.clicked, self.open_recipe)
         self.btn_save = QPushButton("Save…")
-        self.btn_save.clicked.connect(self.save_recipe)
+        on_click(self.btn_save.clicked, self.save_recipe)
         self.btn_script = QPushButton("Export as Python script…")
-        self.btn_script.clicked.connect(self.export_script)
+        on_click(self.btn_script.clicked, self.export_script)
         self.btn_run = QPushButton("Run")
         self.btn_run.setObjectName("runButton")
         self.btn_run.setToolTip("Run the recipe in a worker (Ctrl+R)")
-        self.btn_run.clicked.connect(self.run)
+        on_click(self.btn_run.clicked, self.run)
         self.problem = QLabel()
         self.problem.setStyleSheet("color: #d03030;")
         self.problem.setWordWrap(True)
@@ -227,7 +232,7 @@ class RecipeView(QWidget):
         b = QToolButton()
         b.setText(text)
         b.setToolTip(tip)
-        b.clicked.connect(slot)
+        on_click(b.clicked, slot)
         return b
 
     # -- state -> view ---------------------------------------------------------------------
@@ -264,14 +269,8 @@ class RecipeView(QWidget):
                 self.steps.setCurrentRow(min(max(row, 0), self.steps.count() - 1))
             else:
                 self._show_step(-1)
-            self.problem.setText("\n".join(problems))
-            self.problem.setVisible(bool(problems))
-            self.btn_run.setEnabled(bool(recipe.enabled_steps()) and not problems)
-            self.btn_run.setToolTip(
-                "Run the recipe in a worker (Ctrl+R)"
-                if recipe.enabled_steps()
-                else "add at least one step to run"
-            )
+            self._recipe_problems = problems
+            self._sync_step_form(self.steps.currentRow())
             self.name_edit.setText(recipe.name)
             self.device_combo.setCurrentText(recipe.device)
             self.gate_combo.setCurrentText(recipe.on_gate_fail)
@@ -280,6 +279,33 @@ class RecipeView(QWidget):
             self._update_palette(kinds[-1])
         finally:
             self._syncing = False
+        self._update_run_button()
+
+    def form_problems(self) -> list[str]:
+        """What the open forms hold that is not valid yet ("step 2 (prune): ratio: …")."""
+        out = []
+        forms = [("Parity gates", self.gates_form), ("Benchmark", self.bench_form)]
+        if self._form is not None and self._form_key is not None:
+            row, name = self._form_key
+            forms.insert(0, (f"step {row + 1} ({name})", self._form))
+        for where, form in forms:
+            for field, msg in form.errors().items():
+                out.append(f"{where}: {field.replace('_', ' ')}: {msg}")
+        return out
+
+    def _update_run_button(self, *_: Any) -> None:
+        recipe = self.state.recipe
+        problems = list(getattr(self, "_recipe_problems", [])) + self.form_problems()
+        self.problem.setText("\n".join(problems))
+        self.problem.setVisible(bool(problems))
+        self.btn_run.setEnabled(bool(recipe.enabled_steps()) and not problems)
+        if problems:
+            tip = "fix first: " + problems[0]
+        elif recipe.enabled_steps():
+            tip = "Run the recipe in a worker (Ctrl+R)"
+        else:
+            tip = "add at least one step to run"
+        self.btn_run.setToolTip(tip)
 
     def _has_gpu(self) -> bool:
         lanes = getattr(getattr(self.services, "pool", None), "lanes", []) or []
@@ -335,12 +361,23 @@ class RecipeView(QWidget):
         self.palette_hint.setText(p.summary + (f"\n⚠ {reason}" if reason else ""))
 
     def _show_step(self, row: int) -> None:
+        if not self._syncing:  # refresh() syncs the form once it has rebuilt the list
+            self._sync_step_form(row)
+
+    def _sync_step_form(self, row: int) -> None:
+        """Show the form of step ``row``; the open form of the same step is kept (so a
+        field being typed in keeps its focus) and only updated when the step changed."""
+        steps = self.state.recipe.steps
+        key = (row, steps[row].pass_name) if 0 <= row < len(steps) else None
+        if key is not None and key == self._form_key and self._form is not None:
+            if self._form.is_valid() and self._form.validate()[0] != steps[row].params:
+                self._form.set_values(steps[row].params)
+            return
         old = self.step_area.takeWidget()
         if old is not None:
             old.deleteLater()
-        self._form = None
-        steps = self.state.recipe.steps
-        if not (0 <= row < len(steps)):
+        self._form, self._form_key = None, None
+        if key is None:
             self.step_title.setText("Add a step from the pass palette (double-click a pass).")
             self.step_area.setWidget(QWidget())
             return
@@ -353,8 +390,10 @@ class RecipeView(QWidget):
         self.step_title.setText(f"<b>{row + 1}. {p.name}</b> — {p.summary}")
         form = ParamForm(p.Config, step.params)
         form.changed.connect(lambda params, r=row: self._params_changed(r, params))
-        self._form = form
+        form.validityChanged.connect(self._update_run_button)
+        self._form, self._form_key = form, key
         self.step_area.setWidget(form)
+        self._update_run_button()
 
     # -- view -> state ---------------------------------------------------------------------
     def _add_from_palette(self, item: QTreeWidgetItem | None) -> None:
@@ -515,7 +554,14 @@ class RecipeView(QWidget):
         ScriptDialog(self.state, self.services, self).open()
 
     def run(self) -> None:
+        # Ctrl+R does not move the focus: commit what is typed in the forms first.
+        for form in (self._form, self.gates_form, self.bench_form):
+            if form is not None:
+                form.commit()
+        self._update_run_button()
         if not self.btn_run.isEnabled():
+            if self.problem.text():
+                self.state.status.emit("not run: " + self.problem.text().splitlines()[0])
             return
         self.runRequested.emit()
         self.services.run_recipe(self.state.recipe)

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from studio.fmt import fmt_bytes as _bytes
 from studio.report import worst_metric
+from studio.ui.slots import on_click
 
 VERDICT = {"succeeded": "pass", "gate_failed": "FAIL", "failed": "error", "skipped": "skipped"}
 STATUS_COLOR = {
@@ -96,9 +97,9 @@ class RunsView(QWidget):
         self.btn_cancel = QPushButton("Cancel")
         self.btn_rerun = QPushButton("Re-run")
         self.btn_folder = QPushButton("Open run folder")
-        self.btn_cancel.clicked.connect(self.cancel_selected)
-        self.btn_rerun.clicked.connect(self.rerun_selected)
-        self.btn_folder.clicked.connect(self.open_folder)
+        on_click(self.btn_cancel.clicked, self.cancel_selected)
+        on_click(self.btn_rerun.clicked, self.rerun_selected)
+        on_click(self.btn_folder.clicked, self.open_folder)
         buttons = QHBoxLayout()
         for b in (self.btn_cancel, self.btn_rerun, self.btn_folder):
             buttons.addWidget(b)
@@ -146,6 +147,7 @@ class RunsView(QWidget):
         bridge.jobLog.connect(self._log)
         bridge.jobFinished.connect(self._finished)
         services.runQueued.connect(self._run_queued)
+        state.runsDeleted.connect(self.remove_runs)
         self._update_buttons()
 
     # -- pool -> view -----------------------------------------------------------------------
@@ -289,6 +291,16 @@ class RunsView(QWidget):
         if self._selected() is e:
             self._fill_table(e)
         self._update_buttons()
+
+    def remove_runs(self, run_ids: list[str]) -> None:
+        """Drop runs deleted from the history (finished ones only: a live job stays)."""
+        gone = set(run_ids)
+        for job_id, e in list(self.entries.items()):
+            if e.run_id in gone and e.status not in ("queued", "running"):
+                if e.item is not None:
+                    self.queue.takeTopLevelItem(self.queue.indexOfTopLevelItem(e.item))
+                del self.entries[job_id]
+        self._show_selected()
 
     def _selected(self) -> RunEntry | None:
         item = self.queue.currentItem()

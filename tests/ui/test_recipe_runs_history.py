@@ -75,11 +75,15 @@ def test_form_shows_errors_inline_and_never_emits_invalid_values(qapp):
     form.changed.connect(seen.append)
     form.fields["atol"].editor.setText("-1")
     assert "atol" in form.errors() and not form.fields["atol"].error.isHidden()
-    assert seen == []
+    form.fields["atol"].editor.editingFinished.emit()  # Enter
+    assert seen == [] and not form.is_valid()
     form.fields["atol"].editor.setText("0.01")
+    assert seen == []  # typed, not committed yet
+    form.fields["atol"].editor.editingFinished.emit()
     assert seen[-1] == {"atol": 0.01} and form.fields["atol"].error.isHidden()
     form.fields["min_top1"].toggle.setChecked(True)
     form.fields["min_top1"].editor.setText("0.9")
+    form.fields["min_top1"].editor.editingFinished.emit()
     assert seen[-1] == {"atol": 0.01, "min_top1": 0.9}
 
 
