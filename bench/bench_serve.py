@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -36,8 +37,9 @@ def run_recipe(model: str, db: Path) -> str:
         cwd=db.parent,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("run ")), "")
-    if proc.returncode != 0 or "succeeded" not in line:
+    # The command's last word on the run: "run <id>: succeeded".
+    line = next((ln for ln in proc.stdout.splitlines() if re.match(r"run \w+: ", ln)), "")
+    if proc.returncode != 0 or not line.endswith("succeeded"):
         raise RuntimeError(f"{recipe.name} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     return line.split()[1].rstrip(":")
 
