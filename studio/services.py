@@ -108,6 +108,9 @@ class Services(QObject):
         # (the main window sets a dialog; without one, unconfirmed code is refused).
         self.confirm_code: Any = None
         self._cachedOpen.connect(self._apply_cached_open)
+        # Where run folders go; None: next to the database (see ``runs_root``). The main
+        # window sets it from its settings ("Runs folder…").
+        self.runs_dir: Path | None = None
 
     # -- facts for the status bar ---------------------------------------------------------
     @property
@@ -141,6 +144,23 @@ class Services(QObject):
             d = Path.home() / ".accel-studio"
         d.mkdir(parents=True, exist_ok=True)
         return d
+
+    def runs_root(self) -> Path:
+        """The folder run artifacts go to: the chosen one, else ``runs/`` next to the
+        database (``--db``) or in the user data folder; never the working directory."""
+        if self.runs_dir is not None:
+            return Path(self.runs_dir)
+        db = self.db_path
+        if db and "://" not in db and db != ":memory:":
+            return Path(db).resolve().parent / "runs"
+        return self.data_dir() / "runs"
+
+    def new_run_dir(self, name: str) -> Path:
+        import datetime as dt
+
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S-%f")
+        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in name)[:40]
+        return self.runs_root() / f"{stamp}-{safe}"
 
     # -- controllers ----------------------------------------------------------------------
     def _submit(self, controller: str, kind: str, params: dict[str, Any], **kw: Any) -> str:
@@ -224,7 +244,10 @@ class Services(QObject):
         recipe = recipe if recipe is not None else self.state.recipe
         data = recipe.to_dict() if hasattr(recipe, "to_dict") else dict(recipe)
         source = (data.get("model") or {}).get("source") or self.state.model_source
-        params: dict[str, Any] = {"recipe": data}
+        params: dict[str, Any] = {
+            "recipe": data,
+            "out": str(self.new_run_dir(str(data.get("name") or "recipe"))),
+        }
         unconfirmed = [r for r in recipe_code_refs(data) if r not in self._named_code]
         if unconfirmed:
             if self.confirm_code is None or not self.confirm_code(unconfirmed):

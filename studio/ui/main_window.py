@@ -8,6 +8,7 @@ dialog) are imported lazily: a missing one leaves a placeholder saying so.
 
 from __future__ import annotations
 
+import html
 import importlib
 import logging
 from pathlib import Path
@@ -163,6 +164,7 @@ class MainWindow(QMainWindow):
         report_slot_errors(lambda msg: self.statusBar().showMessage(msg, 15000))
         state.modelChanged.connect(self._on_model_changed)
         state.modelFailed.connect(self._on_model_failed)
+        services.runQueued.connect(self._show_runs)
         services.busyChanged.connect(self._update_busy)
         services.profileReady.connect(lambda: self.docks["profile"].raise_())
         self.restore_layout()
@@ -238,6 +240,9 @@ class MainWindow(QMainWindow):
         )
         self.act_reset_layout = self._action("Reset panel layout", self.reset_layout)
         self.act_about = self._action("&About Accel Studio", self.about)
+        self.act_runs_dir = self._action(
+            "Runs &folder…", self.choose_runs_dir, tip="Choose where run artifacts are saved"
+        )
         self.act_demo = self._action("Open the demo model", lambda: self.open_model(DEMO_MODEL))
 
     def _make_menus(self) -> None:
@@ -252,6 +257,7 @@ class MainWindow(QMainWindow):
         m.addAction(self.act_save_recipe)
         m.addAction(self.act_export_script)
         m.addSeparator()
+        m.addAction(self.act_runs_dir)
         m.addAction(self.act_quit)
         m = mb.addMenu("&Model")
         m.addAction(self.act_profile)
@@ -297,9 +303,31 @@ class MainWindow(QMainWindow):
         db = self.services.db_path or "no database"
         self.db_label = QLabel(f"db: {_short_path(db)}")
         self.db_label.setToolTip(db)
-        for w in (self.device_label, self.workers_label, self.db_label):
+        saved = self.settings.value("runs_dir", "")
+        if saved:
+            self.services.runs_dir = Path(str(saved))
+        self.runs_label = QLabel()
+        self._update_runs_label()
+        for w in (self.device_label, self.workers_label, self.db_label, self.runs_label):
             w.setContentsMargins(8, 0, 8, 0)
             sb.addPermanentWidget(w)
+
+    def _update_runs_label(self) -> None:
+        root = str(self.services.runs_root())
+        self.runs_label.setText(f"runs: {_short_path(root)}")
+        self.runs_label.setToolTip(f"Run artifacts go to {root} (File ▸ Runs folder… to change)")
+
+    def choose_runs_dir(self, path: str | None = None) -> None:
+        if path is None:
+            path = QFileDialog.getExistingDirectory(
+                self, "Folder for run artifacts", str(self.services.runs_root())
+            )
+        if not path:
+            return
+        self.services.runs_dir = Path(path)
+        self.settings.setValue("runs_dir", str(path))
+        self._update_runs_label()
+        self.statusBar().showMessage(f"run artifacts now go to {path}", 8000)
 
     def _update_busy(self, n: int) -> None:
         self.workers_label.setText(f"workers: {n} busy" if n else "workers: idle")
@@ -352,6 +380,13 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(f"{src} — Accel Studio" if src else "Accel Studio")
         if src:
             self._remember(src)
+
+    def _show_runs(self, *_: object) -> None:
+        """Bring the Runs panel forward when a run starts (its row is selected there)."""
+        dock = self.docks.get("runs")
+        if dock is not None:
+            dock.show()
+            dock.raise_()
 
     def _on_model_failed(self, message: str) -> None:
         self.statusBar().showMessage(message.splitlines()[0], 15000)
@@ -543,7 +578,11 @@ class MainWindow(QMainWindow):
 
     # -- about / close --------------------------------------------------------------------
     def about(self) -> None:
-        QMessageBox.about(self, "About Accel Studio", about_html())
+        where = (
+            f"<p>Database: {html.escape(self.services.db_path or 'none')}<br>"
+            f"Run artifacts: {html.escape(str(self.services.runs_root()))}</p>"
+        )
+        QMessageBox.about(self, "About Accel Studio", about_html() + where)
 
     def closeEvent(self, event) -> None:  # noqa: N802
         self.save_layout()

@@ -215,6 +215,7 @@ class ProfileView(QWidget):
         self.ops.selectionModel().currentRowChanged.connect(self._on_op_row)
         self.filter = QLineEdit(placeholderText="Filter rows")
         self.filter.setClearButtonEnabled(True)
+        self._filtered_for = state.model_source
         self.filter.textChanged.connect(self.layers_proxy.setFilterFixedString)
         self.filter.textChanged.connect(self.ops_proxy.setFilterFixedString)
         self.tabs = QTabWidget()
@@ -243,7 +244,7 @@ class ProfileView(QWidget):
         lay.addWidget(split, 1)
 
         state.profileChanged.connect(self._on_profile)
-        state.modelChanged.connect(self._on_profile)
+        state.modelChanged.connect(self._on_model_changed)
         state.selectionChanged.connect(self._on_selection)
         if services is not None:
             services.busyChanged.connect(lambda n: None)
@@ -392,6 +393,13 @@ class ProfileView(QWidget):
         row = self.ops_model.rows[self.ops_proxy.mapToSource(current).row()]
         if row.module:
             self.state.select(row.module)
+
+    def _on_model_changed(self) -> None:
+        # A filter typed for one model means nothing for the next (it left its table empty).
+        if self._filtered_for != self.state.model_source:
+            self.filter.clear()
+            self._filtered_for = self.state.model_source
+        self._on_profile()
 
     def _on_selection(self, key: str) -> None:
         self._refresh_chart()

@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QKeySequence
+from PySide6.QtGui import QColor, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 
 from accel.passes import list_passes
 from accel.recipe import BenchSettings, Gates, Step
+from accel.recipe_checks import step_warnings
 from studio.ui.param_form import ParamForm
 from studio.ui.slots import on_click
 
@@ -198,6 +199,11 @@ class RecipeView(QWidget):
         self.btn_run.setObjectName("runButton")
         self.btn_run.setToolTip("Run the recipe in a worker (Ctrl+R)")
         on_click(self.btn_run.clicked, self.run)
+        self.warning = QLabel()
+        self.warning.setObjectName("recipeWarning")
+        self.warning.setStyleSheet("color: #d9480f;")
+        self.warning.setWordWrap(True)
+        self.warning.hide()
         self.problem = QLabel()
         self.problem.setStyleSheet("color: #d03030;")
         self.problem.setWordWrap(True)
@@ -221,6 +227,7 @@ class RecipeView(QWidget):
         root = QVBoxLayout(self)
         root.addLayout(bar)
         root.addWidget(self.problem)
+        root.addWidget(self.warning)
         root.addWidget(split, 1)
 
         state.recipeChanged.connect(self.refresh)
@@ -245,6 +252,7 @@ class RecipeView(QWidget):
             start_kind = (self.state.model_info or {}).get("kind", "torch")
             kinds = kinds_along(recipe.steps, start_kind)
             problems = []
+            warnings = step_warnings(recipe.steps, recipe.device)
             for i, step in enumerate(recipe.steps):
                 item = QListWidgetItem(
                     f"{i + 1}. {step.label}" + (f"  {_short(step.params)}" if step.params else "")
@@ -261,10 +269,16 @@ class RecipeView(QWidget):
                     item.setToolTip(why)
                     if step.enabled:
                         problems.append(f"step {i + 1}: {why}")
+                elif i in warnings:
+                    item.setText("⚠ " + item.text())
+                    item.setForeground(QColor("#d9480f"))
+                    item.setToolTip(warnings[i])
                 else:
                     p = self._passes.get(step.pass_name)
                     item.setToolTip(p.summary if p else "")
                 self.steps.addItem(item)
+            self.warning.setText("\n".join(f"⚠ step {i + 1}: {w}" for i, w in warnings.items()))
+            self.warning.setVisible(bool(warnings))
             if self.steps.count():
                 self.steps.setCurrentRow(min(max(row, 0), self.steps.count() - 1))
             else:

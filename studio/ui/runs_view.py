@@ -180,7 +180,13 @@ class RunsView(QWidget):
         e.recipe = recipe.to_dict()
         e.name = recipe.name
         e.model = recipe.model.source
+        from accel.recipe_checks import step_warnings
+
+        for i, w in step_warnings(recipe.steps, recipe.device).items():
+            e.log.append(f"warning: step {i + 1}: {w}")
         self._render(e)
+        if e.item is not None:  # the run just started is the one the user looks for
+            self.queue.setCurrentItem(e.item)
 
     def _queued(self, job_id: str, kind: str) -> None:
         if kind == "run_recipe":

@@ -216,3 +216,95 @@ def test_an_error_in_a_slot_reaches_the_status_bar_and_the_log(qtbot, caplog):
         assert any("the slot failed" in r.getMessage() for r in caplog.records)
     finally:
         sys.excepthook = previous
+
+
+# -- 5: stale state after a failed open ---------------------------------------------------------
+def test_a_failed_open_leaves_no_message_over_the_graph_and_filters_reset(qtbot):
+    from accel.graph.synthetic import synthetic_graph
+    from studio.state import AppState
+    from studio.ui.graph_view import GraphView
+    from studio.ui.profile_view import ProfileView
+
+    state = AppState()
+    gv = GraphView(state, None)
+    pv = ProfileView(state, None)
+    for w in (gv, pv):
+        qtbot.addWidget(w)
+        w.show()
+    state.set_model("zoo:mlp", {"kind": "torch"})
+    with qtbot.waitSignal(gv.layoutReady, timeout=60000):
+        state.set_graph(synthetic_graph(60, blocks=2))
+    pv.filter.setFocus()
+    qtbot.keyClicks(pv.filter, "fc1")
+    state.modelLoading.emit("missing.onnx")
+    state.modelFailed.emit("could not open missing.onnx: no such file")
+    assert gv.message.isHidden()  # the graph on screen stays readable
+    state.set_model("zoo:resnet", {"kind": "torch"})
+    assert pv.filter.text() == ""  # the filter of the last model does not empty this one's
+
+
+# -- 6: run artifacts in the data folder --------------------------------------------------------
+def test_runs_go_next_to_the_database_not_the_working_directory(tmp_path, monkeypatch):
+    from test_window_parts import FakePool
+
+    from studio.services import Services
+    from studio.state import AppState
+
+    monkeypatch.chdir(tmp_path)
+    pool = FakePool()
+    db = tmp_path / "data" / "studio.db"
+    db.parent.mkdir()
+    state = AppState()
+    services = Services(state, db=str(db), pool=pool)
+    state.set_model("zoo:mlp", {"kind": "torch"})
+    state.add_step("bf16")
+    services.run_recipe()
+    out = pool.submitted[-1][1]["out"]
+    assert out.startswith(str(db.parent / "runs"))
+    services.runs_dir = tmp_path / "elsewhere"
+    services.run_recipe()
+    assert pool.submitted[-1][1]["out"].startswith(str(tmp_path / "elsewhere"))
+    services.repo.close()
+
+
+# -- 7: Run shows the run -----------------------------------------------------------------------
+def test_run_button_brings_the_runs_panel_forward_with_the_run_selected(qtbot, tmp_path):
+    from PySide6.QtCore import QSettings
+    from test_window_parts import FakePool
+
+    from studio.services import Services
+    from studio.state import AppState
+    from studio.ui.main_window import MainWindow
+
+    class RunPool(FakePool):
+        def submit(self, kind, params=None, **kw):
+            h = super().submit(kind, params, **kw)
+            h.run_id = f"run{len(self.submitted)}"
+            return h
+
+    state = AppState()
+    services = Services(state, pool=RunPool(), open_store=False)
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    win = MainWindow(state, services, settings=settings)
+    qtbot.addWidget(win)
+    win.show()
+    win.docks["runs"].hide()
+    state.set_model("zoo:mlp", {"kind": "torch"})
+    state.add_step("bf16")
+    rv, runs = win.panels["recipe"], win.panels["runs"]
+    qtbot.mouseClick(rv.btn_run, Qt.MouseButton.LeftButton)
+    assert win.docks["runs"].isVisible()
+    assert runs._selected() is not None and runs._selected().run_id == "run1"
+    assert runs.btn_cancel.isEnabled()
+    win.netron_view.release()
+
+
+# -- 9: bf16 then export_onnx -------------------------------------------------------------------
+def test_bf16_before_an_onnx_export_is_flagged_on_the_step(recipe_panel):
+    state, _, view = recipe_panel
+    state.add_step("bf16")
+    state.add_step("export_onnx")
+    assert not view.warning.isHidden()
+    assert "float32" in view.warning.text() and "onnx_fp16" in view.warning.text()
+    assert view.steps.item(1).text().startswith("⚠")
+    assert view.btn_run.isEnabled()  # a warning, not an error
