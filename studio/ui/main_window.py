@@ -559,6 +559,26 @@ class MainWindow(QMainWindow):
         return n
 
     # -- layout ---------------------------------------------------------------------------
+    def showEvent(self, event) -> None:  # noqa: N802
+        super().showEvent(event)
+        if not getattr(self, "_docks_fitted", False):
+            self._docks_fitted = True
+            if self.settings.value("window/state") is None:
+                from PySide6.QtCore import QTimer
+
+                QTimer.singleShot(0, self.fit_docks_to_window)
+
+    def fit_docks_to_window(self) -> None:
+        """Share the window by proportion (a laptop's 1366x768 and a 1920x1080 screen alike):
+        the graph keeps about half the width and two thirds of the height."""
+        w, h = self.width(), self.height()
+        self.resizeDocks(
+            [self.docks["model"], self.docks["recipe"]],
+            [max(230, int(w * 0.17)), max(420, int(w * 0.33))],
+            Qt.Orientation.Horizontal,
+        )
+        self.resizeDocks([self.docks["profile"]], [max(200, int(h * 0.3))], Qt.Orientation.Vertical)
+
     def restore_layout(self) -> None:
         geo = self.settings.value("window/geometry")
         if isinstance(geo, QByteArray):

@@ -82,9 +82,9 @@ class ModelView(QWidget):
         self.apply_btn.setToolTip("Reopen the model with this input spec")
         on_click(self.apply_btn.clicked, self.apply_spec)
         self.apply_btn.setEnabled(False)
-        spec_row = QHBoxLayout()
-        spec_row.addWidget(self.spec, 1)
-        spec_row.addWidget(self.apply_btn)
+        # The spec gets the panel's whole width (it was cut off next to the button).
+        spec_row = QVBoxLayout()
+        spec_row.addWidget(self.spec)
 
         self.profile_btn = QPushButton("Profile")
         self.profile_btn.setToolTip("Time every layer of this model (Ctrl+P)")
@@ -107,6 +107,7 @@ class ModelView(QWidget):
         lay.addLayout(spec_row)
         lay.addWidget(self.spec_error)
         row = QHBoxLayout()
+        row.addWidget(self.apply_btn)
         row.addWidget(self.profile_btn)
         row.addStretch(1)
         lay.addLayout(row)

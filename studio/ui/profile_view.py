@@ -180,6 +180,11 @@ class ProfileView(QWidget):
         self.plot.showGrid(x=True, y=False, alpha=0.25)
         self.plot.getViewBox().invertY(True)
         self.plot.getAxis("left").setWidth(170)
+        # One label per bar: pyqtgraph otherwise drops labels that touch the plot's edge or
+        # fill "too much" of the axis (15 bars came with 10-14 labels).
+        self.plot.getAxis("left").setStyle(
+            hideOverlappingLabels=False, textFillLimits=[(0, 1.0)], autoExpandTextSpace=False
+        )
         self.plot.setMinimumHeight(160)
         self.plot.scene().sigMouseClicked.connect(self._on_plot_click)
         self.bars: pg.BarGraphItem | None = None
@@ -332,7 +337,9 @@ class ProfileView(QWidget):
             self.top_rows = []
             return
         rows = [r for r in prof.top(len(prof.rows), key="self_ms") if r.name != ""]
-        rows = [r for r in rows if r.self_ms > 0][: self.top_n.value()]
+        # No more bars than fit with a readable label each (about 14 px a row).
+        fit = max(5, int(self.plot.height() - 40) // 14)
+        rows = [r for r in rows if r.self_ms > 0][: min(self.top_n.value(), fit)]
         self.top_rows = rows
         if not rows:
             return

@@ -193,7 +193,7 @@ class RecipeView(QWidget):
         on_click(self.btn_open.clicked, self.open_recipe)
         self.btn_save = QPushButton("Save…")
         on_click(self.btn_save.clicked, self.save_recipe)
-        self.btn_script = QPushButton("Export as Python script…")
+        self.btn_script = QPushButton("Export script…")
         on_click(self.btn_script.clicked, self.export_script)
         self.btn_run = QPushButton("Run")
         self.btn_run.setObjectName("runButton")
@@ -213,7 +213,11 @@ class RecipeView(QWidget):
         bar.addWidget(self.btn_run)
 
         # Palette and steps side by side, the forms below: fits a narrow dock and a wide one.
-        self.palette.setMinimumWidth(170)
+        # Pass names are never cut off ("quantize_onnx_dyn…"): the widest one fits.
+        widest = max(
+            (self.palette.fontMetrics().horizontalAdvance(n) for n in self._passes), default=0
+        )
+        self.palette.setMinimumWidth(max(170, widest + 56))
         self.steps.setMinimumWidth(170)
         top = QSplitter()
         top.addWidget(pal_box)
@@ -222,8 +226,10 @@ class RecipeView(QWidget):
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(top)
         split.addWidget(self.tabs)
-        split.setStretchFactor(0, 3)
-        split.setStretchFactor(1, 2)
+        # The step form gets the larger share: at 768 px it showed about one row.
+        split.setStretchFactor(0, 2)
+        split.setStretchFactor(1, 3)
+        self.tabs.setMinimumHeight(170)
         root = QVBoxLayout(self)
         root.addLayout(bar)
         root.addWidget(self.problem)

@@ -308,3 +308,47 @@ def test_bf16_before_an_onnx_export_is_flagged_on_the_step(recipe_panel):
     assert "float32" in view.warning.text() and "onnx_fp16" in view.warning.text()
     assert view.steps.item(1).text().startswith("⚠")
     assert view.btn_run.isEnabled()  # a warning, not an error
+
+
+# -- 10: readable at ordinary sizes -------------------------------------------------------------
+def test_window_fits_a_laptop_screen_with_readable_pass_names(qtbot, tmp_path, recipe_panel):
+    from PySide6.QtCore import QSettings
+    from test_window_parts import FakePool
+
+    from studio.services import Services
+    from studio.state import AppState
+    from studio.ui.main_window import MainWindow
+
+    state = AppState()
+    services = Services(state, pool=FakePool(), open_store=False)
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    win = MainWindow(state, services, settings=settings)
+    qtbot.addWidget(win)
+    hint = win.minimumSizeHint()
+    assert hint.width() <= 1366 and hint.height() <= 768
+    win.netron_view.release()
+    _, _, view = recipe_panel
+    fm = view.palette.fontMetrics()
+    widest = max(fm.horizontalAdvance(name) for name in view._passes)
+    assert view.palette.viewport().width() > widest + 30  # names are never elided
+
+
+def test_fit_shows_a_small_collapsed_graph_whole(qtbot):
+    from accel.graph.synthetic import synthetic_graph
+    from studio.state import AppState
+    from studio.ui.graph_view import GraphView
+
+    state = AppState()
+    gv = GraphView(state, None)
+    qtbot.addWidget(gv)
+    gv.resize(760, 420)
+    gv.show()
+    with qtbot.waitSignal(gv.layoutReady, timeout=60000):
+        state.set_graph(synthetic_graph(300, blocks=9))
+    with qtbot.waitSignal(gv.layoutReady, timeout=60000):
+        gv.collapse_all()
+    gv.fit()
+    canvas = gv.canvas
+    visible = canvas.mapToScene(canvas.viewport().rect()).boundingRect()
+    assert len(gv._items) <= 12
+    assert visible.contains(gv.scene.itemsBoundingRect())

@@ -82,7 +82,7 @@ class Minimap(QGraphicsView):
         self.setInteractive(False)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.setFixedSize(120, 150)
+        self.setFixedSize(96, 120)
         self.setFrameShape(QGraphicsView.Shape.Box)
         self.setToolTip("Overview: click to move the view there")
         self.setCursor(Qt.CursorShape.PointingHandCursor)

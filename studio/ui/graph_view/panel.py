@@ -108,6 +108,7 @@ class GraphView(DiffMixin, OverlayMixin, SelectionMixin, QWidget):
     def _build_toolbar(self) -> QHBoxLayout:
         self.search = QLineEdit(placeholderText="Search nodes by name, op or module (Enter: next)")
         self.search.setClearButtonEnabled(True)
+        self.search.setMinimumWidth(100)
         self.search.returnPressed.connect(self.find_next)
         self.search.textChanged.connect(self._on_search_text)
         self.match_label = QLabel("")
@@ -115,6 +116,10 @@ class GraphView(DiffMixin, OverlayMixin, SelectionMixin, QWidget):
         for key, label in overlays.OVERLAYS:
             self.overlay_box.addItem(label, key)
         self.overlay_box.setToolTip("Colour nodes by a per-layer value")
+        self.overlay_box.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+        )
+        self.overlay_box.setMinimumContentsLength(9)
         self.overlay_box.currentIndexChanged.connect(
             lambda i: self.state.set_overlay(self.overlay_box.itemData(i))
         )
@@ -153,14 +158,15 @@ class GraphView(DiffMixin, OverlayMixin, SelectionMixin, QWidget):
         self.message.setWordWrap(True)
         self.details = QTextBrowser()
         self.details.setOpenLinks(False)
-        self.details.setMinimumWidth(200)
+        self.details.setMinimumWidth(160)
         self.details.setHtml("<i>Select a node to see its details.</i>")
         split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(self.canvas)
         split.addWidget(self.details)
         split.setStretchFactor(0, 4)
         split.setStretchFactor(1, 1)
-        split.setSizes([700, 240])
+        split.setSizes([760, 200])
+        split.setCollapsible(0, False)
         self._edges_item = QGraphicsPathItem()
         self._hl_edges_item = QGraphicsPathItem()
         self._arrow_item = QGraphicsPathItem()
@@ -362,6 +368,9 @@ class GraphView(DiffMixin, OverlayMixin, SelectionMixin, QWidget):
         """The overview shows only when the graph does not fit in the view."""
         visible = self.canvas.mapToScene(self.canvas.viewport().rect()).boundingRect()
         need = bool(self._items) and not visible.contains(self.scene.itemsBoundingRect())
+        # In a small view the overview would cover the graph itself: scroll bars suffice.
+        vp = self.canvas.viewport()
+        need = need and vp.width() >= 600 and vp.height() >= 420
         self.minimap.setVisible(need)
         if need:
             self.minimap.viewport().update()

@@ -9,7 +9,7 @@ from PySide6.QtWidgets import QWidget
 LOD_TEXT = 0.35  # below this zoom, node labels are not drawn
 # "Fit" shows the whole graph down to this zoom (labels still legible); a graph that needs
 # less is shown from its top at this zoom instead (the overview shows the rest).
-READABLE_SCALE = 0.45
+READABLE_SCALE = 0.4
 
 CATEGORY_COLORS = {
     # (light, dark)
