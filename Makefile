@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= $(if $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl),torch==2.13.0,)
 PYTEST_ARGS ?=
 
-.PHONY: run test lint venv clean bench screenshots package package-test
+.PHONY: run test lint venv clean bench screenshots corpus package package-test
 
 $(BIN)/studio: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ test: lint
 
 bench: venv
 	for f in bench/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+# Every pass on every real-architecture corpus model: bench/out/corpus.md and corpus.json.
+corpus: venv
+	$(BIN)/python bench/corpus.py $(CORPUS_ARGS)
 
 # The one-folder desktop bundle (packaging/README.md): dist/accel-studio/accel-studio.
 APP_ID := io.github.accelstudio.AccelStudio

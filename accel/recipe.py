@@ -165,6 +165,9 @@ class Recipe(_Strict):
     gates: Gates = Field(default_factory=Gates)
     benchmark: BenchSettings = Field(default_factory=BenchSettings)
     on_gate_fail: Literal["stop", "warn"] = "warn"
+    # skip: a step that cannot apply (pre-flight) or fails is recorded as skipped and the
+    # run goes on with the model from before that step.
+    on_step_error: Literal["stop", "skip"] = "stop"
     data: DataConfig = Field(default_factory=DataConfig)
 
     @field_validator("device")

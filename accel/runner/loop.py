@@ -26,7 +26,7 @@ from accel.runner.artifacts import save_step_model, step_artifacts
 from accel.runner.evaluate import Baseline, evaluate_baseline, evaluate_step
 from accel.runner.prepare import Original, RunSetup, load_original, prepare_run
 from accel.runner.results import RunResult, StepResult, jsonable, run_summary
-from accel.runner.steps import apply_step, copy_model, make_context, step_error
+from accel.runner.steps import apply_step, copy_model, make_context, preflight, step_error
 from accel.trust import RECIPE_TRUST_PICKLE_IGNORED, code_trust
 
 CancelLike = Callable[[], bool] | Any
@@ -99,6 +99,16 @@ class _Run:
             if recipe.model.trust_pickle and not trust_pickle:
                 emit(Log(level="warning", message=RECIPE_TRUST_PICKLE_IGNORED))
             orig = load_original(recipe, trust_pickle, trusted_source)
+            not_applicable = preflight(recipe.enabled_steps(), orig.model)
+            if not_applicable and recipe.on_step_error == "stop":
+                index, why = next(iter(not_applicable.items()))
+                return self.fail(
+                    PassError(
+                        f"step {index + 1} cannot apply to this model: {why} "
+                        "(or set on_step_error: skip to run the other steps)"
+                    ),
+                    index,
+                )
             baseline = evaluate_baseline(
                 orig.model,
                 orig.inputs,
@@ -121,10 +131,21 @@ class _Run:
         for index, step in recipe.enabled_steps():
             if self.is_cancelled():
                 return self.cancelled()
+            if index in not_applicable:
+                emit(StepStarted(index=index, pass_name=step.pass_name, params=step.params))
+                self._skipped(index, step, not_applicable[index], 0.0, {})
+                continue
+            # With on_step_error: skip, a failed step leaves the model as it was before it.
+            backup = copy_model(current) if recipe.on_step_error == "skip" else None
             try:
                 sr, new_model, why = self._step(index, step, current, orig, baseline)
             except Cancelled:
                 return self.cancelled()
+            if sr.status == "failed" and backup is not None:
+                self.result.steps.pop()  # recorded as skipped instead
+                self._skipped(index, step, sr.error or "", sr.duration_s, sr.details)
+                current = backup
+                continue
             if sr.status == "failed":
                 return self.fail(PassError(f"step {index + 1} ({step.label}): {sr.error}"), index)
             if sr.status == "gate_failed" and recipe.on_gate_fail == "stop":
@@ -247,6 +268,17 @@ class _Run:
                 )
             )
         return sr, new_model, ev.why
+
+    def _skipped(
+        self, index: int, step: Step, why: str, duration: float, details: dict[str, Any]
+    ) -> None:
+        """A step that could not apply, skipped by on_step_error: skip: recorded and said."""
+        sr = StepResult(
+            index, step.pass_name, step.label, step.params, "skipped", duration, error=why
+        )
+        self._finished(sr, jsonable(details))
+        msg = f"step {index + 1} ({step.label}) skipped: {why}"
+        self.emit(Log(level="warning", message=msg, index=index))
 
     def _finished(self, sr: StepResult, details: dict[str, Any]) -> None:
         self.result.steps.append(sr)

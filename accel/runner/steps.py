@@ -62,6 +62,29 @@ def apply_step(step: Step, model: Any, ctx: Any, seed: int) -> Any:
     return new_model
 
 
+def preflight(enabled: list[tuple[int, Step]], original: Any) -> dict[int, str]:
+    """Steps whose pass says before any work that it cannot apply: index -> reason.
+
+    Checked on the original while the chain still has its kind (later kinds differ)."""
+    from accel.errors import NotApplicable
+    from accel.passes import get_pass
+
+    reasons: dict[int, str] = {}
+    kind = original.kind
+    for index, step in enabled:
+        try:
+            cls = get_pass(step.pass_name)
+            if kind == original.kind and kind in cls.requires.model_kinds:
+                cls().preflight(original, cls.parse_config(step.params))
+        except NotApplicable as exc:
+            reasons[index] = str(exc)
+        except Exception:  # noqa: BLE001 - anything else is reported when the step runs
+            log.debug("pre-flight of %s", step.pass_name, exc_info=True)
+        else:
+            kind = cls.output_kind or kind
+    return reasons
+
+
 def step_error(step: Step, exc: BaseException) -> str:
     """The message of a step that raised: AccelError's own text, else what crashed."""
     if isinstance(exc, AccelError):

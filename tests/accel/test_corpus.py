@@ -111,3 +111,49 @@ def test_quantize_static_int8_keeps_batch_dynamic():
     assert res.status == "succeeded", res.error
     out = res.model.forward(res.model.input_spec.sample(dims={"batch": 3}))
     assert out.shape == (3, 10)
+
+
+def _run(recipe):
+    from accel.runner import run_recipe
+
+    with tempfile.TemporaryDirectory() as d:
+        return run_recipe(recipe, out_dir=d, save_models=False)
+
+
+_FAST = {"rounds": 1, "iters": 1, "warmup": 0, "min_time_s": 0}
+
+
+def test_on_step_error_stop_reports_preflight_before_any_work():
+    events = []
+    from accel.runner import run_recipe
+
+    recipe = {
+        "model": {"source": "zoo:mlp"},
+        "steps": [{"pass": "quantize_dynamic_int8"}, {"pass": "fold_batchnorm"}],
+        "benchmark": _FAST,
+    }
+    with tempfile.TemporaryDirectory() as d:
+        res = run_recipe(recipe, events.append, out_dir=d, save_models=False)
+    assert res.status == "failed"
+    assert "step 2 cannot apply" in res.error and "no BatchNorm" in res.error
+    assert "on_step_error: skip" in res.error
+    assert not any(type(e).__name__ == "StepStarted" for e in events)  # nothing ran
+
+
+def test_on_step_error_skip_goes_on_with_the_model_from_before():
+    recipe = {
+        "model": {"source": "zoo:mlp"},
+        "on_step_error": "skip",
+        "steps": [
+            {"pass": "fold_batchnorm"},  # pre-flight: not applicable
+            {"pass": "quantize_static_int8", "params": {"exclude": ["no_such_layer"]}},
+            {"pass": "quantize_dynamic_int8"},
+        ],
+        "benchmark": _FAST,
+    }
+    res = _run(recipe)
+    assert res.status == "succeeded", res.error
+    assert [s.status for s in res.steps] == ["skipped", "skipped", "succeeded"]
+    assert "no BatchNorm" in res.steps[0].error
+    assert "no_such_layer" in res.steps[1].error
+    assert res.steps[2].parity is not None

@@ -1,0 +1,167 @@
+"""The pass x model matrix: every pass on a model, one cell each, independent of the others.
+
+``check_model(source, spec, passes)`` loads the model once, then for each pass applies it to a
+fresh copy of the original (ONNX passes to the model's ONNX export, made once), and records
+the outcome:
+
+* ``ok``: applied; with the interleaved speedup over eager (accel.measure), parity against
+  the original's outputs (accel.parity) and the build time;
+* ``n/a``: the pass does not apply, with the reason (needs CUDA, nothing to do: found by the
+  pass's pre-flight check before any work);
+* ``refused``: the pass stopped with a PassError (a clear message, but after work started);
+* ``crash``: any other exception (a bug: the traceback is kept).
+
+Used by bench/corpus.py (the full corpus) and the fast CI subset in tests/accel.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from accel.errors import AccelError, NotApplicable, PassError
+
+log = logging.getLogger(__name__)
+
+# Parameters for passes whose defaults suit a long interactive run more than a matrix of
+# real-size models on CPU (recorded in each cell).
+MATRIX_PARAMS: dict[str, dict[str, Any]] = {
+    "qat": {"steps": 10, "batch_size": 2},
+    "quantize_static_int8": {"calibration_batches": 2},
+    "quantize_onnx_static": {"calibration_batches": 2},
+}
+
+
+@dataclass
+class Cell:
+    model: str
+    pass_name: str
+    outcome: str  # ok | n/a | refused | crash
+    reason: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+    build_s: float | None = None
+    speedup: float | None = None
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    parity_passed: bool | None = None
+    parity: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+    traceback: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, (str, int, float, bool)) or v is None:
+        return v
+    return str(v)
+
+
+def _fresh(model: Any) -> Any:
+    if model.kind == "torch":
+        return model.replace(module=copy.deepcopy(model.module), metadata=dict(model.metadata))
+    return model
+
+
+def check_model(
+    source: str,
+    input_spec: str | None = None,
+    passes: Iterable[str] | None = None,
+    *,
+    work_dir: str | Path,
+    timing: Any = None,
+    params: dict[str, dict[str, Any]] | None = None,
+    on_cell: Callable[[Cell], None] | None = None,
+    device: str = "cpu",
+) -> list[Cell]:
+    """Run each pass in ``passes`` (default: all registered) on ``source``; one Cell each."""
+    import torch
+
+    from accel.measure import TimingSettings, compare_interleaved
+    from accel.models import load_model
+    from accel.parity import Tolerances, compare, normalize_outputs
+    from accel.passes import PassContext, get_pass, pass_names
+
+    timing = TimingSettings.from_any(
+        timing or {"rounds": 2, "iters": 4, "warmup": 1, "min_time_s": 0}
+    )
+    params = {**MATRIX_PARAMS, **(params or {})}
+    work_dir = Path(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    original = load_model(source, input_spec, device=device)
+    inputs = original.input_spec.sample(seed=0)
+    with torch.no_grad():
+        reference = normalize_outputs(original.forward(inputs))
+    onnx_model: Any = None
+    onnx_error: str | None = None
+    cells: list[Cell] = []
+
+    def ctx_for(name: str) -> Any:
+        d = work_dir / name
+        d.mkdir(parents=True, exist_ok=True)
+        return PassContext(inputs=inputs, device=device, work_dir=d, original=original)
+
+    for name in list(passes) if passes is not None else pass_names():
+        cls = get_pass(name)
+        p = cls()
+        cell = Cell(source, name, "ok", params=params.get(name, {}))
+        try:
+            config = cls.parse_config(cell.params)
+            if cls.requires.cuda and not str(device).startswith("cuda"):
+                raise NotApplicable(f"{name} needs a CUDA GPU")
+            base = original
+            if "torch" not in cls.requires.model_kinds:
+                if onnx_model is None and onnx_error is None:
+                    try:
+                        exp = get_pass("export_onnx")()
+                        onnx_model = exp.apply(
+                            _fresh(original), exp.parse_config({}), ctx_for("_export_onnx")
+                        )
+                    except Exception as exc:  # noqa: BLE001 - recorded per ONNX pass
+                        onnx_error = str(exc) or type(exc).__name__
+                if onnx_error is not None:
+                    raise NotApplicable(f"needs the ONNX export, which failed: {onnx_error}")
+                base = onnx_model
+            p.check_requirements(base, device)
+            model = _fresh(base)
+            p.preflight(model, config)
+            ctx = ctx_for(name)
+            torch.manual_seed(0)
+            t0 = time.perf_counter()
+            new = p.apply(model, config, ctx)
+            cell.build_s = time.perf_counter() - t0
+            cell.details = _jsonable(
+                {k: v for k, v in ctx.details.items() if k not in ("quantized_layers",)}
+            )
+            with torch.no_grad():
+                out = normalize_outputs(new.forward(inputs))
+            report = compare(reference, out, Tolerances())
+            cell.parity_passed = bool(report.passed)
+            cell.parity = report.summary()
+            cmp = compare_interleaved(original, new, inputs, timing, device=device)
+            cell.speedup = cmp.speedup.value
+            cell.speedup_low, cell.speedup_high = cmp.speedup.low, cmp.speedup.high
+        except NotApplicable as exc:
+            cell.outcome, cell.reason = "n/a", str(exc)
+        except (PassError, AccelError) as exc:
+            cell.outcome, cell.reason = "refused", str(exc)
+        except Exception as exc:  # noqa: BLE001 - a crash is the finding
+            cell.outcome = "crash"
+            cell.reason = f"{type(exc).__name__}: {exc}"
+            cell.traceback = traceback.format_exc()
+        cell.reason = cell.reason.strip().splitlines()[0][:400] if cell.reason else ""
+        cells.append(cell)
+        if on_cell is not None:
+            on_cell(cell)
+    return cells
