@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
+from studio.fmt import fmt_bytes, fmt_count, fmt_ms, fmt_num
 from studio.report import pareto_front, step_rows
 
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
@@ -58,7 +59,9 @@ class CompareView(QDialog):
         for (index, pass_name, metric), values in self.comparison.rows.items():
             if metric not in keys:
                 continue
-            rows.append((f"{index + 1}. {pass_name} · {metric}", [_fmt(v) for v in values]))
+            rows.append(
+                (f"{index + 1}. {pass_name} · {metric}", [fmt_metric(metric, v) for v in values])
+            )
         for (index, pass_name), verdicts in self.comparison.parity.items():
             rows.append(
                 (
@@ -84,9 +87,18 @@ class CompareView(QDialog):
         w = pg.PlotWidget()
         w.setObjectName("latencyChart")
         w.setLabel("left", "latency p50", units="ms")
-        w.setLabel("bottom", "step (0 = original)")
+        w.setLabel("bottom", "step")
         w.addLegend()
         w.showGrid(x=True, y=True, alpha=0.3)
+        _theme(w, self.palette())
+        # Whole-number ticks named after the steps (runs of different recipes: "a / b").
+        names: dict[int, list[str]] = {0: ["original"]}
+        for d in self.details:
+            for r in step_rows(d):
+                if r.index >= 0 and r.pass_name not in names.setdefault(r.index + 1, []):
+                    names[r.index + 1].append(r.pass_name)
+        ticks = [(x, f"{x}. " + " / ".join(n) if x else n[0]) for x, n in sorted(names.items())]
+        w.getAxis("bottom").setTicks([ticks])
         for k, d in enumerate(self.details):
             rows = [r for r in step_rows(d) if r.latency_p50_ms is not None]
             xs = [r.index + 1 for r in rows]
@@ -118,21 +130,31 @@ class CompareView(QDialog):
         w.setLabel("bottom", "speedup over the original (×)")
         w.setLabel("left", "parity error: log10 max abs")
         w.showGrid(x=True, y=True, alpha=0.3)
+        _theme(w, self.palette())
         pts = self.pareto_points()
         if not pts:
             w.addItem(pg.TextItem("no measured steps to plot"))
             return w
         logy = [math.log10(max(p[1], 1e-12)) for p in pts]
-        scatter = pg.ScatterPlotItem(
-            [p[0] for p in pts],
-            logy,
-            size=10,
-            brush=pg.mkBrush(COLORS[0]),
-            data=[p[2] for p in pts],
-            hoverable=True,
-            tip=lambda x, y, data: data,
-        )
-        w.addItem(scatter)
+        w.addLegend()
+        # One colour per run, named in the legend.
+        for k, d in enumerate(self.details):
+            mine = [i for i, p in enumerate(pts) if p[2].startswith(d.run.id[:8])]
+            if not mine:
+                continue
+            color = COLORS[k % len(COLORS)]
+            w.addItem(
+                pg.ScatterPlotItem(
+                    [pts[i][0] for i in mine],
+                    [logy[i] for i in mine],
+                    size=10,
+                    brush=pg.mkBrush(color),
+                    data=[pts[i][2] for i in mine],
+                    hoverable=True,
+                    tip=lambda x, y, data: data,
+                    name=f"{d.run.id[:8]} {d.run.recipe_name or d.run.name}",
+                )
+            )
         front = pareto_front([(p[0], p[1]) for p in pts])
         self.front = [pts[i] for i in front]
         w.plot(
@@ -153,11 +175,27 @@ class CompareView(QDialog):
         return w
 
 
-def _fmt(v: Any) -> str:
+def fmt_metric(metric: str, v: Any) -> str:
+    """A metric as people read it: sizes in MiB, counts with k/M, ms, speedups as ×."""
     if v is None:
         return "-"
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "nan"
-        return f"{v:.4g}"
-    return str(v)
+    if metric == "size_bytes":
+        return fmt_bytes(v)
+    if metric == "num_params":
+        return fmt_count(v)
+    if metric.endswith("_ms"):
+        return fmt_ms(v)
+    if metric == "speedup":
+        return f"{v:.2f}×"
+    return fmt_num(v)
+
+
+def _theme(w: pg.PlotWidget, pal) -> None:
+    """Plot colours from the application palette (light and dark themes)."""
+    from PySide6.QtGui import QPalette
+
+    w.setBackground(pal.color(QPalette.ColorRole.Base))
+    fg = pal.color(QPalette.ColorRole.Text)
+    for axis in ("bottom", "left"):
+        w.getAxis(axis).setPen(fg)
+        w.getAxis(axis).setTextPen(fg)

@@ -13,7 +13,7 @@ import shutil
 
 import pyqtgraph as pg
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, Signal
-from PySide6.QtGui import QColor, QPalette
+from PySide6.QtGui import QColor, QFontMetrics, QPalette
 from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
@@ -352,7 +352,14 @@ class ProfileView(QWidget):
         self.bars = pg.BarGraphItem(x0=0, y=ys, height=0.7, width=widths, brushes=brushes)
         self.plot.addItem(self.bars)
         left = self.plot.getAxis("left")
-        left.setTicks([[(i, _short(f"{r.name} ({r.type})", 28)) for i, r in enumerate(rows)]])
+        # A label wider than the axis is silently not drawn by pyqtgraph: elide to fit.
+        fm = QFontMetrics(left.style.get("tickFont") or self.plot.font())
+        room = left.width() - 16
+
+        def label(r) -> str:
+            return fm.elidedText(f"{r.name} ({r.type})", Qt.TextElideMode.ElideMiddle, room)
+
+        left.setTicks([[(i, label(r)) for i, r in enumerate(rows)]])
         self.plot.setYRange(-0.6, len(rows) - 0.4, padding=0)
         self.plot.setXRange(0, max(widths) * 1.05, padding=0)
 

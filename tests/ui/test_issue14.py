@@ -352,3 +352,40 @@ def test_fit_shows_a_small_collapsed_graph_whole(qtbot):
     visible = canvas.mapToScene(canvas.viewport().rect()).boundingRect()
     assert len(gv._items) <= 12
     assert visible.contains(gv.scene.itemsBoundingRect())
+
+
+def test_compare_numbers_are_formatted_for_people():
+    from studio.ui.compare_view import fmt_metric
+
+    assert fmt_metric("size_bytes", 696618 * 4) == "2.7 MiB"
+    assert fmt_metric("num_params", 696618) == "696.62k"
+    assert fmt_metric("latency_p50_ms", 1.23456) == "1.235"
+    assert fmt_metric("speedup", 1.5) == "1.50×"
+    assert "e+" not in fmt_metric("accuracy", 0.91)
+
+
+def test_profile_chart_labels_fit_the_axis_so_none_is_dropped(qtbot):
+    from PySide6.QtGui import QFontMetrics
+
+    from accel.profile.results import LayerProfile, ModelProfile
+    from studio.state import AppState
+    from studio.ui.profile_view import ProfileView
+
+    state = AppState()
+    view = ProfileView(state, None)
+    qtbot.addWidget(view)
+    view.resize(900, 600)
+    view.show()
+    rows = [
+        LayerProfile(name=f"encoder.layers.{i}.attention.output_projection", type="Linear",
+                     self_ms=20.0 - i, inclusive_ms=20.0 - i)
+        for i in range(15)
+    ]  # fmt: skip
+    state.set_model("zoo:mlp", {"kind": "torch"})
+    state.set_profile(ModelProfile(kind="torch", rows=rows, total_ms=200.0, device="cpu"))
+    left = view.plot.getAxis("left")
+    labels = [text for _, text in left._tickLevels[0]]
+    assert len(labels) == len(view.top_rows) >= 5
+    fm = QFontMetrics(left.style.get("tickFont") or view.plot.font())
+    # pyqtgraph skips any label wider than the axis: every one must fit.
+    assert all(fm.horizontalAdvance(t) <= left.width() - 10 for t in labels)
