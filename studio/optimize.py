@@ -207,14 +207,46 @@ def optimize(
     executor, cleanup, where = make_executor(
         config, search_id, repo=repo, cluster=cluster, pool=pool
     )
+    if repo is not None:
+        repo.recover_searches()
+        repo.create_search(
+            search_id=search_id,
+            model_source=config.model,
+            device=config.device,
+            objective=config.objective,
+            config=config.to_dict(),
+            runs_on=where,
+            out_dir=str(out.resolve()),
+            name=f"optimize {config.model}",
+        )
     if on_start is not None:
         on_start(search_id, where)
+
+    def trial_done(t: TrialRecord) -> None:
+        if repo is not None and t.status != "running" and t.run_id:
+            try:
+                repo.add_search_trial(search_id, t.run_id)
+            except Exception:  # a store problem must not stop the search
+                log.exception("could not attach run %s to search %s", t.run_id, search_id)
+        if on_trial is not None:
+            on_trial(t)
+
     try:
         result = run_search(
-            config, executor, on_trial=on_trial, cancel=cancel, model_info=model_info
+            config, executor, on_trial=trial_done, cancel=cancel, model_info=model_info
         )
+    except BaseException as exc:
+        if repo is not None:
+            repo.finish_search(search_id, "failed", {"reason": f"{type(exc).__name__}: {exc}"})
+        raise
     finally:
         cleanup()
+    if repo is not None:
+        summary = result.to_dict()
+        summary.pop("trials")
+        summary.pop("config")
+        summary["trial_runs"] = {str(t.number): t.run_id for t in result.trials}
+        repo.finish_search(search_id, result.status, summary)
     files = write_outputs(result, out, search_id=search_id, where=where, script=script)
     return OptimizeOutcome(search_id, result, files, where)
 

@@ -7,6 +7,7 @@ worker pool like ``studio run``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import sys
@@ -30,6 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, default=30, help="how many runs to list (default 30)")
     p.add_argument("--offset", type=int, default=0, help="skip this many runs first")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--searches", action="store_true", help="list recipe searches (studio optimize)")
+    p.add_argument("--trials", metavar="SEARCH", help="only the trials of this search (id prefix)")
     p.set_defaults(func=history)
 
     p = sub.add_parser("show", help="show a run: steps, metrics, parity, artifacts")
@@ -99,6 +102,10 @@ def history(args: argparse.Namespace) -> int:
     from studio.store.models import RUN_STATUSES
     from studio.store.records import to_json
 
+    if getattr(args, "searches", False):
+        from studio.commands.optimize import list_searches
+
+        return list_searches(args)
     for s in args.status:
         if s not in RUN_STATUSES:
             raise CliError(f"unknown status {s!r}; one of {', '.join(RUN_STATUSES)}")
@@ -120,6 +127,10 @@ def history(args: argparse.Namespace) -> int:
         since=since,
     )
     with _repo(args) as repo:
+        if getattr(args, "trials", None):
+            from studio.commands.optimize import search_id_arg
+
+            f = dataclasses.replace(f, search_id=search_id_arg(repo, args.trials))
         runs = repo.list_runs(f, limit=args.limit, offset=args.offset)
         total = repo.count_runs(f)
     if args.json:

@@ -250,3 +250,68 @@ def report(outcome: Any, interrupted: bool = False) -> int:
     if res.status == "cancelled" or interrupted:
         return 130
     return 0 if res.best is not None else 1
+
+
+def search_id_arg(repo: Any, prefix: str) -> str:
+    from studio.cli import CliError
+    from studio.store import RunNotFound
+
+    try:
+        return repo.get_search(prefix).id
+    except RunNotFound as exc:
+        raise CliError(str(exc.args[0] if exc.args else exc)) from None
+
+
+def list_searches(args: argparse.Namespace) -> int:
+    """`studio history --searches`: one line per search with its best trial."""
+    import json
+
+    from studio.commands._table import render_table
+    from studio.commands.history import _repo
+    from studio.store.records import to_json
+
+    with _repo(args) as repo:
+        searches = repo.list_searches(limit=args.limit)
+    if args.json:
+        print(json.dumps([to_json(s) for s in searches], indent=2))
+        return 0
+    if not searches:
+        print("no searches")
+        return 0
+    rows = []
+    for s in searches:
+        summ = s.summary
+        best = summ.get("best")
+        best_run = (summ.get("trial_runs") or {}).get(str(best)) if best is not None else None
+        rows.append(
+            [
+                s.short_id,
+                s.created_at.astimezone().strftime("%Y-%m-%d %H:%M"),
+                s.status,
+                s.model_source,
+                s.device,
+                s.objective,
+                s.trials,
+                "-" if best is None else f"#{best} run {str(best_run or '')[:8]}",
+                f"{summ['wall_s']:.0f} s" if summ.get("wall_s") is not None else "-",
+            ]
+        )
+    print(
+        render_table(
+            [
+                "search",
+                "created",
+                "status",
+                "model",
+                "device",
+                "objective",
+                "trials",
+                "best",
+                "time",
+            ],
+            rows,
+            "llllllrll",
+        )
+    )
+    print("trials of a search: studio history --trials SEARCH")
+    return 0

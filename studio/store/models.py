@@ -40,6 +40,7 @@ NAMING_CONVENTION = {
 RUN_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled", "crashed", "timed_out")
 STEP_STATUSES = ("running", "succeeded", "failed", "gate_failed", "skipped", "cancelled", "crashed")
 FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "crashed", "timed_out"})
+SEARCH_STATUSES = ("running", "finished", "no_feasible", "cancelled", "failed", "crashed")
 
 
 def utcnow() -> dt.datetime:
@@ -103,6 +104,10 @@ class RunRow(Base):
     parent_run_id: Mapped[str | None] = mapped_column(
         ForeignKey("runs.id", ondelete="SET NULL"), index=True
     )
+    # The recipe search this run is a trial of (studio optimize), if any.
+    search_id: Mapped[str | None] = mapped_column(
+        ForeignKey("searches.id", ondelete="SET NULL"), index=True
+    )
     kind: Mapped[str] = mapped_column(String(32), default="run_recipe")
     status: Mapped[str] = mapped_column(String(16), default="queued")
     device: Mapped[str] = mapped_column(String(64), default="")
@@ -136,6 +141,32 @@ class RunRow(Base):
     steps: Mapped[list[StepRow]] = relationship(
         cascade="all, delete-orphan", passive_deletes=True, order_by="StepRow.index"
     )
+
+
+class SearchRow(Base):
+    """A recipe search (``studio optimize``); its trials are runs with ``search_id``."""
+
+    __tablename__ = "searches"
+    __table_args__ = (
+        _status_check("status", "status", SEARCH_STATUSES),
+        Index(None, "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(256), default="")
+    status: Mapped[str] = mapped_column(String(16), default="running")
+    model_source: Mapped[str] = mapped_column(String(1024), default="")
+    device: Mapped[str] = mapped_column(String(64), default="")
+    objective: Mapped[str] = mapped_column(String(32), default="latency")
+    runs_on: Mapped[str] = mapped_column(String(512), default="")  # local pool / Ray address
+    # SearchConfig.to_dict(): constraints, budget, passes, seed.
+    config: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # Pareto front, best trial, reason, cache reuse, wall time (SearchResult, less trials).
+    summary: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    out_dir: Mapped[str] = mapped_column(String(2048), default="")
+    owner: Mapped[str] = mapped_column(String(128), default="")
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class RunTagRow(Base):

@@ -186,6 +186,7 @@ class RunFilter:
     kind: str | None = None
     pass_name: str | None = None  # runs with a step of this pass
     parent_run_id: str | None = None
+    search_id: str | None = None  # trials of this search
     since: dt.datetime | None = None
     until: dt.datetime | None = None
 
@@ -198,3 +199,26 @@ class Comparison:
     columns: list[str]  # run ids, in the order asked
     rows: dict[tuple[int, str, str], list[float | None]]
     parity: dict[tuple[int, str], list[bool | None]]
+
+
+@dataclass(frozen=True)
+class SearchRecord:
+    """A recipe search and how many of its trials are recorded."""
+
+    id: str
+    name: str
+    status: str
+    model_source: str
+    device: str
+    objective: str
+    runs_on: str
+    config: dict[str, Any]
+    summary: dict[str, Any]
+    out_dir: str
+    created_at: dt.datetime
+    finished_at: dt.datetime | None
+    trials: int
+
+    @property
+    def short_id(self) -> str:
+        return self.id[:8]

@@ -43,6 +43,18 @@ def test_optimize_writes_best_recipe_and_records_trials(tmp_path, capsys):
     assert {r.status for r in runs} == {"succeeded"}
     # a later ONNX trial started from the first one's export
     assert "reused" in text
+    # the search is recorded with its trials
+    (search,) = repo.list_searches()
+    assert search.status == "finished" and search.trials == 3
+    assert search.summary["best"] is not None and search.summary["front"]
+    assert search.summary["cache"]["hits"] >= 1
+    assert {r.id for r in repo.list_runs(RunFilter(search_id=search.id))} == {r.id for r in runs}
+    assert main(["--db", str(db), "history", "--searches"]) == 0
+    listing = capsys.readouterr().out
+    assert search.short_id in listing and "finished" in listing
+    assert main(["--db", str(db), "history", "--trials", search.id[:8]]) == 0
+    listing = capsys.readouterr().out
+    assert listing.count("search trial") == 3
 
 
 def test_optimize_reports_constraints_no_recipe_meets(tmp_path, capsys):
@@ -57,6 +69,8 @@ def test_optimize_reports_constraints_no_recipe_meets(tmp_path, capsys):
     assert code == 1
     assert "no trial met the constraints" in text and "bf16" in text and "cosine" in text
     assert not (tmp_path / "o" / "best.yaml").exists()
+    (search,) = Repository.open(str(tmp_path / "s.db")).list_searches()
+    assert search.status == "no_feasible" and "closest" in search.summary["reason"]
 
 
 def test_unreachable_cluster_fails_fast_and_records_nothing(tmp_path, capsys):
@@ -72,7 +86,8 @@ def test_unreachable_cluster_fails_fast_and_records_nothing(tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert "no Ray cluster answers at 127.0.0.1" in err and "ray start --head" in err
-    assert Repository.open(str(db)).list_runs() == []
+    repo = Repository.open(str(db))
+    assert repo.list_runs() == [] and repo.list_searches() == []
 
 
 @pytest.mark.parametrize(
