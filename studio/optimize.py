@@ -279,7 +279,13 @@ def write_outputs(
 class SearchThread:
     """Runs ``optimize`` on a background thread (the GUI and the CLI's Ctrl-C handling)."""
 
-    def __init__(self, config: SearchConfig, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        config: SearchConfig,
+        on_done: Callable[[SearchThread], None] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.on_done = on_done
         self.cancel_event = threading.Event()
         self.outcome: OptimizeOutcome | None = None
         self.error: BaseException | None = None
@@ -299,6 +305,8 @@ class SearchThread:
             self.outcome = optimize(self._config, cancel=self.cancel_event.is_set, **self._kwargs)
         except BaseException as exc:  # noqa: BLE001 - handed to whoever waits
             self.error = exc
+        if self.on_done is not None:
+            self.on_done(self)
 
     def join(self, timeout: float | None = None) -> bool:
         self.thread.join(timeout)

@@ -229,6 +229,12 @@ class MainWindow(QMainWindow):
         self.act_deploy.setEnabled(False)
         self.state.currentRunChanged.connect(lambda rid: self.act_deploy.setEnabled(bool(rid)))
         self.services.deployFinished.connect(self._on_deployed)
+        self.act_optimize = self._action(
+            "&Optimize…",
+            self.optimize_dialog,
+            "Ctrl+Shift+R",
+            "Search for the fastest recipe within a parity budget",
+        )
         self.act_find = self._action(
             "&Find in graph",
             self.find_in_graph,
@@ -265,6 +271,7 @@ class MainWindow(QMainWindow):
         m = mb.addMenu("&Recipe")
         m.addAction(self.act_run)
         m.addAction(self.act_deploy)
+        m.addAction(self.act_optimize)
         m = mb.addMenu("&View")
         m.addAction(self.act_find)
         m.addAction(self.act_fit)
@@ -467,6 +474,16 @@ class MainWindow(QMainWindow):
             f"wrote {result['model_dir']} ({result['platform']}, preferred batch sizes {sizes})",
             10000,
         )
+
+    def optimize_dialog(self) -> None:
+        from studio.ui.optimize_dialog import OptimizeDialog
+
+        dlg = getattr(self, "_optimize", None)
+        if dlg is None:
+            dlg = self._optimize = OptimizeDialog(self.state, self.services, self)
+            dlg.recipeOpened.connect(lambda _label: self.docks["recipe"].raise_())
+        dlg.show()
+        dlg.raise_()
 
     def load_recipe_file(self, path: str) -> bool:
         from accel.recipe import load_recipe

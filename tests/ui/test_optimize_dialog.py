@@ -1,0 +1,90 @@
+"""The Optimize dialog: start a search, trials appear in the table and on the scatter,
+open one as the recipe, cancel (finished trials stay, the search is recorded cancelled)."""
+
+from __future__ import annotations
+
+import pytest
+
+from accel.search import SearchConfig
+
+
+@pytest.fixture
+def dialog(qtbot, tmp_path):
+    from studio.services import Services
+    from studio.state import AppState
+    from studio.ui.optimize_dialog import OptimizeDialog
+
+    state = AppState()
+    services = Services(state, db=str(tmp_path / "studio.db"), cpu_workers=1)
+    state.set_model("zoo:mlp", {"kind": "torch", "input_spec": "x:float32[batch,1024]"})
+    dlg = OptimizeDialog(state, services)
+    qtbot.addWidget(dlg)
+    dlg.out_edit.setText(str(tmp_path / "searches"))
+    yield dlg
+    if dlg.search is not None:
+        dlg.search.cancel()
+        dlg.search.join(60)
+    services.shutdown()
+
+
+def _config(dlg, **kw):
+    cfg = dlg.config()
+    base = dict(
+        passes=("export_onnx", "quantize_onnx_dynamic", "onnxruntime", "quantize_dynamic_int8"),
+        bench_iters=4,
+        bench_rounds=2,
+        bench_warmup=1,
+        budget_s=300,
+    )
+    base.update(kw)
+    for k, v in base.items():
+        setattr(cfg, k, v)
+    return cfg
+
+
+def test_form_defaults_come_from_the_open_model(dialog):
+    cfg = dialog.config()
+    assert isinstance(cfg, SearchConfig)
+    assert cfg.model == "zoo:mlp" and cfg.max_cosine_drop == pytest.approx(0.001)
+    assert cfg.budget_s == pytest.approx(15 * 60) and cfg.objective == "latency"
+    assert not dialog.cancel_btn.isEnabled() and not dialog.open_btn.isEnabled()
+
+
+def test_bad_settings_are_shown_not_started(dialog):
+    dialog.where_combo.setCurrentIndex(1)
+    assert dialog.start() is False
+    assert "Ray cluster" in dialog.status_label.text()
+    dialog.where_combo.setCurrentIndex(0)
+    dialog.model_edit.setText("")
+    assert dialog.start() is False and dialog.search is None
+
+
+def test_start_trial_on_scatter_open_as_recipe_cancel(dialog, wait):
+    dlg = dialog
+    assert dlg.start(_config(dlg, max_trials=20))
+    assert dlg.cancel_btn.isEnabled() and not dlg.start_btn.isEnabled()
+    # the first finished trials appear in the table and on the scatter
+    wait(lambda: len(dlg.points()) >= 2, timeout=240)
+    assert dlg.table.rowCount() >= 2
+    n_points = len(dlg.scatter.data) + len(dlg.front_scatter.data)
+    assert n_points == len(dlg.points())
+    assert dlg.search_id
+    # open a finished trial as the recipe
+    number = dlg.points()[-1][0]
+    dlg.select_trial(number)
+    assert dlg.open_btn.isEnabled()
+    assert dlg.open_selected()
+    steps = [s.pass_name for s in dlg.state.recipe.steps]
+    assert steps == list(dlg.trials[number].chain)
+    # cancel: the search stops, the finished trials stay
+    dlg.cancel()
+    wait(lambda: dlg.search is None, timeout=120)
+    res = dlg.outcome.result
+    assert res.status == "cancelled"
+    finished = [t for t in res.trials if t.status not in ("running", "cancelled")]
+    assert len(finished) >= 2 and len(res.trials) < 20
+    repo = dlg.services.repo
+    search = repo.get_search(dlg.search_id)
+    assert search.status == "cancelled" and search.trials >= len(finished)
+    assert "Cancelled" in dlg.status_label.text()
+    assert dlg.start_btn.isEnabled()
