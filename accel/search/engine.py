@@ -32,7 +32,9 @@ log = logging.getLogger(__name__)
 OBJECTIVES = ("latency", "throughput", "size")
 # Optuna objective (metric key, direction) per user objective; parity error and size follow.
 _PRIMARY = {
-    "latency": ("latency_p50_ms", "minimize"),
+    # Latency as the speedup over the original timed in the same rounds: a latency measured
+    # minutes apart on a shared machine is not comparable, a same-time ratio is.
+    "latency": ("speedup", "maximize"),
     "throughput": ("throughput", "maximize"),
     "size": ("size_bytes", "minimize"),
 }
@@ -327,7 +329,7 @@ def seed_chains(space: SearchSpace, family: str) -> list[tuple[str, ...]]:
 
 
 def objective_vector(config: SearchConfig, metrics: dict[str, Any]) -> list[float] | None:
-    """Values to minimize: the objective (throughput negated), parity error, size."""
+    """Values to minimize: the objective (speedup, throughput negated), parity error, size."""
     key, direction = _PRIMARY[config.objective]
     primary = metrics.get(key)
     if primary is None or not math.isfinite(float(primary)):
@@ -469,8 +471,7 @@ def run_search(
     notify = on_trial or (lambda t: None)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     directions = ["minimize", "minimize"] if config.objective == "size" else ["minimize"] * 3
-    if config.objective == "throughput":
-        directions[0] = "maximize"
+    directions[0] = _PRIMARY[config.objective][1]
     sampler = optuna.samplers.TPESampler(seed=config.seed, n_startup_trials=4)
     study = optuna.create_study(directions=directions, sampler=sampler)
     seeds = seed_chains(space, model_family(layers)) if config.use_seeds else [()]
@@ -601,7 +602,7 @@ def _record(rec: TrialRecord, outcome: dict[str, Any]) -> None:
 def _tell(study: Any, ot: Any, rec: TrialRecord, config: SearchConfig, TrialState: Any) -> None:
     values = objective_vector(config, rec.metrics) if rec.status == "ok" else None
     if values is not None:
-        if config.objective == "throughput":
+        if _PRIMARY[config.objective][1] == "maximize":
             values = [-values[0], *values[1:]]
         study.tell(ot, values)
     elif rec.status == "gate_failed":

@@ -106,12 +106,21 @@ def interleaved_timing(
     return metrics
 
 
-def run_trial(spec: dict[str, Any], emit: Emit, cancel: Callable[[], bool]) -> dict[str, Any]:
+def run_trial(
+    spec: dict[str, Any],
+    emit: Emit,
+    cancel: Callable[[], bool],
+    *,
+    hold: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Run one trial (see module docstring). ``spec``: ``model`` {source, input_spec,
     trust_pickle}, ``device``, ``seed``, ``steps`` [{pass, params}], ``gates`` {rtol, atol,
     max_cosine_drop, max_accuracy_drop}, ``benchmark`` {warmup, iters, rounds, threads,
     dims}, ``data`` (recipe data section), ``cache`` {dir, max_entries, max_bytes} or None,
-    ``out`` (the trial's run folder), ``trial`` (its number)."""
+    ``out`` (the trial's run folder), ``trial`` (its number). ``benchmark.skip``: build and
+    check only (no timing). In-process callers may pass ``hold`` (a dict) to get the built
+    ``model``, the ``original`` and the ``inputs`` back (benchmarks that time contenders
+    round-robin themselves)."""
     import torch
 
     from accel.bench import environment_info
@@ -327,7 +336,9 @@ def run_trial(spec: dict[str, Any], emit: Emit, cancel: Callable[[], bool]) -> d
             if gate_reason is None and max_acc is not None and base_acc - acc > max_acc:
                 gate_reason = f"accuracy dropped {base_acc - acc:.4f} > {max_acc}"
         trial_status = "ok"
-        if gate_reason is None:
+        if hold is not None:
+            hold.update(model=current, original=original, inputs=inputs)
+        if gate_reason is None and not bench.get("skip"):
             if cancel():
                 return _cancelled(emit, run_dir, t_start)
             metrics.update(
@@ -343,7 +354,7 @@ def run_trial(spec: dict[str, Any], emit: Emit, cancel: Callable[[], bool]) -> d
                 )
             )
             metrics["size_bytes"] = _model_bytes(current) or metrics.get("size_bytes")
-        else:
+        elif gate_reason is not None:
             trial_status = "gate_failed"
     except Exception as exc:  # noqa: BLE001
         return failed(exc)

@@ -1,0 +1,295 @@
+"""Recipe search vs sample recipes and hand-written pipelines, on this machine.
+
+For each model: one seeded search (``accel.search``, trials in this process, the parity gate
+at the looser cosine-drop budget, 0.01) within a wall-time budget; the best recipe within
+0.01 and the best within 0.001 (the subset of the same trials whose cosine drop is at most
+0.001) are then compared with every sample recipe in resources/recipes for that model and
+with the hand-written pipelines (torch.compile bf16, ONNX Runtime int8 dynamic/static,
+OpenVINO when its passes are registered). Every contender (found or hand-written) is built
+and checked (``accel.search.trial``), then all of them and the original are timed
+round-robin in this process (rotating order, ``--rounds`` rounds): a contender's speedup is
+the median over rounds of original / contender within the same round, and the ratio best /
+hand-written compares two speedups measured against the same reference at the same time.
+
+Usage:
+    .venv/bin/python bench/bench_search.py [--models resnet,transformer] [--budget 15m]
+        [--trials N] [--iters 30] [--json out.json]
+``--budget`` is per model (the issue's target: 15 minutes on the 2-core machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from accel.passes import pass_names  # noqa: E402
+from accel.recipe import load_recipe  # noqa: E402
+from accel.search import InProcessExecutor, SearchConfig, run_search  # noqa: E402
+from accel.search.engine import trial_spec  # noqa: E402
+from accel.search.trial import run_trial  # noqa: E402
+
+# source, input spec, benchmark dims (those of the sample recipes)
+MODELS: dict[str, tuple[str, str | None, dict[str, int]]] = {
+    "resnet": ("zoo:resnet", None, {"batch": 8}),
+    "transformer": ("zoo:transformer", None, {"batch": 4, "seq": 128}),
+    # BERT-base sized encoder (12 layers, hidden 768) from transformers, random weights.
+    "bert-base": (
+        "bench.bench_search:bert_base",
+        "input_ids:int64[batch,seq]{0..30000}; batch=1..8:1; seq=8..512:128",
+        {"batch": 1, "seq": 128},
+    ),
+    "torchvision-resnet50": ("bench.bench_search:resnet50", None, {"batch": 1}),
+}
+
+
+def bert_base() -> Any:
+    """A BERT-base-sized encoder returning its pooled output (random weights)."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    class Encoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = BertModel(BertConfig())
+
+        def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+            return self.bert(input_ids=input_ids).pooler_output
+
+    return Encoder().eval()
+
+
+def resnet50() -> Any:
+    import torchvision  # fails with this CPU torch build ("torchvision::nms does not exist")
+
+    return torchvision.models.resnet50().eval()
+
+
+def hand_written() -> dict[str, list[dict[str, Any]]]:
+    names = set(pass_names())
+    out: dict[str, list[dict[str, Any]]] = {
+        "torch.compile bf16": [{"pass": "bf16", "params": {}}, {"pass": "compile", "params": {}}],
+        "ORT int8 dynamic": [
+            {"pass": "export_onnx", "params": {}},
+            {"pass": "quantize_onnx_dynamic", "params": {}},
+            {"pass": "onnxruntime", "params": {}},
+        ],
+        "ORT int8 static": [
+            {"pass": "export_onnx", "params": {}},
+            {"pass": "quantize_onnx_static", "params": {}},
+            {"pass": "onnxruntime", "params": {}},
+        ],
+    }
+    for name in sorted(names):
+        if name.startswith("openvino"):
+            out[f"OpenVINO ({name})"] = [{"pass": name, "params": {}}]
+    return out
+
+
+def sample_recipes(source: str) -> dict[str, list[dict[str, Any]]]:
+    out = {}
+    for path in sorted((ROOT / "resources" / "recipes").glob("*.yaml")):
+        r = load_recipe(path)
+        if r.model.source == source:
+            out[f"sample {path.name}"] = [
+                {"pass": s.pass_name, "params": dict(s.params)} for _, s in r.enabled_steps()
+            ]
+    return out
+
+
+def round_robin(
+    original: Any, models: dict[str, Any], inputs: Any, args: argparse.Namespace
+) -> dict[str, dict[str, float]]:
+    """Time the original and every contender in rotating order, ``args.rounds`` rounds of
+    ``args.iters`` calls each; per round, each contender's speedup over the original of the
+    same round. Returns median speedup, its min-max over rounds and median latency."""
+    import statistics
+
+    from accel.bench import benchmark
+
+    names = ["original", *models]
+    table = {"original": original, **models}
+    per_round: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(args.rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for n in order:
+            b = benchmark(table[n], inputs, warmup=2, iters=args.iters, threads=args.threads)
+            per_round[n].append(b.median_ms)
+    out = {}
+    for n in models:
+        ratios = [o / c for o, c in zip(per_round["original"], per_round[n], strict=True) if c]
+        out[n] = {
+            "speedup": statistics.median(ratios),
+            "speedup_low": min(ratios),
+            "speedup_high": max(ratios),
+            "latency_p50_ms": statistics.median(per_round[n]),
+        }
+    return out
+
+
+def best_within(res: Any, max_drop: float) -> Any:
+    ok = [
+        t
+        for t in res.trials
+        if t.status == "ok" and t.chain and (t.metrics.get("cosine_drop") or 0) <= max_drop
+    ]
+    return max(ok, key=lambda t: t.metrics.get("speedup") or 0.0) if ok else None
+
+
+def fmt(x: float | None, spec: str = ".2f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def bench_model(key: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    source, spec, dims = MODELS[key]
+    try:
+        from accel.search.engine import inspect_model
+
+        inspect_model(SearchConfig(model=source, input_spec=spec))
+    except Exception as exc:  # noqa: BLE001 - reported, the other models still run
+        return {"model": key, "skipped": f"{type(exc).__name__}: {str(exc)[:200]}"}
+    config = SearchConfig(
+        model=source,
+        input_spec=spec,
+        max_cosine_drop=0.01,
+        objective="latency",
+        budget_s=args.budget_s,
+        max_trials=args.trials,
+        seed=0,
+        out_dir=str(work / key),
+        bench_iters=args.iters,
+        bench_rounds=3,
+        bench_dims=dims,
+        bench_threads=args.threads,
+        trial_timeout_s=None,
+    )
+    t0 = time.monotonic()
+    res = run_search(config, InProcessExecutor())
+    wall = time.monotonic() - t0
+    found = {f"best within {d:g}": best_within(res, d) for d in (0.01, 0.001)}
+    contenders: dict[str, list[dict[str, Any]]] = {}
+    for label, t in found.items():
+        if t is not None:
+            params = ", ".join(
+                f"{k}={v}" for st in t.steps for k, v in st["params"].items() if k != "explain"
+            )
+            contenders[f"{label}: {t.label}" + (f" ({params})" if params else "")] = t.steps
+    contenders.update(sample_recipes(source))
+    contenders.update(hand_written())
+    rows = []
+    built: dict[str, Any] = {}
+    original = inputs = None
+    for i, (label, steps) in enumerate(contenders.items()):
+        spec_ = trial_spec(config, 1000 + i, steps)
+        spec_["gates"]["max_cosine_drop"] = 2.0  # build everything; report the drop
+        spec_["benchmark"]["skip"] = True
+        hold: dict[str, Any] = {}
+        r = run_trial(spec_, lambda e: None, lambda: False, hold=hold)
+        m = r.get("metrics") or {}
+        if "model" in hold:
+            built[label] = hold["model"]
+            original, inputs = hold["original"], hold["inputs"]
+        rows.append(
+            {
+                "contender": label,
+                "steps": steps,
+                "status": r.get("trial_status", r.get("status")),
+                "error": (r.get("error") or "")[:160],
+                "cosine_drop": m.get("cosine_drop"),
+            }
+        )
+    speed = round_robin(original, built, inputs, args) if built else {}
+    for row in rows:
+        row.update(speed.get(row["contender"], {}))
+    by = {r["contender"]: r for r in rows}
+    summary = {}
+    for budget in (0.01, 0.001):
+        best_label = next((k for k in by if k.startswith(f"best within {budget:g}:")), None)
+        best = by.get(best_label) if best_label else None
+        hands = [
+            r
+            for r in rows
+            if not r["contender"].startswith("best")
+            and r.get("speedup") is not None
+            and (r["cosine_drop"] or 0) <= budget
+        ]
+        top = max(hands, key=lambda r: r["speedup"], default=None)
+        summary[str(budget)] = {
+            "best": best_label,
+            "best_speedup": best and best.get("speedup"),
+            "best_hand": top and top["contender"],
+            "best_hand_speedup": top and top["speedup"],
+            "ratio_best_over_hand": (
+                best.get("speedup") / top["speedup"]
+                if best and top and best.get("speedup") and top["speedup"]
+                else None
+            ),
+        }
+    return {
+        "model": key,
+        "trials": len(res.trials),
+        "search_wall_s": wall,
+        "status": res.status,
+        "cache": res.cache,
+        "rows": rows,
+        "summary": summary,
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="resnet,transformer,bert-base,torchvision-resnet50")
+    p.add_argument("--budget", default="15m", help="search wall time per model (s or m)")
+    p.add_argument("--trials", type=int, default=None)
+    p.add_argument("--iters", type=int, default=30, help="timed calls per trial / per round")
+    p.add_argument("--rounds", type=int, default=7, help="round-robin rounds of the contenders")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--json", default=None)
+    args = p.parse_args()
+    b = args.budget.strip().lower()
+    args.budget_s = float(b[:-1]) * 60 if b.endswith("m") else float(b.rstrip("s"))
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench-search-") as tmp:
+        for key in [k.strip() for k in args.models.split(",") if k.strip()]:
+            r = bench_model(key, args, Path(tmp))
+            results.append(r)
+            print(f"\n== {key}")
+            if "skipped" in r:
+                print(f"  skipped: {r['skipped']}")
+                continue
+            print(
+                f"  search: {r['trials']} trials in {r['search_wall_s']:.0f} s ({r['status']}); "
+                f"prefix cache {r['cache']}"
+            )
+            for row in r["rows"]:
+                rng = (
+                    f"[{fmt(row.get('speedup_low'))}-{fmt(row.get('speedup_high'))}]"
+                    if row.get("speedup_low") is not None
+                    else ""
+                )
+                print(
+                    f"  {row['contender'][:64]:64s} {row['status']:11s} speedup "
+                    f"{fmt(row.get('speedup'))}x {rng:15s} cos drop {fmt(row['cosine_drop'], '.1e')}"
+                    + (f"  {row['error']}" if row["error"] else "")
+                )
+            for budget, s in r["summary"].items():
+                print(
+                    f"  max cosine drop {budget}: best found {s['best']} "
+                    f"({fmt(s['best_speedup'])}x) vs best hand-written/sample "
+                    f"{s['best_hand']} ({fmt(s['best_hand_speedup'])}x): "
+                    f"ratio {fmt(s['ratio_best_over_hand'])}"
+                )
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
