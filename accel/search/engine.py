@@ -70,7 +70,8 @@ class SearchConfig:
     trial_timeout_s: float | None = 600.0
     bench_iters: int = 30
     bench_warmup: int = 3
-    bench_rounds: int = 3
+    bench_rounds: int = 5
+    bench_min_time_s: float = 0.5
     bench_threads: int | None = None
     bench_dims: dict[str, int] = field(default_factory=dict)
 
@@ -419,6 +420,7 @@ def trial_spec(config: SearchConfig, number: int, steps: list[dict[str, Any]]) -
             "warmup": config.bench_warmup,
             "iters": config.bench_iters,
             "rounds": config.bench_rounds,
+            "min_time_s": config.bench_min_time_s,
             "threads": config.bench_threads,
             "dims": dict(config.bench_dims),
         },

@@ -1,5 +1,6 @@
 """One search trial: build a chain of steps (reusing a cached prefix), check parity, and only
-if the gate holds, time it against the original in alternating rounds.
+if the gate holds, time it against the original in alternating rounds (``accel.measure``:
+the speedup with its interval, the noise guard's verdict).
 
 ``run_trial(spec, emit, cancel) -> dict`` is a job (accel.jobs): it runs in a worker process
 (local pool) or a Ray task, emits runner events (so a trial is recorded as a run like any
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import statistics
 import time
 import traceback
 from collections.abc import Callable
@@ -55,57 +55,6 @@ def cache_context(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def interleaved_timing(
-    original: Any,
-    candidate: Any,
-    inputs: dict[str, Any],
-    *,
-    device: str,
-    rounds: int,
-    warmup: int,
-    iters: int,
-    threads: int | None,
-) -> dict[str, float | None]:
-    """Time the original and the candidate in alternating rounds (same process, same load):
-    the candidate's latency over all rounds, and the speedup per round (median, min, max)."""
-    from accel.bench import benchmark
-
-    per_round = max(1, iters // max(1, rounds))
-    cand_samples: list[float] = []
-    base_samples: list[float] = []
-    ratios: list[float] = []
-    last = None
-    for _ in range(max(1, rounds)):
-        b = benchmark(
-            original, inputs, device=device, warmup=warmup, iters=per_round, threads=threads
-        )
-        c = benchmark(
-            candidate, inputs, device=device, warmup=warmup, iters=per_round, threads=threads
-        )
-        base_samples.extend(b.samples_ms or (b.median_ms,))
-        cand_samples.extend(c.samples_ms or (c.median_ms,))
-        if c.median_ms > 0:
-            ratios.append(b.median_ms / c.median_ms)
-        last = c
-    assert last is not None
-    cand_samples.sort()
-    base_samples.sort()
-    p50 = statistics.median(cand_samples)
-    metrics = dict(last.metrics())
-    metrics.update(
-        latency_p50_ms=p50,
-        latency_p90_ms=cand_samples[min(len(cand_samples) - 1, int(0.9 * len(cand_samples)))],
-        latency_mean_ms=statistics.fmean(cand_samples),
-        throughput=last.batch_size * 1000.0 / p50 if p50 > 0 else None,
-        baseline_latency_p50_ms=statistics.median(base_samples),
-        speedup=statistics.median(ratios) if ratios else None,
-        speedup_low=min(ratios) if ratios else None,
-        speedup_high=max(ratios) if ratios else None,
-        timing_rounds=float(len(ratios)),
-    )
-    return metrics
-
-
 def run_trial(
     spec: dict[str, Any],
     emit: Emit,
@@ -123,7 +72,8 @@ def run_trial(
     round-robin themselves)."""
     import torch
 
-    from accel.bench import environment_info
+    from accel.bench import _batch_size, environment_info
+    from accel.measure import TimingSettings, compare_interleaved
     from accel.models import load_model
     from accel.parity import Tolerances, compare, normalize_outputs
     from accel.passes import PassContext, get_pass
@@ -218,8 +168,13 @@ def run_trial(
             cache.stats.misses += 1
     if current is None:
         current = _copy_model(original)
+    last_details: dict[str, Any] = {}
     for i in range(start):
         emit(StepStarted(index=i, pass_name=steps[i]["pass"], params=steps[i]["params"]).to_dict())
+        reused = {"reused": f"built by an earlier trial (cache {keys[i][:12]})"}
+        if i == len(steps) - 1:  # the last step's StepFinished carries parity and timing
+            last_details = reused
+            continue
         emit(
             StepFinished(
                 index=i,
@@ -229,10 +184,9 @@ def run_trial(
                 metrics={},
                 parity=None,
                 artifacts=[],
-                details={"reused": f"built by an earlier trial (cache {keys[i][:12]})"},
+                details=reused,
             ).to_dict()
         )
-    last_details: dict[str, Any] = {}
     last_artifacts: list[dict[str, Any]] = []
     t_last = time.perf_counter()
     for i in range(start, len(steps)):
@@ -341,18 +295,25 @@ def run_trial(
         if gate_reason is None and not bench.get("skip"):
             if cancel():
                 return _cancelled(emit, run_dir, t_start)
-            metrics.update(
-                interleaved_timing(
-                    original,
-                    current,
-                    inputs,
-                    device=device,
-                    rounds=int(bench.get("rounds", 3)),
-                    warmup=int(bench.get("warmup", 3)),
+            comparison = compare_interleaved(
+                original,
+                current,
+                inputs,
+                TimingSettings(
+                    rounds=int(bench.get("rounds", 5)),
                     iters=int(bench.get("iters", 30)),
+                    warmup=int(bench.get("warmup", 3)),
                     threads=bench.get("threads"),
-                )
+                    min_time_s=float(bench.get("min_time_s", 0.5)),
+                ),
+                device=device,
+                cancel=cancel,
+                seed=seed,
             )
+            metrics.update(comparison.metrics())
+            p50 = metrics.get("latency_p50_ms")
+            metrics["throughput"] = _batch_size(inputs) * 1000.0 / p50 if p50 else None
+            last_details["timing"] = comparison.timing_details()
             metrics["size_bytes"] = _model_bytes(current) or metrics.get("size_bytes")
         elif gate_reason is not None:
             trial_status = "gate_failed"

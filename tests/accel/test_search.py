@@ -30,6 +30,7 @@ def _config(tmp_path, **kw):
         out_dir=str(tmp_path),
         bench_iters=4,
         bench_rounds=2,
+        bench_min_time_s=0.0,
         bench_warmup=1,
         seed=3,
     )

@@ -99,6 +99,7 @@ def test_four_trial_search_through_a_local_ray_cluster(local_cluster, tmp_path):
         out_dir=str(tmp_path / "out"),
         bench_iters=4,
         bench_rounds=2,
+        bench_min_time_s=0.0,
         bench_warmup=1,
     )
     started = []

@@ -33,6 +33,7 @@ def _config(dlg, **kw):
         passes=("export_onnx", "quantize_onnx_dynamic", "onnxruntime", "quantize_dynamic_int8"),
         bench_iters=4,
         bench_rounds=2,
+        bench_min_time_s=0.0,
         bench_warmup=1,
         budget_s=300,
     )
