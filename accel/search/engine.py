@@ -550,11 +550,12 @@ def run_search(
         if best is None:
             status = "no_feasible"
             reason = _no_feasible_reason(config, trials)
-        elif done_seeds < n_seeds and (config.max_trials is None or config.max_trials >= n_seeds):
-            reason = (
+        if done_seeds < n_seeds and (config.max_trials is None or config.max_trials >= n_seeds):
+            short = (
                 f"the budget was too small for the seeds: {done_seeds} of {n_seeds} known-good "
                 f"stacks ran; give a larger --budget"
             )
+            reason = f"{reason}\n{short}" if reason else short
     return SearchResult(
         status=status,
         config=config,

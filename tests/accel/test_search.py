@@ -177,3 +177,12 @@ def test_bad_config_is_rejected():
         SearchConfig(model="zoo:mlp", budget_s=None, max_trials=None).validate()
     with pytest.raises(SearchError, match="--data"):
         SearchConfig(model="zoo:mlp", max_accuracy_drop=0.01).validate()
+
+
+def test_budget_too_small_for_the_seeds_says_so(tmp_path):
+    cfg = _config(tmp_path, budget_s=0.01, max_trials=None)
+    res = run_search(cfg, InProcessExecutor(), model_info=("torch", frozenset({"linear"})))
+    assert len(res.trials) <= 1  # at most the first trial starts before the budget is spent
+    assert res.status == "no_feasible" and res.best is None
+    assert "budget was too small for the seeds" in res.reason
+    assert f"{len(res.trials)} of 5 known-good" in res.reason
