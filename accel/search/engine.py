@@ -434,12 +434,25 @@ def trial_spec(config: SearchConfig, number: int, steps: list[dict[str, Any]]) -
     }
 
 
-def inspect_model(config: SearchConfig) -> tuple[str, frozenset[str]]:
-    """The model's kind and layer types (what the space depends on)."""
+def inspect_model(config: SearchConfig) -> tuple[str, frozenset[str], dict[str, str]]:
+    """The model's kind, layer types and the passes with nothing to do on it (their own
+    ``preflight``, e.g. no BatchNorm to fold): what the space depends on."""
+    from accel.errors import NotApplicable
     from accel.models import load_model
+    from accel.passes import list_passes
 
     model = load_model(config.model, config.input_spec, trust_pickle=config.trust_pickle)
-    return model.kind, model_layer_types(model.module)
+    not_applicable: dict[str, str] = {}
+    for cls in list_passes():
+        if cls.search is None or model.kind not in cls.requires.model_kinds:
+            continue
+        try:
+            cls().preflight(model, cls.parse_config(dict(cls.search.fixed)))
+        except NotApplicable as exc:
+            not_applicable[cls.name] = str(exc)
+        except Exception:  # noqa: BLE001 - a failing check is the trial's business
+            log.debug("preflight of %s failed", cls.name, exc_info=True)
+    return model.kind, model_layer_types(model.module), not_applicable
 
 
 def run_search(
@@ -448,7 +461,7 @@ def run_search(
     *,
     on_trial: Callable[[TrialRecord], None] | None = None,
     cancel: Callable[[], bool] | None = None,
-    model_info: tuple[str, frozenset[str]] | None = None,
+    model_info: tuple[Any, ...] | None = None,
 ) -> SearchResult:
     """Search (see module docstring). ``on_trial`` is called when a trial is submitted
     (status ``running``) and when it ends; ``cancel()`` True stops after cancelling the
@@ -459,16 +472,19 @@ def run_search(
     config.validate()
     is_cancelled = cancel or (lambda: False)
     t0 = time.monotonic()
-    kind, layers = model_info or inspect_model(config)
+    kind, layers, *rest = model_info or inspect_model(config)
+    not_applicable: dict[str, str] = rest[0] if rest else {}
     space = build_space(
         kind,
         config.device,
         layer_types=layers,
         allow=config.allow,
         include=config.passes,
-        exclude=config.exclude,
+        exclude=(*config.exclude, *not_applicable),
         max_steps=config.max_steps,
     )
+    for name, why in not_applicable.items():
+        space.excluded[name] = f"nothing to do on this model: {why}"
     chain_keys = [space.chain_key(c) for c in space.chains]
     notify = on_trial or (lambda t: None)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
