@@ -47,6 +47,10 @@ RECIPE_TRUST_PICKLE_IGNORED = (
     "allow unpickling (CLI: --trust-pickle; in the studio: the Open dialog's checkbox)"
 )
 
+# Sources the studio builds itself (its own code, no user module imported): the demo zoo,
+# the corpus of real architectures (hf: from configs, tv: torchvision), synthetic data.
+BUILT_IN_PREFIXES = ("zoo:", "hf:", "tv:", "synthetic")
+
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -68,7 +72,7 @@ def is_code_ref(text: str) -> bool:
     """True if ``text`` (a model or data source) names Python code to import:
     ``file.py:name`` or ``pkg.mod:name``, optionally with ``(kwargs)`` / ``@weights``."""
     head = str(text).strip().split("(", 1)[0].split("@", 1)[0].strip()
-    if head.startswith(("zoo:", "synthetic")) or ":" not in head:
+    if head.startswith(BUILT_IN_PREFIXES) or ":" not in head:
         return False
     mod, _, _ = head.rpartition(":")
     if len(mod) == 1 and mod.isalpha():  # a Windows drive letter, C:\...

@@ -190,3 +190,18 @@ def test_cli_run_flags(tmp_path, marker):
 def test_bad_factory_names_are_refused_before_import():
     with pytest.raises(ModelLoadError, match="Python name"):
         load_model("os:system;rm", "x:float32[1]")
+
+
+def test_code_references_are_told_from_built_in_sources():
+    from accel.trust import is_code_ref, recipe_code_refs
+
+    for built_in in ("zoo:mlp", "zoo:mlp(in_features=8)@w.pt", "hf:bert", "tv:resnet18",
+                     "synthetic(batches=2)", "model.onnx", "C:\\models\\m.onnx"):  # fmt: skip
+        assert not is_code_ref(built_in), built_in
+    for code in ("pkg.mod:build", "my_model.py:build(width=8)", "a/b.py:f@w.pt", "os:system"):
+        assert is_code_ref(code), code
+    recipe = {
+        "model": {"source": "my.py:build"},
+        "data": {"calibration": "synthetic-labelled:pkg.teacher:build", "metric": "m.py:acc"},
+    }
+    assert recipe_code_refs(recipe) == ["my.py:build", "pkg.teacher:build", "m.py:acc"]
