@@ -63,8 +63,9 @@ class SearchConfig:
     max_steps: int = 4
     seed: int = 0
     use_seeds: bool = True
-    out_dir: str = "search"
-    cache_dir: str | None = None  # default: OUT/cache
+    out_dir: str = "search"  # best.yaml, search.json; trials/ and cache/ unless below
+    artifacts_dir: str | None = None  # trial folders and the cache (a folder nodes share)
+    cache_dir: str | None = None  # default: ARTIFACTS/cache
     cache_max_entries: int = 32
     cache_max_bytes: int = 8 * 1024**3
     trial_timeout_s: float | None = 600.0
@@ -400,7 +401,7 @@ def _seed_params(space: SearchSpace, chain: Sequence[str]) -> dict[str, Any]:
 
 
 def trial_spec(config: SearchConfig, number: int, steps: list[dict[str, Any]]) -> dict[str, Any]:
-    out = Path(config.out_dir).resolve()
+    out = Path(config.artifacts_dir or config.out_dir).resolve()
     cache_dir = Path(config.cache_dir).resolve() if config.cache_dir else out / "cache"
     return {
         "trial": number,

@@ -105,7 +105,6 @@ def build_config(args: argparse.Namespace) -> Any:
         data["eval"] = args.data
     if args.calibration:
         data["calibration"] = args.calibration
-    out = Path(args.artifacts or args.out).resolve()
     return SearchConfig(
         model=args.model,
         input_spec=args.input_spec,
@@ -121,7 +120,8 @@ def build_config(args: argparse.Namespace) -> Any:
         passes=_names(args.passes) or None,
         exclude=_names(args.exclude),
         seed=args.seed,
-        out_dir=str(out),
+        out_dir=str(Path(args.out).resolve()),
+        artifacts_dir=str(Path(args.artifacts).resolve()) if args.artifacts else None,
         trial_timeout_s=args.trial_timeout,
         bench_iters=args.iters,
         bench_threads=args.threads,

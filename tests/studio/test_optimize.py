@@ -27,6 +27,7 @@ def test_optimize_writes_best_recipe_and_records_trials(tmp_path, capsys):
             "--db", str(db), "optimize", "zoo:mlp", "--trials", "3", "--budget", "5m",
             "--passes", "export_onnx,quantize_onnx_dynamic,onnxruntime",
             "--iters", "4", "--out", str(out), "--script",
+            "--artifacts", str(tmp_path / "shared"),
         ]
     )  # fmt: skip
     text = capsys.readouterr().out
@@ -37,6 +38,9 @@ def test_optimize_writes_best_recipe_and_records_trials(tmp_path, capsys):
     assert best["steps"][0]["pass"] == "export_onnx"
     assert best["gates"]["min_cosine"] == pytest.approx(0.999)
     assert (out / "best.py").read_text().startswith("#")
+    # trial folders and the prefix cache go to the --artifacts folder
+    assert sorted(p.name for p in (tmp_path / "shared" / "trials").iterdir())[0] == "trial_000"
+    assert (tmp_path / "shared" / "cache").is_dir() and not (out / "trials").exists()
     repo = Repository.open(str(db))
     runs = repo.list_runs(RunFilter(tags=("search",)))
     assert len(runs) == 3
