@@ -7,6 +7,7 @@ from typing import Any
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QDialog,
     QHeaderView,
@@ -88,7 +89,7 @@ class CompareView(QDialog):
         w.setObjectName("latencyChart")
         w.setLabel("left", "latency p50", units="ms")
         w.setLabel("bottom", "step")
-        w.addLegend()
+        w.addLegend(labelTextColor=self.palette().color(QPalette.ColorRole.Text))
         w.showGrid(x=True, y=True, alpha=0.3)
         _theme(w, self.palette())
         # Whole-number ticks named after the steps (runs of different recipes: "a / b").
@@ -99,6 +100,8 @@ class CompareView(QDialog):
                     names[r.index + 1].append(r.pass_name)
         ticks = [(x, f"{x}. " + " / ".join(n) if x else n[0]) for x, n in sorted(names.items())]
         w.getAxis("bottom").setTicks([ticks])
+        # Room left and right, or the axis drops the first and last step names.
+        w.setXRange(-0.4, max(names) + 0.4, padding=0)
         for k, d in enumerate(self.details):
             rows = [r for r in step_rows(d) if r.latency_p50_ms is not None]
             xs = [r.index + 1 for r in rows]
@@ -136,7 +139,7 @@ class CompareView(QDialog):
             w.addItem(pg.TextItem("no measured steps to plot"))
             return w
         logy = [math.log10(max(p[1], 1e-12)) for p in pts]
-        w.addLegend()
+        w.addLegend(labelTextColor=self.palette().color(QPalette.ColorRole.Text))
         # One colour per run, named in the legend.
         for k, d in enumerate(self.details):
             mine = [i for i, p in enumerate(pts) if p[2].startswith(d.run.id[:8])]
@@ -192,8 +195,6 @@ def fmt_metric(metric: str, v: Any) -> str:
 
 def _theme(w: pg.PlotWidget, pal) -> None:
     """Plot colours from the application palette (light and dark themes)."""
-    from PySide6.QtGui import QPalette
-
     w.setBackground(pal.color(QPalette.ColorRole.Base))
     fg = pal.color(QPalette.ColorRole.Text)
     for axis in ("bottom", "left"):
