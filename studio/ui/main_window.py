@@ -359,7 +359,10 @@ class MainWindow(QMainWindow):
     def open_model_dialog(self) -> None:
         from studio.ui.open_model_dialog import OpenModelDialog
 
-        dlg = OpenModelDialog(self, recent=self.recent_models())
+        last = str(self.settings.value("last_model", "") or "")
+        dlg = OpenModelDialog(self, recent=self.recent_models(), last=last)
+        if last.startswith("zoo:"):
+            dlg.tabs.setCurrentWidget(dlg.zoo)
         if dlg.exec() and dlg.source():
             self.open_model(dlg.source(), dlg.input_spec(), dlg.trust_pickle())
 

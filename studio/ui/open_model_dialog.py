@@ -58,7 +58,12 @@ def zoo_models() -> dict[str, tuple[str, str]]:
 class OpenModelDialog(QDialog):
     """Pick a model source. ``source()``, ``input_spec()`` and ``trust_pickle()`` after exec."""
 
-    def __init__(self, parent: QWidget | None = None, recent: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        parent: QWidget | None = None,
+        recent: list[str] | None = None,
+        last: str | None = None,
+    ) -> None:
         super().__init__(parent)
         self.setWindowTitle("Open model")
         self.resize(620, 420)
@@ -101,7 +106,13 @@ class OpenModelDialog(QDialog):
             item.setData(Qt.ItemDataRole.UserRole, f"zoo:{name}")
             item.setToolTip(spec)
             self.zoo.addItem(item)
-        self.zoo.setCurrentRow(1 if self.zoo.count() > 1 else 0)
+        # The last zoo model picked (it always came back with resnet selected).
+        picked = [
+            i
+            for i in range(self.zoo.count())
+            if self.zoo.item(i).data(Qt.ItemDataRole.UserRole) == last
+        ]
+        self.zoo.setCurrentRow(picked[0] if picked else (1 if self.zoo.count() > 1 else 0))
         self.zoo.itemDoubleClicked.connect(lambda _: self.accept())
         self.tabs.addTab(self.zoo, "Zoo")
 

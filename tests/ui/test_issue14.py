@@ -389,3 +389,11 @@ def test_profile_chart_labels_fit_the_axis_so_none_is_dropped(qtbot):
     fm = QFontMetrics(left.style.get("tickFont") or view.plot.font())
     # pyqtgraph skips any label wider than the axis: every one must fit.
     assert all(fm.horizontalAdvance(t) <= left.width() - 10 for t in labels)
+
+
+def test_open_dialog_comes_back_with_the_last_zoo_model(qtbot):
+    from studio.ui.open_model_dialog import OpenModelDialog
+
+    dlg = OpenModelDialog(None, recent=[], last="zoo:lstm")
+    qtbot.addWidget(dlg)
+    assert dlg.zoo.currentItem().data(Qt.ItemDataRole.UserRole) == "zoo:lstm"
