@@ -85,7 +85,7 @@ class TimingSettings:
     """
 
     rounds: int = 8
-    iters: int = 24
+    iters: int = 16
     warmup: int = 3
     threads: int | None = None
     min_time_s: float = 0.5
@@ -210,6 +210,29 @@ def ratio_interval(
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, len(ratios), size=(resamples, len(ratios)))
     medians = np.median(ratios[idx], axis=1)
+    alpha = (1.0 - confidence) / 2.0
+    low, high = np.quantile(medians, [alpha, 1.0 - alpha])
+    return Interval(value, min(float(low), value), max(float(high), value), confidence)
+
+
+def median_interval(
+    values: Sequence[float],
+    *,
+    confidence: float = CONFIDENCE,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+) -> Interval:
+    """Median of ``values`` with a percentile bootstrap interval (e.g. a latency's rounds)."""
+    import numpy as np
+
+    if not values:
+        raise MeasureError("no values to summarise")
+    v = np.asarray(values, dtype=float)
+    value = float(np.median(v))
+    if len(v) == 1:
+        return Interval(value, value, value, confidence)
+    rng = np.random.default_rng(seed)
+    medians = np.median(v[rng.integers(0, len(v), size=(resamples, len(v)))], axis=1)
     alpha = (1.0 - confidence) / 2.0
     low, high = np.quantile(medians, [alpha, 1.0 - alpha])
     return Interval(value, min(float(low), value), max(float(high), value), confidence)
@@ -404,6 +427,8 @@ class Comparison:
         m["speedup"] = self.speedup.value
         m["speedup_low"] = self.speedup.low
         m["speedup_high"] = self.speedup.high
+        lat = median_interval(self.candidate.round_ms)
+        m["latency_low_ms"], m["latency_high_ms"] = lat.low, lat.high
         m["baseline_latency_p50_ms"] = self.reference.stats()["latency_p50_ms"]
         m["timing_rounds"] = float(self.rounds)
         m["noisy"] = 1.0 if self.noisy else 0.0
@@ -466,6 +491,7 @@ def run_rounds(
     seed: int = 0,
     first: Mapping[str, Callable[[], Any]] | None = None,
     check_output: Callable[[Any, str], None] | None = None,
+    reference_warm: bool = False,
 ) -> Comparison:
     """Time two zero-argument callables in alternating rounds (see the module docstring).
 
@@ -473,7 +499,9 @@ def run_rounds(
     ``settings.warmup`` untimed calls each; then rounds A B / B A / ... of
     ``settings.iters`` samples per side. A round's value is the median of its samples.
     ``first`` (by side name) replaces a side's first call (e.g. one that creates its session);
-    ``check_output(output, side)`` sees the first call's output (to reject NaN)."""
+    ``check_output(output, side)`` sees the first call's output (to reject NaN).
+    ``reference_warm``: the reference already ran in this process (the runner's baseline),
+    so it gets one warm-up call instead of ``settings.warmup``."""
     from accel.errors import Cancelled
 
     sides = {"reference": Side(), "candidate": Side()}
@@ -485,10 +513,13 @@ def run_rounds(
         if check_output is not None:
             check_output(out, name)
         sides[name].first_call_ms = (CLOCK() - t) * 1000.0
-        # Warm-up calls, timed one by one: the fastest tells whether to batch (at least 3
-        # are timed for that, so a warm-up of 0 still calibrates).
+        # Warm-up calls, timed one by one: the fastest tells whether to batch (at least one
+        # is made for that, so a warm-up of 0 still calibrates).
+        warm = (
+            min(1, settings.warmup) if reference_warm and name == "reference" else settings.warmup
+        )
         fastest = math.inf
-        for _ in range(max(settings.warmup, 3)):
+        for _ in range(max(warm, 1)):
             t = CLOCK()
             call()
             sync()
@@ -566,15 +597,16 @@ def _check_finite(outputs: Any, name: str) -> None:
 
 
 def with_threads(model: Any, threads: int) -> Any:
-    """An ONNX-kind LoadedModel whose session uses ``threads`` intra-op threads (a new
-    session when it had another count); anything else unchanged."""
+    """An ONNX-kind LoadedModel whose session uses ``threads`` intra-op threads, and whose
+    idle threads sleep rather than spin (spinning threads would take the CPU from the model
+    timed next); a new session when that changes anything. Anything else unchanged."""
     if getattr(model, "kind", None) != "onnx" or not hasattr(model, "session_options"):
         return model
     opts = dict(model.session_options or {})
-    if opts.get("intra_op_threads") == threads:
+    want = {"intra_op_threads": threads, "allow_spinning": False}
+    if all(opts.get(k) == v for k, v in want.items()):
         return model
-    opts["intra_op_threads"] = threads
-    return model.replace(session_options=opts)
+    return model.replace(session_options={**opts, **want})
 
 
 @contextlib.contextmanager
@@ -604,12 +636,14 @@ def compare_interleaved(
     cancel: Callable[[], bool] | None = None,
     progress: Callable[[float, str], None] | None = None,
     seed: int = 0,
+    reference_warm: bool = False,
 ) -> Comparison:
     """Time ``candidate`` against ``reference`` on the same ``inputs`` in alternating rounds.
 
     Both are anything ``accel.bench.benchmark`` takes (LoadedModel, torch module, callable,
     ORT session, .onnx path). Both run with ``settings.threads`` (default: the physical
-    cores) for torch and ONNX Runtime. Raises MeasureError for a model that returns NaN."""
+    cores) for torch and ONNX Runtime. Raises MeasureError for a model that returns NaN.
+    ``reference_warm``: see ``run_rounds``."""
     import sys
 
     from accel.bench import _prepare
@@ -646,4 +680,5 @@ def compare_interleaved(
             seed=seed,
             first={name: p.first for name, p in prepared.items()},
             check_output=_check_finite,
+            reference_warm=reference_warm,
         )

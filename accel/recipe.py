@@ -101,7 +101,7 @@ class BenchSettings(_Strict):
         3, ge=0, le=MAX_ITERS, description="untimed calls of each model before the rounds"
     )
     iters: int = Field(
-        24, ge=1, le=MAX_ITERS, description="timed calls of each model, spread over the rounds"
+        16, ge=1, le=MAX_ITERS, description="timed calls of each model, spread over the rounds"
     )
     threads: int | None = Field(
         None,

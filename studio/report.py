@@ -47,6 +47,13 @@ class StepRow:
     cosine: float | None
     accuracy: float | None
     error: str = ""
+    # The speedup's 95% interval and the step's latency interval (None: not measured, as
+    # in runs recorded before intervals existed), and whether the timing was noisy.
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    latency_low_ms: float | None = None
+    latency_high_ms: float | None = None
+    noisy: bool = False
 
     @property
     def verdict(self) -> str:
@@ -127,6 +134,11 @@ def step_rows(detail: Any) -> list[StepRow]:
                 cos,
                 _num(m.get("accuracy")),
                 st.error or "",
+                speedup_low=_num(m.get("speedup_low")),
+                speedup_high=_num(m.get("speedup_high")),
+                latency_low_ms=_num(m.get("latency_low_ms")),
+                latency_high_ms=_num(m.get("latency_high_ms")),
+                noisy=bool(m.get("noisy")),
             )
         )
     return rows
@@ -148,18 +160,51 @@ def worst_metric(parity: dict[str, Any] | None, sep: str = " ") -> str:
     return text
 
 
-def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
-    """Indices of points not dominated when maximising x (speedup) and minimising y (error)."""
-    front = []
-    for i, (x, y) in enumerate(points):
-        dominated = any(
-            (x2 >= x and y2 <= y) and (x2 > x or y2 < y)
-            for j, (x2, y2) in enumerate(points)
-            if j != i
-        )
-        if not dominated:
-            front.append(i)
+def pareto_front(
+    points: Sequence[tuple[float, float]],
+    intervals: Sequence[tuple[float, float] | None] | None = None,
+) -> list[int]:
+    """Indices of points not dominated when maximising x (speedup) and minimising y (error).
+
+    With ``intervals`` (the speedups' (low, high), None where unknown), a speedup only beats
+    another when its interval lies wholly above the other's; overlapping intervals are a
+    tie, and of two tied points only a strictly lower error dominates."""
+
+    def iv(i: int) -> tuple[float, float]:
+        got = intervals[i] if intervals is not None else None
+        return got if got is not None else (points[i][0], points[i][0])
+
+    def dominates(j: int, i: int) -> bool:
+        (lo_j, hi_j), (lo_i, hi_i) = iv(j), iv(i)
+        y_j, y_i = points[j][1], points[i][1]
+        faster = lo_j > hi_i
+        tie = lo_j <= hi_i and lo_i <= hi_j
+        return (faster and y_j <= y_i) or (tie and y_j < y_i)
+
+    front = [
+        i
+        for i in range(len(points))
+        if not any(dominates(j, i) for j in range(len(points)) if j != i)
+    ]
     return sorted(front, key=lambda i: points[i][0])
+
+
+def fastest(
+    speedups: Sequence[float], intervals: Sequence[tuple[float, float] | None]
+) -> list[int]:
+    """The fastest point and every point tied with it (intervals overlapping its interval).
+
+    More than one index means a tie: the data cannot tell which is faster."""
+    if not speedups:
+        return []
+    best = max(range(len(speedups)), key=lambda i: speedups[i])
+    lo_b, hi_b = intervals[best] or (speedups[best], speedups[best])
+    tied = [
+        i
+        for i, iv in enumerate(intervals)
+        if i != best and iv is not None and iv[0] <= hi_b and lo_b <= iv[1]
+    ]
+    return [best, *tied]
 
 
 def _fmt(v: Any) -> str:

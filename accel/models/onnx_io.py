@@ -153,6 +153,10 @@ def create_session(
         so.inter_op_num_threads = int(options["inter_op_threads"])
     if options.get("execution_mode") == "parallel":
         so.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+    if options.get("allow_spinning") is False:
+        # Idle intra-op threads sleep instead of spinning: they would otherwise take the CPU
+        # from whatever runs next (accel.measure times models back to back).
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if options.get("optimized_model_path"):
         so.optimized_model_filepath = str(options["optimized_model_path"])
     if options.get("enable_profiling"):

@@ -114,6 +114,10 @@ class RunRecord:
     started_at: dt.datetime | None
     finished_at: dt.datetime | None
     duration_s: float | None
+    # The last measured step's speedup from the run's summary: {speedup, speedup_low,
+    # speedup_high, noisy, noise}; empty for runs without one (low/high absent in runs
+    # recorded before speedups had intervals).
+    final: dict[str, Any] = field(default_factory=dict)
 
     @property
     def short_id(self) -> str:

@@ -1223,7 +1223,22 @@ def _run_record_flat(
         started_at=_aware(r.started_at),
         finished_at=_aware(r.finished_at),
         duration_s=r.duration_s,
+        final=_final_speedup(r.summary),
     )
+
+
+def _final_speedup(summary: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The speedup part of a run's summary (see accel.runner._summary)."""
+    s = summary or {}
+    if s.get("final_speedup") is None:
+        return {}
+    return {
+        "speedup": s.get("final_speedup"),
+        "speedup_low": s.get("final_speedup_low"),
+        "speedup_high": s.get("final_speedup_high"),
+        "noisy": bool(s.get("noise")),
+        "noise": s.get("noise"),
+    }
 
 
 def _step_record(st: StepRow) -> StepRecord:

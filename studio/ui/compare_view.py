@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QPalette
@@ -18,8 +19,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from studio.fmt import fmt_bytes, fmt_count, fmt_ms, fmt_num
-from studio.report import pareto_front, step_rows
+from studio.fmt import fmt_bytes, fmt_count, fmt_ms, fmt_num, fmt_speedup
+from studio.report import fastest, pareto_front, step_rows
 
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 
@@ -59,6 +60,17 @@ class CompareView(QDialog):
         rows: list[tuple[str, list[str]]] = []
         for (index, pass_name, metric), values in self.comparison.rows.items():
             if metric not in keys:
+                continue
+            if metric == "speedup":  # with its 95% interval where the run has one
+                cmp = self.comparison.rows
+                cells = []
+                for i, v in enumerate(values):
+                    m = {"speedup": v}
+                    for k in ("speedup_low", "speedup_high", "noisy"):
+                        if (index, pass_name, k) in cmp:
+                            m[k] = cmp[(index, pass_name, k)][i]
+                    cells.append(fmt_speedup(m))
+                rows.append((f"{index + 1}. {pass_name} · speedup [95% CI]", cells))
                 continue
             rows.append(
                 (f"{index + 1}. {pass_name} · {metric}", [fmt_metric(metric, v) for v in values])
@@ -102,9 +114,12 @@ class CompareView(QDialog):
         w.getAxis("bottom").setTicks([ticks])
         # Room left and right, or the axis drops the first and last step names.
         w.setXRange(-0.4, max(names) + 0.4, padding=0)
+        n = max(1, len(self.details))
         for k, d in enumerate(self.details):
             rows = [r for r in step_rows(d) if r.latency_p50_ms is not None]
-            xs = [r.index + 1 for r in rows]
+            # Runs side by side around each step, so their error bars do not hide each other.
+            dx = (k - (n - 1) / 2) * 0.08
+            xs = [r.index + 1 + dx for r in rows]
             ys = [r.latency_p50_ms for r in rows]
             color = COLORS[k % len(COLORS)]
             w.plot(
@@ -115,29 +130,51 @@ class CompareView(QDialog):
                 symbolBrush=color,
                 name=f"{d.run.id[:8]} {d.run.recipe_name}",
             )
+            bars = [(x, r) for x, r in zip(xs, rows) if r.latency_low_ms is not None]
+            if bars:  # the latency's 95% interval (steps timed against the original)
+                w.addItem(
+                    pg.ErrorBarItem(
+                        x=np.array([x for x, _ in bars]),
+                        y=np.array([r.latency_p50_ms for _, r in bars]),
+                        top=np.array([r.latency_high_ms - r.latency_p50_ms for _, r in bars]),
+                        bottom=np.array([r.latency_p50_ms - r.latency_low_ms for _, r in bars]),
+                        beam=0.05,
+                        pen=pg.mkPen(color, width=1.5),
+                    )
+                )
         return w
 
     def pareto_points(self) -> list[tuple[float, float, str]]:
         """(speedup, parity error = max abs, label) of every measured step of every run."""
+        return [(p[0], p[1], p[2]) for p in self._pareto_rows()]
+
+    def _pareto_rows(self) -> list[tuple[float, float, str, Any]]:
         pts = []
         for d in self.details:
             for r in step_rows(d):
                 if r.index < 0 or r.speedup is None or r.max_abs is None:
                     continue
-                pts.append((r.speedup, r.max_abs, f"{d.run.id[:8]} · {r.index + 1}. {r.pass_name}"))
+                label = f"{d.run.id[:8]} · {r.index + 1}. {r.pass_name}"
+                pts.append((r.speedup, r.max_abs, label, r))
         return pts
 
     def _pareto_chart(self) -> pg.PlotWidget:
         w = pg.PlotWidget()
         w.setObjectName("paretoChart")
-        w.setLabel("bottom", "speedup over the original (×)")
+        w.setLabel("bottom", "speedup over the original (×), whiskers: 95% interval")
         w.setLabel("left", "parity error: log10 max abs")
         w.showGrid(x=True, y=True, alpha=0.3)
         _theme(w, self.palette())
-        pts = self.pareto_points()
+        self.front, self.fastest, self.verdict = [], [], ""
+        rows = self._pareto_rows()
+        pts = [(p[0], p[1], p[2]) for p in rows]
         if not pts:
             w.addItem(pg.TextItem("no measured steps to plot"))
             return w
+        intervals = [
+            (p[3].speedup_low, p[3].speedup_high) if p[3].speedup_low is not None else None
+            for p in rows
+        ]
         logy = [math.log10(max(p[1], 1e-12)) for p in pts]
         w.addLegend(labelTextColor=self.palette().color(QPalette.ColorRole.Text))
         # One colour per run, named in the legend.
@@ -152,13 +189,26 @@ class CompareView(QDialog):
                     [logy[i] for i in mine],
                     size=10,
                     brush=pg.mkBrush(color),
-                    data=[pts[i][2] for i in mine],
+                    data=[f"{pts[i][2]}: {fmt_speedup(_metrics(rows[i][3]))}" for i in mine],
                     hoverable=True,
                     tip=lambda x, y, data: data,
                     name=f"{d.run.id[:8]} {d.run.recipe_name or d.run.name}",
                 )
             )
-        front = pareto_front([(p[0], p[1]) for p in pts])
+            whisk = [i for i in mine if intervals[i] is not None]
+            if whisk:  # the speedup's 95% interval, in the run's colour
+                w.addItem(
+                    pg.ErrorBarItem(
+                        x=np.array([pts[i][0] for i in whisk]),
+                        y=np.array([logy[i] for i in whisk]),
+                        left=np.array([pts[i][0] - intervals[i][0] for i in whisk]),
+                        right=np.array([intervals[i][1] - pts[i][0] for i in whisk]),
+                        beam=0.05,
+                        pen=pg.mkPen(color, width=1.5),
+                    )
+                )
+        # A speedup only beats another when its interval lies wholly above the other's.
+        front = pareto_front([(p[0], p[1]) for p in pts], intervals)
         self.front = [pts[i] for i in front]
         w.plot(
             [pts[i][0] for i in front],
@@ -169,13 +219,33 @@ class CompareView(QDialog):
             symbolSize=12,
             name="Pareto front",
         )
-        xs = [p[0] for p in pts]
-        w.setXRange(min(xs) * 0.9, max(xs) * 1.05, padding=0.05)
+        xs = [iv[0] if iv else p[0] for p, iv in zip(pts, intervals)]
+        xe = [iv[1] if iv else p[0] for p, iv in zip(pts, intervals)]
+        w.setXRange(min(xs) * 0.9, max(xe) * 1.05, padding=0.05)
         for i in front:
             label = pg.TextItem(pts[i][2], color="#d62728", anchor=(1, 1))
             label.setPos(pts[i][0], logy[i])
             w.addItem(label)
+        # Two runs whose intervals overlap are a tie: no winner is crowned.
+        best = fastest([p[0] for p in pts], intervals)
+        self.fastest = [pts[i][2] for i in best]
+        if len(best) > 1:
+            self.verdict = f"tie for fastest: {', '.join(self.fastest)} (95% intervals overlap)"
+        else:
+            self.verdict = f"fastest: {self.fastest[0]}"
+        verdict = pg.TextItem(self.verdict, color="#d62728", anchor=(0, 0))
+        verdict.setPos(min(xs) * 0.9, max(logy) + 0.3)
+        w.addItem(verdict)
         return w
+
+
+def _metrics(r: Any) -> dict[str, Any]:
+    return {
+        "speedup": r.speedup,
+        "speedup_low": r.speedup_low,
+        "speedup_high": r.speedup_high,
+        "noisy": r.noisy,
+    }
 
 
 def fmt_metric(metric: str, v: Any) -> str:

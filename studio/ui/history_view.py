@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.fmt import fmt_speedup
 from studio.ui.slots import on_click
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ class RunTableModel(QAbstractTableModel):
         "status",
         "device",
         "duration s",
+        "speedup [95% CI]",
         "tags",
         "notes",
     ]
@@ -128,11 +130,15 @@ class RunTableModel(QAbstractTableModel):
                 return r.device
             if col == "duration s":
                 return "" if r.duration_s is None else f"{r.duration_s:.1f}"
+            if col == "speedup [95% CI]":
+                return fmt_speedup(r.final) if r.final else ""
             if col == "tags":
                 return ", ".join(r.tags)
             if col == "notes":
                 return r.notes
         if role == Qt.ItemDataRole.ToolTipRole:
+            if col == "speedup [95% CI]" and r.final:
+                return r.final.get("noise") or "the last step's median speedup [95% interval]"
             return r.error or r.notes or r.id
         if role == Qt.ItemDataRole.ForegroundRole and col == "status":
             from PySide6.QtGui import QColor

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.fmt import fmt_bytes as _bytes
+from studio.fmt import fmt_speedup, is_noisy
 from studio.report import worst_metric
 from studio.ui.slots import on_click
 
@@ -112,7 +113,16 @@ class RunsView(QWidget):
         self.table = QTableWidget(0, 8)
         self.table.setObjectName("stepTable")
         self.table.setHorizontalHeaderLabels(
-            ["#", "step", "p50 ms", "speedup", "size", "parity", "worst metric", "accuracy"]
+            [
+                "#",
+                "step",
+                "p50 ms",
+                "speedup [95% CI]",
+                "size",
+                "parity",
+                "worst metric",
+                "accuracy",
+            ]
         )
         self.table.verticalHeader().setVisible(False)
         self.table.horizontalHeader().setSectionResizeMode(6, QHeaderView.ResizeMode.Stretch)
@@ -233,11 +243,14 @@ class RunsView(QWidget):
             self._append(
                 e,
                 f"step {ev['index'] + 1} {ev['pass_name']}: {verdict}, p50 {fmt(m.get('latency_p50_ms'))} ms, "
-                f"speedup {fmt(m.get('speedup'), 2)}x"
+                f"speedup {fmt_speedup(m)}"
+                + (f" (noisy: {_noise_reason(ev)})" if is_noisy(m) else "")
                 + (f" — {ev['error']}" if ev.get("error") else ""),
             )
         elif kind == "log":
             self._append(e, f"{ev.get('level')}: {ev.get('message')}")
+        elif kind == "run_finished" and (ev.get("summary") or {}).get("noise"):
+            self._append(e, f"noisy timing: {ev['summary']['noise']}")
         elif kind == "run_failed":
             self._append(e, f"run failed: {ev.get('error')}")
         self._render(e)
@@ -322,6 +335,7 @@ class RunsView(QWidget):
 
     def _fill_table(self, e: RunEntry | None) -> None:
         rows: list[list[str]] = []
+        noisy: dict[int, str] = {}  # row -> why its speedup is not to be relied on
         if e is not None:
             b = e.baseline
             if b:
@@ -340,12 +354,14 @@ class RunsView(QWidget):
             for ev in e.steps:
                 m = ev.get("metrics") or {}
                 parity = ev.get("parity") or {}
+                if is_noisy(m):
+                    noisy[len(rows)] = _noise_reason(ev)
                 rows.append(
                     [
                         str(ev["index"] + 1),
                         ev["pass_name"],
                         fmt(m.get("latency_p50_ms")),
-                        f"{m['speedup']:.2f}x" if m.get("speedup") else "-",
+                        fmt_speedup(m),
                         _bytes(m.get("size_bytes")),
                         VERDICT.get(ev.get("status"), ev.get("status")),
                         worst_metric(parity, ", ") or (ev.get("error") or ""),
@@ -366,6 +382,11 @@ class RunsView(QWidget):
                     )
                 if c in (2, 3, 4, 7):
                     it.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                if c == 3 and r in noisy:
+                    it.setForeground(_color("#d08020"))
+                    it.setToolTip(f"noisy timing: {noisy[r]}")
+                elif c == 3 and r > 0:
+                    it.setToolTip("median speedup [95% interval] over alternating rounds")
                 self.table.setItem(r, c, it)
         self.table.resizeColumnsToContents()
 
@@ -401,3 +422,8 @@ def _color(hex_: str):
     from PySide6.QtGui import QBrush, QColor
 
     return QBrush(QColor(hex_))
+
+
+def _noise_reason(ev: dict) -> str:
+    timing = (ev.get("details") or {}).get("timing") or {}
+    return timing.get("noise_reason") or "timed while the machine was busy"

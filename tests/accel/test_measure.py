@@ -160,6 +160,8 @@ def test_rounds_alternate_order_and_cancel_a_load_change(clock):
     assert max(res.candidate.samples_ms) == pytest.approx(3 * min(res.candidate.samples_ms))
     m = res.metrics()
     assert m["speedup_low"] <= m["speedup"] <= m["speedup_high"]
+    assert m["latency_low_ms"] <= m["latency_p50_ms"] <= m["latency_high_ms"]
+    assert m["latency_low_ms"] == pytest.approx(4.0) and m["latency_high_ms"] == pytest.approx(12)
     assert m["noisy"] == 0.0
 
 

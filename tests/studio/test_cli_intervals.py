@@ -115,3 +115,18 @@ def test_live_printer_shows_interval_and_one_noise_line():
     text = buf.getvalue() + p.summary()
     assert text.count("2.31x [2.25-2.38]~") == 2  # the live line and the table
     assert f"noisy timing in step(s) 1: {REASON}" in text
+
+
+def test_pareto_with_intervals_keeps_ties_and_fastest_reports_them():
+    from studio.report import fastest, pareto_front
+
+    pts = [(6.59, 1e-3), (2.2, 1e-3), (2.3, 1e-4)]
+    # Without intervals the 6.59x point (a noise spike) dominates everything at its error.
+    assert pareto_front(pts) == [2, 0]
+    wide = [(1.5, 9.0), (2.0, 2.4), (2.1, 2.5)]  # the spike's interval is wide
+    assert pareto_front(pts, wide) == [2]  # tied on speed, the lower error wins
+    assert fastest([p[0] for p in pts], wide) == [0, 1, 2]  # a three-way tie, no winner
+    apart = [(6.4, 6.8), (2.1, 2.3), (2.2, 2.4)]
+    assert fastest([p[0] for p in pts], apart) == [0]
+    assert pareto_front(pts, apart) == [2, 0]
+    assert pareto_front(pts, [None, None, None]) == pareto_front(pts)

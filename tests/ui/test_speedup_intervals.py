@@ -1,0 +1,205 @@
+"""Speedup intervals in the panels: the Runs table, the History list and the Compare dialog
+(error bars, whiskers, colours per run, a tie instead of a winner when intervals overlap)
+show the same figures as the CLI for the same stored runs. No worker runs here."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import QObject, Signal
+
+from studio.cli import main
+from studio.store import Repository
+
+REASON = "2 cores, 1.7 busy with other processes"
+
+
+def _step(index, name, speed, low, high, noisy=False, max_abs=1e-3):
+    return {
+        "event": "step_finished",
+        "index": index,
+        "pass_name": name,
+        "status": "succeeded",
+        "duration_s": 0.1,
+        "metrics": {
+            "latency_p50_ms": 10.0 / speed,
+            "latency_low_ms": 10.0 / high,
+            "latency_high_ms": 10.0 / low,
+            "speedup": speed,
+            "speedup_low": low,
+            "speedup_high": high,
+            "noisy": 1.0 if noisy else 0.0,
+        },
+        "parity": {"passed": True, "outputs": [{"name": "y", "max_abs": max_abs, "passed": True}]},
+        "artifacts": [],
+        "details": {"timing": {"noise_reason": REASON if noisy else None}},
+    }
+
+
+def _store(db, runs):
+    repo = Repository.open(db)
+    ids = []
+    for steps in runs:
+        r = repo.create_run(model_source="zoo:mlp", recipe={"name": "r"})
+        repo.record_event(
+            r.id,
+            {
+                "event": "run_started",
+                "run_dir": "",
+                "model_source": "zoo:mlp",
+                "model_kind": "torch",
+                "device": "cpu",
+                "recipe": {"name": "r"},
+                "environment": {"threads": 2},
+                "num_steps": len(steps),
+                "baseline": {"latency_p50_ms": 10.0},
+            },
+        )
+        for st in steps:
+            repo.record_event(r.id, st)
+        last = steps[-1]["metrics"]
+        summary = {
+            "final_speedup": last["speedup"],
+            "final_speedup_low": last["speedup_low"],
+            "final_speedup_high": last["speedup_high"],
+            "noise": f"1 of {len(steps)} step(s) timed while the machine was busy: {REASON}"
+            if any(s["metrics"]["noisy"] for s in steps)
+            else None,
+        }
+        repo.record_event(
+            r.id,
+            {"event": "run_finished", "status": "succeeded", "duration_s": 1, "summary": summary},
+        )
+        ids.append(r.id)
+    return repo, ids
+
+
+@pytest.fixture
+def stored(tmp_path):
+    db = tmp_path / "s.db"
+    repo, ids = _store(
+        db,
+        [
+            [
+                _step(0, "fold_batchnorm", 1.2, 1.15, 1.25),
+                _step(1, "export_onnx", 2.31, 2.25, 2.38),
+            ],
+            [_step(0, "fold_batchnorm", 1.1, 1.0, 1.2), _step(1, "export_onnx", 2.36, 2.30, 2.41)],
+            [_step(0, "fold_batchnorm", 1.0, 0.5, 1.6, noisy=True)],
+        ],
+    )
+    yield db, repo, ids
+    repo.close()
+
+
+def test_compare_dialog_draws_intervals_and_calls_a_tie(qapp, stored, capsys):
+    import pyqtgraph as pg
+
+    from studio.ui.compare_view import CompareView
+
+    db, repo, ids = stored
+    view = CompareView(repo, ids[:2])
+    # Pareto: the two export_onnx points' intervals overlap -> a tie, not a winner.
+    assert len(view.fastest) == 2 and "tie for fastest" in view.verdict
+    assert {p.split(" · ")[1] for p in view.fastest} == {"2. export_onnx"}
+    pareto = view.findChild(pg.PlotWidget, "paretoChart")
+    items = pareto.getPlotItem().items
+    scatters = [i for i in items if isinstance(i, pg.ScatterPlotItem)]
+    whiskers = [i for i in items if isinstance(i, pg.ErrorBarItem)]
+    assert len(whiskers) == 2  # one per run, coloured like its points
+    legend = pareto.getPlotItem().legend
+    names = [label.text for _, label in legend.items]
+    assert any(ids[0][:8] in n for n in names) and any(ids[1][:8] in n for n in names)
+    assert len({s.opts["brush"].color().name() for s in scatters if s.name()}) == 2
+    # Latency chart: error bars and step names on the axis, not indices.
+    lat = view.findChild(pg.PlotWidget, "latencyChart")
+    assert [i for i in lat.getPlotItem().items if isinstance(i, pg.ErrorBarItem)]
+    ticks = dict(lat.getAxis("bottom")._tickLevels[0])
+    assert ticks[0] == "original" and ticks[2] == "2. export_onnx"
+    # The metrics table shows the same interval text as `studio compare`.
+    table = view.findChild(type(view._metrics_table()), "compareTable")
+    cells = {
+        table.item(r, c).text() for r in range(table.rowCount()) for c in range(table.columnCount())
+    }
+    assert "2.31x [2.25-2.38]" in cells and "2.36x [2.30-2.41]" in cells
+    assert main(["--db", str(db), "compare", ids[0], ids[1]]) == 0
+    out = capsys.readouterr().out
+    assert "2.31x [2.25-2.38] =" in out and "2.36x [2.30-2.41] =" in out
+    view.close()
+
+
+def test_compare_crowns_a_winner_only_when_intervals_are_apart(qapp, tmp_path):
+    from studio.ui.compare_view import CompareView
+
+    repo, ids = _store(
+        tmp_path / "w.db",
+        [[_step(0, "export_onnx", 2.0, 1.9, 2.1)], [_step(0, "export_onnx", 3.0, 2.9, 3.1)]],
+    )
+    view = CompareView(repo, ids)
+    assert view.verdict == f"fastest: {ids[1][:8]} · 1. export_onnx"
+    view.close()
+    repo.close()
+
+
+def test_history_list_and_cli_show_the_same_interval(qapp, stored, capsys):
+    from studio.ui.history_view import RunTableModel
+
+    db, repo, ids = stored
+    model = RunTableModel(repo)
+    model.reload(None)
+    col = model.COLUMNS.index("speedup [95% CI]")
+    texts = {model.data(model.index(r, col)) for r in range(model.rowCount())}
+    assert texts == {"2.31x [2.25-2.38]", "2.36x [2.30-2.41]", "1.00x [0.50-1.60]~"}
+    noisy_row = next(
+        r for r in range(model.rowCount()) if model.data(model.index(r, col)).endswith("~")
+    )
+    assert REASON in model.data(model.index(noisy_row, col), 3)  # 3: tooltip role
+    assert main(["--db", str(db), "show", ids[0]]) == 0
+    assert "2.31x [2.25-2.38]" in capsys.readouterr().out
+
+
+class _Bridge(QObject):
+    jobQueued = Signal(str, str)
+    jobStarted = Signal(str, str)
+    jobEvent = Signal(str, object)
+    jobLog = Signal(str, object)
+    jobFinished = Signal(str, object)
+
+
+class _Services(QObject):
+    runQueued = Signal(str, str)
+
+    def __init__(self):
+        super().__init__()
+        self.bridge = _Bridge()
+
+
+def test_runs_panel_shows_interval_and_noise(qapp):
+    from studio.state import AppState
+    from studio.ui.runs_view import RunsView
+
+    services = _Services()
+    view = RunsView(AppState(), services)
+    services.bridge.jobStarted.emit("j1", "run_recipe")
+    services.bridge.jobEvent.emit(
+        "j1",
+        {
+            "event": "run_started",
+            "baseline": {"latency_p50_ms": 10.0},
+            "num_steps": 2,
+            "model_source": "zoo:mlp",
+        },
+    )
+    services.bridge.jobEvent.emit("j1", _step(0, "export_onnx", 2.31, 2.25, 2.38))
+    services.bridge.jobEvent.emit("j1", _step(1, "onnxruntime", 1.0, 0.5, 1.6, noisy=True))
+    services.bridge.jobEvent.emit(
+        "j1",
+        {"event": "run_finished", "status": "succeeded", "summary": {"noise": f"1 of 2: {REASON}"}},
+    )
+    view._show_selected()
+    t = view.table
+    assert t.item(1, 3).text() == "2.31x [2.25-2.38]"
+    assert t.item(2, 3).text() == "1.00x [0.50-1.60]~"
+    assert REASON in t.item(2, 3).toolTip()
+    log = view.log.toPlainText()
+    assert "speedup 2.31x [2.25-2.38]" in log and f"noisy timing: 1 of 2: {REASON}" in log
+    view.close()
