@@ -63,6 +63,7 @@ def measure_against(
         progress=progress,
         cancel=cancel,
         seed=recipe.seed,
+        reference_warm=True,  # measure() warmed the original up at the start of the run
     )
     metrics = cmp.metrics()
     metrics["size_bytes"] = float(getattr(model, "size_bytes", 0) or 0) or None
