@@ -77,8 +77,9 @@ def physical_cores() -> int:
 class TimingSettings:
     """How a comparison is timed (the recipe's ``benchmark`` section).
 
-    ``rounds``: A/B rounds (at least); ``iters``: timed samples per model, spread over the
-    rounds (``per_round`` = iters / rounds, rounded up, at least 1); ``warmup``: untimed calls
+    ``rounds``: A/B rounds (at least, but never more than ``iters``: a round takes at least
+    one sample of each model); ``iters``: timed samples per model, spread over the rounds
+    (``per_round`` = iters / rounds, rounded up); ``warmup``: untimed calls
     of each model before the first round; ``threads``: intra-op threads for torch and ONNX
     Runtime (None: the physical cores); ``min_time_s``: add rounds until both models together
     were timed this long (0: exactly ``rounds``).
@@ -88,7 +89,7 @@ class TimingSettings:
     iters: int = 16
     warmup: int = 3
     threads: int | None = None
-    min_time_s: float = 0.5
+    min_time_s: float = 0.2
 
     def __post_init__(self) -> None:
         check_settings(
@@ -100,8 +101,12 @@ class TimingSettings:
         )
 
     @property
+    def base_rounds(self) -> int:
+        return min(self.rounds, self.iters)
+
+    @property
     def per_round(self) -> int:
-        return max(1, math.ceil(self.iters / self.rounds))
+        return max(1, math.ceil(self.iters / self.base_rounds))
 
     @property
     def resolved_threads(self) -> int:
@@ -535,8 +540,8 @@ def run_rounds(
     rounds = 0
     order = ("reference", "candidate")
     try:
-        while rounds < settings.rounds or (
-            timed_s < settings.min_time_s and rounds < max(MAX_ROUNDS, settings.rounds)
+        while rounds < settings.base_rounds or (
+            timed_s < settings.min_time_s and rounds < max(MAX_ROUNDS, settings.base_rounds)
         ):
             if cancel is not None and cancel():
                 raise Cancelled("timing cancelled")
@@ -551,7 +556,7 @@ def run_rounds(
             if monitor is not None:
                 monitor.tick()
             if progress is not None:
-                progress(min(1.0, rounds / settings.rounds), f"timing round {rounds}")
+                progress(min(1.0, rounds / settings.base_rounds), f"timing round {rounds}")
     finally:
         if gc_was_enabled:
             gc.enable()

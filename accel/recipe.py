@@ -95,7 +95,7 @@ class BenchSettings(_Strict):
         8,
         ge=1,
         le=MAX_ITERS,
-        description="alternating rounds original/step (at least; see min_time_s)",
+        description="alternating rounds original/step (at most iters; more: see min_time_s)",
     )
     warmup: int = Field(
         3, ge=0, le=MAX_ITERS, description="untimed calls of each model before the rounds"
@@ -110,7 +110,7 @@ class BenchSettings(_Strict):
         description="intra-op threads of torch and every runtime (default: physical cores)",
     )
     min_time_s: float = Field(
-        0.5,
+        0.2,
         ge=0,
         le=3600,
         allow_inf_nan=False,

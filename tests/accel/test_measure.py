@@ -131,6 +131,15 @@ def test_bad_settings_name_the_setting(kwargs, needle):
         TimingSettings(**kwargs)
 
 
+def test_rounds_never_exceed_iters(clock):
+    s = TimingSettings(rounds=8, iters=3, min_time_s=0)
+    assert (s.base_rounds, s.per_round) == (3, 1)
+    res = run_rounds(
+        fake_model(clock, 0.001, lambda t: 1.0), fake_model(clock, 0.001, lambda t: 1.0), s
+    )
+    assert res.rounds == 3 and len(res.candidate.samples_ms) == 3
+
+
 def test_settings_from_recipe_section_fill_defaults():
     s = TimingSettings.from_any({"rounds": 4, "threads": None})
     assert (s.rounds, s.iters, s.threads) == (4, TimingSettings().iters, None)
@@ -207,7 +216,7 @@ def test_wide_interval_is_noisy(clock):
     res = run_rounds(
         fake_model(clock, 0.001, lambda t: 1.0),
         jumpy,
-        TimingSettings(rounds=8, iters=1, warmup=0, min_time_s=0),
+        TimingSettings(rounds=8, iters=8, warmup=0, min_time_s=0),
     )
     assert res.noisy
     assert "interval wider than" in res.noise_reason
