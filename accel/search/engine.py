@@ -275,9 +275,9 @@ def model_family(layer_types: frozenset[str]) -> str:
 # space (passes present, chain accepted by the pre-flight check) are used.
 SEEDS: dict[tuple[str, str], list[tuple[str, ...]]] = {
     ("cnn", "cpu"): [
-        ("fold_batchnorm", "channels_last"),
-        ("fold_batchnorm", "export_onnx", "onnxruntime"),
         ("fold_batchnorm", "export_onnx", "quantize_onnx_static", "onnxruntime"),
+        ("fold_batchnorm", "export_onnx", "onnxruntime"),
+        ("fold_batchnorm", "channels_last"),
         ("fold_batchnorm", "openvino"),
         ("fold_batchnorm", "openvino_int8"),
         ("fold_batchnorm", "channels_last", "bf16", "compile"),
