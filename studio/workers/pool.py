@@ -230,6 +230,7 @@ class _Job:
     killed: bool = False
     timed_out: bool = False
     out_of_memory: int = 0  # resident bytes when the memory cap stopped it
+    memory_probe: _MemoryProbe | None = None
     done: Done | None = None
     stderr: collections.deque[str] = field(
         default_factory=lambda: collections.deque(maxlen=LOG_TAIL_LINES)
@@ -271,20 +272,33 @@ def default_memory_limit() -> int:
         return 0
 
 
-def _tree_rss(pid: int) -> int:
-    """Resident bytes of a process and its children (compile workers, ...)."""
-    import psutil
+class _MemoryProbe:
+    """Resident bytes of a worker and its children (compile workers, ...), cheap enough for
+    the watchdog: the process list is refreshed every 2 s (scanning /proc holds the GIL,
+    which the GUI thread shares), the memory of the known processes read every sample."""
 
-    try:
-        proc = psutil.Process(pid)
-        procs = [proc, *proc.children(recursive=True)]
-    except (psutil.Error, OSError):
-        return 0
-    total = 0
-    for p in procs:
-        with contextlib.suppress(psutil.Error, OSError):
-            total += p.memory_info().rss
-    return total
+    REFRESH_S = 2.0
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.procs: list[Any] = []
+        self.refreshed = -1e9
+
+    def rss(self, now: float) -> int:
+        import psutil
+
+        if now - self.refreshed >= self.REFRESH_S or not self.procs:
+            self.refreshed = now
+            try:
+                root = psutil.Process(self.pid)
+                self.procs = [root, *root.children(recursive=True)]
+            except (psutil.Error, OSError):
+                self.procs = []
+        total = 0
+        for p in self.procs:
+            with contextlib.suppress(psutil.Error, OSError):
+                total += p.memory_info().rss
+        return total
 
 
 def _gib(n: int) -> str:
@@ -848,7 +862,9 @@ class WorkerPool:
                 if job.proc is None or job.proc.poll() is not None:
                     continue
                 if check_memory and not job.out_of_memory:
-                    used = _tree_rss(job.proc.pid)
+                    if job.memory_probe is None or job.memory_probe.pid != job.proc.pid:
+                        job.memory_probe = _MemoryProbe(job.proc.pid)
+                    used = job.memory_probe.rss(now)
                     if used > self.memory_limit_bytes:
                         job.out_of_memory = used
                         log.warning(
