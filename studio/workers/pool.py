@@ -747,6 +747,7 @@ class WorkerPool:
         assert job.lane is not None
         self._post("started", job, None)
         worker = self._checkout(job)
+        reused = worker is not None
         if worker is None:
             try:
                 persistent = self.warm and job.kind in WARM_KINDS
@@ -755,6 +756,43 @@ class WorkerPool:
                 job.stderr.append(f"could not start the worker: {exc}")
                 self._post("exit", job, None)
                 return
+        got_done, heard = self._run_on(worker, job)
+        if reused and not heard and not job.cancel_requested:
+            # The warm worker died while idle (killed, out of memory: it can still look alive
+            # while the kernel tears it down) before it read this job: run it on a new one.
+            worker.proc.wait()
+            worker.retire(0)
+            job.stderr.clear()
+            try:
+                worker = self._spawn(job.lane, persistent=True)
+            except OSError as exc:
+                job.stderr.append(f"could not start the worker: {exc}")
+                self._post("exit", job, None)
+                return
+            got_done, heard = self._run_on(worker, job)
+        proc = worker.proc
+        if got_done and self._checkin(worker, job):
+            code: int | None = 0  # the job ended cleanly; its worker stays for the next
+        else:
+            if got_done:
+                try:
+                    code = proc.wait(self.kill_grace_s + 3.0)
+                except subprocess.TimeoutExpired:
+                    code = None
+            else:
+                code = proc.wait()
+                worker.stderr_reader.join(timeout=2.0)
+                with contextlib.suppress(OSError):
+                    if proc.stdin:
+                        proc.stdin.close()
+            if worker.persistent:
+                self._ensure_warm(job.lane)  # a replacement warms up for the next job
+        self._post("exit", job, code)
+
+    def _run_on(self, worker: _Worker, job: _Job) -> tuple[bool, bool]:
+        """Send ``job`` to ``worker`` and relay its messages until its ``done`` (a persistent
+        worker) or its exit. Returns (got done, heard anything from the worker)."""
+        assert job.lane is not None
         proc = worker.proc
         worker.job = job
         worker.jobs_served += 1
@@ -773,7 +811,7 @@ class WorkerPool:
         if cancel_now:
             self._send(job, Cancel(job_id=job.id, seq=1))
         assert proc.stdout is not None
-        got_done = False
+        got_done = heard = False
         while True:
             line = proc.stdout.readline()
             if not line:
@@ -787,27 +825,12 @@ class WorkerPool:
                 continue
             if worker.persistent and msg.job_id != job.id:
                 continue  # a late line of the job this worker ran before
+            heard = True
             self._post("msg", job, msg)
             if worker.persistent and isinstance(msg, Done):
                 got_done = True
                 break
-        if got_done and self._checkin(worker, job):
-            code: int | None = 0  # the job ended cleanly; its worker stays for the next
-        else:
-            if got_done:
-                try:
-                    code = proc.wait(self.kill_grace_s + 3.0)
-                except subprocess.TimeoutExpired:
-                    code = None
-            else:
-                code = proc.wait()
-                worker.stderr_reader.join(timeout=2.0)
-                with contextlib.suppress(OSError):
-                    if proc.stdin:
-                        proc.stdin.close()
-            if worker.persistent:
-                self._ensure_warm(job.lane)  # a replacement warms up for the next job
-        self._post("exit", job, code)
+        return got_done, heard
 
     def _send(self, job: _Job, msg: Message) -> None:
         proc = job.proc
