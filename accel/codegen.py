@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from accel.errors import RecipeError
+from accel.literals import doc_text
 from accel.models.inputs import InputSpec, is_floating
 from accel.recipe import Recipe, load_recipe
 
@@ -156,13 +157,6 @@ def report(label, index, gates=None):
           f"{verdict:<4}  max_abs={p['max_abs']:.3g} cosine={p['cosine']:.6f}")
     results.append({"index": index, "step": label, "latency_p50_ms": bench["p50_ms"], "speedup": speedup, **p})
 '''
-
-
-def doc_text(value: object) -> str:
-    """``value`` as text that is safe inside a triple-quoted (non-raw) docstring or a comment:
-    the repr's escapes (newlines, quotes, control characters) and escaped double quotes, so
-    nothing from a recipe or a model file can close the string or start a line of code."""
-    return repr(str(value)).replace('"', '\\"')
 
 
 def kwargs_code(text: str, source: str) -> str:

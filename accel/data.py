@@ -470,7 +470,7 @@ def train_script_helper(spec: str | None, input_spec: InputSpec, seed: int = 0) 
 
 
 def _batches_source(spec: str | None, input_spec: InputSpec, seed: int, labels: bool) -> str | None:
-    from accel.codegen import doc_text
+    from accel.literals import doc_text
 
     if not spec:
         return None

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from accel.jsonable import jsonable
+
 STEP_COLUMNS = (
     "run",
     "model",
@@ -250,13 +252,7 @@ def runs_to_json(details: Sequence[Any]) -> str:
 
 
 def _json_safe(v: Any) -> Any:
-    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
-        return None
-    if isinstance(v, dict):
-        return {k: _json_safe(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_json_safe(x) for x in v]
-    return v
+    return jsonable(v, nonfinite="null")
 
 
 def runs_to_markdown(details: Sequence[Any]) -> str:

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from accel.errors import Cancelled, PassError
+from accel.jsonable import jsonable
+from accel.models.forms import describe, forms_of, made_by, model_form
 
 if TYPE_CHECKING:
     from accel.models.loaded import LoadedModel
@@ -43,10 +45,19 @@ class PassConfig(BaseModel):
 
 @dataclass(frozen=True)
 class Requirements:
+    """What a pass needs. ``accepts``: the model forms it takes (accel.models.forms; empty:
+    every form of ``model_kinds``); ``produces``: the form it returns (None: the form it
+    received, or the pass's ``output_kind``). accel.plan checks step orders with them."""
+
     model_kinds: tuple[str, ...] = ("torch",)
     cuda: bool = False
     libraries: tuple[str, ...] = ()
     note: str = ""
+    accepts: tuple[str, ...] = ()
+    produces: str | None = None
+
+    def accepted_forms(self) -> tuple[str, ...]:
+        return self.accepts or forms_of(self.model_kinds)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -54,6 +65,8 @@ class Requirements:
             "cuda": self.cuda,
             "libraries": list(self.libraries),
             "note": self.note,
+            "accepts": list(self.accepted_forms()),
+            "produces": self.produces,
         }
 
 
@@ -260,7 +273,7 @@ class Pass:
                     "type": _type_name(prop),
                     "default": None
                     if f.is_required()
-                    else _jsonable(f.get_default(call_default_factory=True)),
+                    else jsonable(f.get_default(call_default_factory=True)),
                     "required": f.is_required(),
                     "description": f.description or "",
                     "choices": prop.get("enum") or _enum_choices(prop, schema),
@@ -277,6 +290,23 @@ class Pass:
             "schema": schema,
         }
 
+    @classmethod
+    def produced_form(cls, received: str) -> str:
+        """The form of the model the pass returns when it gets a ``received`` model."""
+        return cls.requires.produces or cls.output_kind or received
+
+    @classmethod
+    def form_problem(cls, form: str) -> str | None:
+        """Why the pass cannot take a model of ``form`` (None: it can). A kind the pass does
+        not take at all is check_requirements' message; this one names the form."""
+        accepted = cls.requires.accepted_forms()
+        if form in accepted:
+            return None
+        need = " or ".join(describe(f) for f in accepted)
+        maker = made_by(form)
+        hint = f" Put this step before the {maker} step." if maker else ""
+        return f"{cls.name} needs {need}, but the model is {describe(form)} here.{hint}"
+
     def check_requirements(self, model: LoadedModel, device: str) -> None:
         """Raise PassError when the model kind or the device does not fit."""
         req = self.requires
@@ -288,6 +318,10 @@ class Pass:
             raise PassError(
                 f"{self.name} needs a {kinds} model, but the current model is {model.kind}.{hint}"
             )
+        form = model_form(model)
+        problem = self.form_problem(form)
+        if problem:
+            raise PassError(problem)
         if req.cuda and not str(device).startswith("cuda"):
             raise PassError(
                 f"{self.name} needs a CUDA GPU; set the recipe's device to cuda:0 on a machine with a GPU."
@@ -299,16 +333,6 @@ class Pass:
                 raise PassError(
                     f"{self.name} needs CUDA, and no CUDA GPU is available on this machine."
                 )
-
-
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, (str, int, float, bool)) or v is None:
-        return v
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    return getattr(v, "value", str(v))
 
 
 def _type_name(prop: dict[str, Any]) -> str:
@@ -362,9 +386,7 @@ def _scan() -> None:
     global _SCANNED
     if _SCANNED:
         return
-    import accel.passes as pkg
-
-    for info in pkgutil.iter_modules(pkg.__path__):
+    for info in pkgutil.iter_modules([str(Path(__file__).parent)]):  # this package's modules
         if info.name.startswith("_") or info.name == "base":
             continue
         try:

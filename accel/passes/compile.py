@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
+from accel.models.forms import COMPILED, EAGER, EXPORTED
 from accel.passes.base import (
     STAGE_LOWER,
     Choice,
@@ -85,7 +86,10 @@ class Compile(Pass):
     category = "compile"
     Config = CompileConfig
     requires = Requirements(
-        model_kinds=("torch",), note="inductor needs a C++ compiler; first call compiles"
+        model_kinds=("torch",),
+        note="inductor needs a C++ compiler; first call compiles",
+        accepts=(EAGER, EXPORTED),
+        produces=COMPILED,
     )
 
     def apply(self, model: LoadedModel, config: CompileConfig, ctx: PassContext) -> LoadedModel:

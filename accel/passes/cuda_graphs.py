@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
+from accel.models.forms import COMPILED, CUDA_GRAPH, EAGER, EXPORTED, SCRIPTED
 from accel.passes.base import Pass, PassConfig, PassContext, Requirements, ScriptStep, register_pass
 
 if TYPE_CHECKING:
@@ -28,6 +29,8 @@ class CudaGraphs(Pass):
         model_kinds=("torch",),
         cuda=True,
         note="static shapes: other input shapes fall back to eager",
+        accepts=(EAGER, COMPILED, SCRIPTED, EXPORTED),
+        produces=CUDA_GRAPH,
     )
 
     def apply(self, model: LoadedModel, config: CudaGraphsConfig, ctx: PassContext) -> LoadedModel:

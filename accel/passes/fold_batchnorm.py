@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from accel.models.forms import EAGER, EXPORTED
 from accel.passes.base import (
     STAGE_FOLD,
     Pass,
@@ -31,7 +32,9 @@ class FoldBatchNorm(Pass):
     category = "compile"
     Config = FoldBatchNormConfig
     requires = Requirements(
-        model_kinds=("torch",), note="for models with Conv + BatchNorm (inference only)"
+        model_kinds=("torch",),
+        note="for models with Conv + BatchNorm (inference only)",
+        accepts=(EAGER, EXPORTED),
     )
 
     def apply(

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
+from accel.models.forms import COMPILED, EAGER, EXPORTED, SCRIPTED
 from accel.models.onnx_io import EXTERNAL_DATA_THRESHOLD, save_onnx
 from accel.passes.base import (
     STAGE_LOWER,
@@ -262,7 +263,11 @@ class ExportOnnx(Pass):
     summary = "Export the model to ONNX (dynamo or TorchScript exporter), checked, optionally simplified; later steps run the ONNX file."
     category = "export"
     Config = ExportOnnxConfig
-    requires = Requirements(model_kinds=("torch",), libraries=("onnx", "onnxscript", "onnxslim"))
+    requires = Requirements(
+        model_kinds=("torch",),
+        libraries=("onnx", "onnxscript", "onnxslim"),
+        accepts=(EAGER, COMPILED, SCRIPTED, EXPORTED),
+    )
     output_kind = "onnx"
 
     def apply(self, model: LoadedModel, config: ExportOnnxConfig, ctx: PassContext) -> LoadedModel:

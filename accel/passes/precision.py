@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
+from accel.models.forms import COMPILED, EAGER, EXPORTED
 from accel.passes.base import (
     STAGE_NUMERIC,
     Choice,
@@ -86,7 +87,7 @@ class _LowPrecision(Pass):
     dtype: str = "float32"
     category = "precision"
     Config = LowPrecisionConfig
-    requires = Requirements(model_kinds=("torch",))
+    requires = Requirements(model_kinds=("torch",), accepts=(EAGER,))
 
     def apply(
         self, model: LoadedModel, config: LowPrecisionConfig, ctx: PassContext
@@ -184,7 +185,7 @@ class Autocast(Pass):
     summary = "Mixed precision: run forward under torch.autocast; weights stay float32."
     category = "precision"
     Config = AutocastConfig
-    requires = Requirements(model_kinds=("torch",))
+    requires = Requirements(model_kinds=("torch",), accepts=(EAGER, COMPILED, EXPORTED))
 
     def apply(self, model: LoadedModel, config: AutocastConfig, ctx: PassContext) -> LoadedModel:
         import torch

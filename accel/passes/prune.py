@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
+from accel.models.forms import EAGER
 from accel.passes.base import (
     STAGE_PRUNE,
     FloatRange,
@@ -131,6 +132,7 @@ class PruneChannels(Pass):
         model_kinds=("torch",),
         libraries=("torch_pruning",),
         note="eager nn.Module (not TorchScript)",
+        accepts=(EAGER,),
     )
 
     def apply(
@@ -298,7 +300,9 @@ class PruneUnstructured(Pass):
     category = "prune"
     Config = PruneUnstructuredConfig
     requires = Requirements(
-        model_kinds=("torch",), note="dense kernels do not get faster from zeros"
+        model_kinds=("torch",),
+        note="dense kernels do not get faster from zeros",
+        accepts=(EAGER,),
     )
 
     def apply(
@@ -366,6 +370,7 @@ class Sparsity24(Pass):
         cuda=True,
         libraries=("torchao",),
         note="NVIDIA GPU with sparse tensor cores (Ampere or newer)",
+        accepts=(EAGER,),
     )
 
     def apply(self, model: LoadedModel, config: Sparsity24Config, ctx: PassContext) -> LoadedModel:

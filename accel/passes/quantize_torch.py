@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from accel.errors import NotApplicable, PassError
+from accel.models.forms import EAGER
 from accel.passes.base import (
     STAGE_NUMERIC,
     Choice,
@@ -180,6 +181,7 @@ class QuantizeDynamicInt8(Pass):
         model_kinds=("torch",),
         libraries=("torchao",),
         note="speeds up Linear/LSTM-heavy models on CPU",
+        accepts=(EAGER,),
     )
 
     def _backend(self, config: DynamicInt8Config, module: Any, device: str) -> str:
@@ -300,7 +302,9 @@ class QuantizeWeightOnly(Pass):
     category = "quantize"
     Config = WeightOnlyConfig
     layer_types = ("Linear",)  # what it quantizes (sensitivity analysis, exclude)
-    requires = Requirements(model_kinds=("torch",), libraries=("torchao",), note="Linear layers")
+    requires = Requirements(
+        model_kinds=("torch",), libraries=("torchao",), note="Linear layers", accepts=(EAGER,)
+    )
 
     @staticmethod
     def _layout(config: WeightOnlyConfig, device: str) -> str:
@@ -412,6 +416,7 @@ class QuantizeStaticInt8(Pass):
         model_kinds=("torch",),
         libraries=("torchao",),
         note="needs a torch.export-able model; int8 kernels after torch.compile, q/dq reference ops in eager",
+        accepts=(EAGER,),
     )
 
     def apply(self, model: LoadedModel, config: StaticInt8Config, ctx: PassContext) -> LoadedModel:
@@ -533,7 +538,10 @@ class QuantizationAwareTraining(Pass):
     Config = QATConfigModel
     layer_types = ("Linear",)  # what it quantizes (sensitivity analysis, exclude)
     requires = Requirements(
-        model_kinds=("torch",), libraries=("torchao",), note="trains the model for `steps` steps"
+        model_kinds=("torch",),
+        libraries=("torchao",),
+        note="trains the model for `steps` steps",
+        accepts=(EAGER,),
     )
 
     def apply(self, model: LoadedModel, config: QATConfigModel, ctx: PassContext) -> LoadedModel:

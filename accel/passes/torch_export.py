@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
+from accel.models.forms import EAGER, EXPORTED
 from accel.models.shapes import example_for_export, export_dim_objects, ranged_dims
 from accel.passes.base import Pass, PassConfig, PassContext, Requirements, ScriptStep, register_pass
 
@@ -49,7 +50,7 @@ class TorchExport(Pass):
     )
     category = "export"
     Config = TorchExportConfig
-    requires = Requirements(model_kinds=("torch",))
+    requires = Requirements(model_kinds=("torch",), accepts=(EAGER,), produces=EXPORTED)
 
     def apply(self, model: LoadedModel, config: TorchExportConfig, ctx: PassContext) -> LoadedModel:
         import torch

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
+from accel.models.forms import EAGER, EXPORTED, SCRIPTED
 from accel.models.shapes import current_dims, other_dims
 from accel.passes.base import Pass, PassConfig, PassContext, Requirements, ScriptStep, register_pass
 
@@ -41,7 +42,7 @@ class TorchScript(Pass):
     summary = "Trace or script the model to TorchScript, save it (.ts) and run the saved file."
     category = "export"
     Config = TorchScriptConfig
-    requires = Requirements(model_kinds=("torch",))
+    requires = Requirements(model_kinds=("torch",), accepts=(EAGER, EXPORTED), produces=SCRIPTED)
 
     def apply(self, model: LoadedModel, config: TorchScriptConfig, ctx: PassContext) -> LoadedModel:
         import warnings

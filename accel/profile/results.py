@@ -9,20 +9,15 @@ Rows are keyed by module path (torch, ``""`` for the root module) or node name
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from accel.jsonable import jsonable
 
 
 def _json_safe(obj: Any) -> Any:
     """NaN / infinity -> None: strict JSON (and the database) cannot hold them."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_json_safe(v) for v in obj]
-    return obj
+    return jsonable(obj, nonfinite="null")
 
 
 def _from_dict(cls, d: dict[str, Any]):

@@ -1,6 +1,6 @@
-"""The run loop: prepare, load the original and its baseline, then per step apply the pass
-(accel.runner.steps), evaluate it (accel.runner.evaluate), save what it leaves
-(accel.runner.artifacts) and report through events."""
+"""The run loop: prepare, check the plan (accel.plan), load the original and its baseline,
+then per step apply the pass (accel.runner.steps), evaluate it (accel.runner.evaluate),
+save what it leaves (accel.runner.artifacts) and report through events."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from accel.events import (
     StepFinished,
     StepStarted,
 )
+from accel.plan import PlanError, plan
 from accel.recipe import Recipe, Step
 from accel.runner.artifacts import save_step_model, step_artifacts
 from accel.runner.evaluate import Baseline, evaluate_baseline, evaluate_step
@@ -92,6 +93,10 @@ class _Run:
         import torch
 
         recipe, emit = self.recipe, self.emit
+        # Before any work: a step order that cannot run fails now, not after the baseline.
+        preflight = plan(recipe)
+        if not preflight.ok:
+            return self.fail(PlanError(preflight), None)
         torch.manual_seed(recipe.seed)
         torch.set_num_threads(self.setup.threads)  # restored by run_recipe
         try:

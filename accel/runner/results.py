@@ -3,12 +3,14 @@ summary line (the ``summary`` of RunFinished)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from accel.jsonable import jsonable
 from accel.recipe import Recipe
+
+__all__ = ["RunResult", "StepResult", "jsonable", "run_summary"]
 
 
 @dataclass
@@ -68,12 +70,3 @@ def run_summary(result: RunResult) -> dict[str, Any]:
         "final_latency_p50_ms": (last.metrics.get("latency_p50_ms") if last else None),
         "baseline_latency_p50_ms": result.baseline.get("latency_p50_ms"),
     }
-
-
-def jsonable(v: Any) -> Any:
-    """``v`` itself when it is JSON-serialisable, else a copy with unknown objects as str."""
-    try:
-        json.dumps(v)
-        return v
-    except TypeError:
-        return json.loads(json.dumps(v, default=str))

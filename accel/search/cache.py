@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from accel.jsonable import jsonable
+
 log = logging.getLogger(__name__)
 
 # LoadedModel fields stored with an entry (besides the files); module is never stored.
@@ -103,7 +105,7 @@ class PrefixCache:
                 _link_or_copy(f, tmp / f.name)
             meta = {
                 "file": src.name,
-                "fields": {k: _jsonable(getattr(model, k, None)) for k in _FIELDS},
+                "fields": {k: jsonable(getattr(model, k, None)) for k in _FIELDS},
                 "created": time.time(),
             }
             (tmp / "entry.json").write_text(json.dumps(meta))
@@ -160,11 +162,3 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         os.link(src, dst)
     except OSError:
         shutil.copy2(src, dst)
-
-
-def _jsonable(v: Any) -> Any:
-    try:
-        json.dumps(v)
-        return v
-    except TypeError:
-        return json.loads(json.dumps(v, default=str))

@@ -20,6 +20,7 @@ from typing import Any
 
 from accel.errors import AccelError, Cancelled, PassError
 from accel.events import RunFailed, RunFinished, RunStarted, StepFinished, StepStarted
+from accel.jsonable import jsonable
 
 log = logging.getLogger(__name__)
 
@@ -232,7 +233,7 @@ def run_trial(
                     metrics={},
                     parity=None,
                     artifacts=[],
-                    details=_jsonable(ctx.details),
+                    details=jsonable(ctx.details),
                     error=msg,
                 ).to_dict()
             )
@@ -250,11 +251,11 @@ def run_trial(
                     metrics=dict(ctx.metrics),
                     parity=None,
                     artifacts=[file_artifact(a["path"], a["kind"]) for a in ctx.artifacts],
-                    details=_jsonable(ctx.details),
+                    details=jsonable(ctx.details),
                 ).to_dict()
             )
         else:
-            last_details = _jsonable(ctx.details)
+            last_details = jsonable(ctx.details)
             last_artifacts = [file_artifact(a["path"], a["kind"]) for a in ctx.artifacts]
             t_last = t0
     # -- the gate, before any timing ------------------------------------------------------
@@ -375,13 +376,3 @@ def _data_sources(d: dict[str, Any], model: Any, seed: int) -> dict[str, Any]:
                 teacher=model,
             )
     return out
-
-
-def _jsonable(v: Any) -> Any:
-    import json
-
-    try:
-        json.dumps(v)
-        return v
-    except TypeError:
-        return json.loads(json.dumps(v, default=str))

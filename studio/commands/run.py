@@ -21,12 +21,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tag", action="append", default=[], help="tag the run (repeatable)")
     p.add_argument("--notes", default="", help="notes stored with the run")
     p.add_argument("--timeout", type=float, default=None, help="stop the run after SECONDS")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan (the model form each step receives and produces) without loading "
+        "the model; exit 1 when a step cannot run where it is",
+    )
     add_trust_arguments(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from accel.plan import plan
     from accel.recipe import load_recipe
+    from studio.cli import CliError
     from studio.workers.entry import load_plugin
     from studio.workers.pool import env_plugins
 
@@ -34,6 +42,19 @@ def run(args: argparse.Namespace) -> int:
         load_plugin(plugin)
     recipe_path = Path(args.recipe).resolve()
     recipe = load_recipe(recipe_path)  # a bad recipe fails here, before any worker starts
+    if args.model:
+        recipe = recipe.model_copy(
+            update={"model": recipe.model.model_copy(update={"source": args.model})}
+        )
+    preflight = plan(recipe, device=args.device)  # so does an impossible step order
+    if args.dry_run:
+        print("\n".join(preflight.lines()))
+        if not preflight.ok:
+            print("\n".join(f"error: {e}" for e in preflight.errors), file=sys.stderr)
+            return 1
+        return 0
+    if not preflight.ok:
+        raise CliError("the recipe cannot run: " + "; ".join(preflight.errors))
     params: dict[str, Any] = {"recipe": str(recipe_path), "device": args.device or recipe.device}
     if args.model:
         params["model"] = args.model

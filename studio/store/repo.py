@@ -25,6 +25,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
+from accel.jsonable import jsonable
 from studio.store import db as dbmod
 from studio.store.models import (
     FINAL_STATUSES,
@@ -95,13 +96,7 @@ def _join_float(value: float | None, is_nan: bool) -> float | None:
 
 def _json_safe(obj: Any) -> Any:
     """Non-finite floats become strings: PostgreSQL's JSON (rightly) rejects NaN."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return "NaN" if math.isnan(obj) else ("Infinity" if obj > 0 else "-Infinity")
-    if isinstance(obj, Mapping):
-        return {str(k): _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_json_safe(v) for v in obj]
-    return obj
+    return jsonable(obj, nonfinite="string")
 
 
 def _aware(t: dt.datetime | None) -> dt.datetime | None:

@@ -25,6 +25,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from accel.jsonable import jsonable
+
 _NO_VALUE = object()
 
 
@@ -281,8 +283,4 @@ def _parse_mapping(text: str) -> Any:
 
 
 def _jsonable(v: Any) -> Any:
-    if isinstance(v, BaseModel):
-        return v.model_dump(mode="json")
-    if isinstance(v, tuple):
-        return list(v)
-    return getattr(v, "value", v)
+    return jsonable(v)

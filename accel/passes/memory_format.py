@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
+from accel.models.forms import COMPILED, EAGER, EXPORTED, SCRIPTED
 from accel.passes.base import (
     STAGE_LAYOUT,
     Pass,
@@ -34,7 +35,11 @@ class ChannelsLast(Pass):
     summary = "Store conv weights and activations as NHWC (channels_last); faster conv kernels on CPU and tensor cores."
     category = "layout"
     Config = ChannelsLastConfig
-    requires = Requirements(model_kinds=("torch",), note="useful for models with 2-D convolutions")
+    requires = Requirements(
+        model_kinds=("torch",),
+        note="useful for models with 2-D convolutions",
+        accepts=(EAGER, COMPILED, SCRIPTED, EXPORTED),
+    )
 
     def apply(
         self, model: LoadedModel, config: ChannelsLastConfig, ctx: PassContext

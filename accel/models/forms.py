@@ -1,0 +1,115 @@
+"""Model forms: what a step receives and produces, finer than the model kind.
+
+A torch model is ``eager`` (a Python nn.Module), ``compiled`` (torch.compile), ``scripted``
+(TorchScript), ``exported`` (a torch.export program run as a module) or ``cuda_graph`` (a
+captured CUDA graph replayed). Any other kind (``onnx``, and the runtimes of accel.backends)
+is its own form. Passes declare the forms they accept and produce
+(``accel.passes.Requirements``); ``accel.plan`` checks a recipe's step order with them
+before any model is loaded, and ``Pass.check_requirements`` checks the loaded model."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+from typing import Any
+
+EAGER = "eager"
+COMPILED = "compiled"
+SCRIPTED = "scripted"
+EXPORTED = "exported"
+CUDA_GRAPH = "cuda_graph"
+ONNX = "onnx"
+
+TORCH_FORMS = (EAGER, COMPILED, SCRIPTED, EXPORTED, CUDA_GRAPH)
+
+_DESCRIPTIONS = {
+    EAGER: "a plain (eager) torch module",
+    COMPILED: "a torch.compile'd module",
+    SCRIPTED: "a TorchScript module",
+    EXPORTED: "a torch.export program",
+    CUDA_GRAPH: "a captured CUDA graph",
+    ONNX: "an ONNX model",
+}
+# The step that turns a torch model into each form (for "move this step before ...").
+_MADE_BY = {
+    COMPILED: "compile",
+    SCRIPTED: "torchscript",
+    EXPORTED: "torch_export",
+    CUDA_GRAPH: "cuda_graphs",
+    ONNX: "export_onnx",
+}
+
+
+def kind_of(form: str) -> str:
+    """The model kind of a form (``torch`` for the torch forms)."""
+    return "torch" if form in TORCH_FORMS else form
+
+
+def forms_of(kinds: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """All forms of the given model kinds."""
+    out: list[str] = []
+    for k in kinds:
+        out.extend(TORCH_FORMS if k == "torch" else (k,))
+    return tuple(out)
+
+
+def describe(form: str) -> str:
+    return _DESCRIPTIONS.get(form, f"a {form} model")
+
+
+def made_by(form: str) -> str | None:
+    """The pass that usually makes ``form`` out of an eager model (None: the source does)."""
+    return _MADE_BY.get(form)
+
+
+def model_form(model: Any) -> str:
+    """The form of a LoadedModel (cheap: type and metadata checks, no forward)."""
+    kind = getattr(model, "kind", "torch")
+    if kind != "torch":
+        return kind
+    meta = getattr(model, "metadata", None) or {}
+    if meta.get("cuda_graphs"):
+        return CUDA_GRAPH
+    module = getattr(model, "module", None)
+    if type(module).__name__ == "OptimizedModule":
+        return COMPILED
+    if module is not None:
+        import torch
+
+        if isinstance(module, torch.jit.ScriptModule):
+            return SCRIPTED
+    if meta.get("exported_program"):
+        return EXPORTED
+    return EAGER
+
+
+def source_form(source: str) -> str | None:
+    """The form a model source loads as, read from the source string (and, for .pt files,
+    the archive's file list) without loading it; None when that cannot be told (a file
+    that is not there, a suffix another runtime loads)."""
+    text = str(source).strip()
+    target = text.split("@", 1)[0].split("(", 1)[0].strip()
+    if target.startswith(("zoo:", "tv:", "hf:")):
+        return EAGER
+    path = Path(target)
+    suffix = path.suffix.lower()
+    if suffix in (".onnx", ".pt2", ".pt", ".ts", ".pth", ".jit") and ":" not in path.name:
+        if not path.is_file():
+            return None  # loading it says what is wrong
+        if suffix == ".onnx":
+            return ONNX
+        if suffix == ".pt2":
+            return EXPORTED
+        return SCRIPTED if _is_torchscript_archive(path) else EAGER
+    if ":" in target:
+        return EAGER  # file.py:factory / pkg.mod:factory
+    return None
+
+
+def _is_torchscript_archive(path: Path) -> bool:
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = z.namelist()
+    except (zipfile.BadZipFile, OSError):
+        return False
+    return any(n.split("/", 1)[-1].startswith(("code/", "constants.pkl")) for n in names)

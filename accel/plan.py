@@ -1,0 +1,169 @@
+"""The pre-flight plan of a recipe: which model form each step receives and produces, and
+why a step cannot run where it is, found without loading the model.
+
+``plan(recipe)`` reads the recipe (names and params checked by accel.recipe), takes the
+model's form from its source (accel.models.forms.source_form) and walks the enabled steps
+with each pass's declared ``Requirements.accepts`` / ``produces``, its device and library
+needs. The runner calls it before any work (an impossible order fails the run at once),
+``studio run --dry-run`` prints it, and the search and the GUI palette ask
+``passes_after(form)`` which passes can follow a model of some form."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from accel.errors import RecipeError
+from accel.models.forms import describe, kind_of, source_form
+from accel.recipe import Recipe, load_recipe
+
+
+@dataclass(frozen=True)
+class PlannedStep:
+    index: int  # position in recipe.steps (disabled steps are skipped, not renumbered)
+    pass_name: str
+    label: str
+    receives: str | None  # model form (None: unknown until the model is loaded)
+    produces: str | None
+    problem: str | None = None  # why the step cannot run here; None: it can
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+
+@dataclass(frozen=True)
+class Plan:
+    recipe: str  # the recipe's name
+    model_source: str
+    device: str
+    start_form: str | None
+    steps: tuple[PlannedStep, ...]
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        return all(s.ok for s in self.steps)
+
+    @property
+    def errors(self) -> list[str]:
+        return [f"step {s.index + 1} ({s.label}): {s.problem}" for s in self.steps if s.problem]
+
+    @property
+    def final_form(self) -> str | None:
+        return self.steps[-1].produces if self.steps else self.start_form
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ok"], d["errors"], d["final_form"] = self.ok, self.errors, self.final_form
+        return d
+
+    def lines(self) -> list[str]:
+        """The plan as text, one line per step (for the CLI)."""
+        start = describe(self.start_form) if self.start_form else "a model of unknown form"
+        out = [f"{self.model_source} ({start}) on {self.device}"]
+        for s in self.steps:
+            arrow = f"{s.receives or '?'} -> {s.produces or '?'}"
+            mark = "ok" if s.ok else f"CANNOT RUN: {s.problem}"
+            out.append(f"  {s.index + 1}. {s.label:<24} {arrow:<24} {mark}")
+        out += [f"  warning: {w}" for w in self.warnings]
+        return out
+
+
+class PlanError(RecipeError):
+    """A recipe whose steps cannot run in their order; ``plan`` holds every reason."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        super().__init__("; ".join(plan.errors))
+
+
+def plan(
+    recipe: Recipe | str | Path | Mapping[str, Any],
+    *,
+    start_form: str | None = None,
+    device: str | None = None,
+) -> Plan:
+    """The plan of ``recipe`` (never loads the model). ``start_form``: the model's form when
+    the caller knows it (a loaded model: accel.models.forms.model_form), else read from the
+    source; ``device`` overrides the recipe's. Order problems are in the Plan (``ok``,
+    ``errors``); an unreadable recipe raises RecipeError."""
+    from accel.passes import get_pass
+
+    recipe = load_recipe(recipe)
+    device = device or recipe.device
+    form = start = start_form or source_form(recipe.model.source)
+    steps: list[PlannedStep] = []
+    for index, step in recipe.enabled_steps():
+        cls = get_pass(step.pass_name)
+        problem = step_problem(cls, form, device)
+        produces = cls.produced_form(form) if form is not None else _known_output(cls)
+        steps.append(PlannedStep(index, step.pass_name, step.label, form, produces, problem))
+        form = produces
+    warnings = []
+    if not steps:
+        warnings.append("the recipe has no enabled steps")
+    if start is None:
+        warnings.append(
+            "the model's form cannot be told from its source; the first step is checked "
+            "against it when the model loads"
+        )
+    return Plan(recipe.name, recipe.model.source, device, start, tuple(steps), tuple(warnings))
+
+
+def check(recipe: Recipe | str | Path | Mapping[str, Any], **kwargs: Any) -> Plan:
+    """``plan(recipe)``, raising PlanError when a step cannot run where it is."""
+    p = plan(recipe, **kwargs)
+    if not p.ok:
+        raise PlanError(p)
+    return p
+
+
+def step_problem(cls: Any, form: str | None, device: str) -> str | None:
+    """Why pass class ``cls`` cannot run on a model of ``form`` on ``device`` (None: it can).
+    ``form`` None (unknown) checks only the device and the libraries."""
+    req = cls.requires
+    if form is not None and kind_of(form) not in req.model_kinds:
+        kinds = " or ".join(req.model_kinds)
+        hint = ""
+        if "torch" in req.model_kinds:
+            hint = " Move this step before the step that converts the model from torch"
+            hint = " Move this step before the export_onnx step." if form == "onnx" else hint + "."
+        elif "onnx" in req.model_kinds:
+            hint = " Add an export_onnx step before it."
+        a = "an" if kinds[0] in "aeiou" else "a"
+        return f"{cls.name} needs {a} {kinds} model, but the model is {kind_of(form)} here.{hint}"
+    if form is not None:
+        problem = cls.form_problem(form)
+        if problem:
+            return problem
+    if req.cuda and not str(device).startswith("cuda"):
+        return f"{cls.name} needs a CUDA GPU; set the recipe's device to cuda:0."
+    missing = [lib for lib in req.libraries if not _installed(lib)]
+    if missing:
+        return f"{cls.name} needs {', '.join(missing)}, which is not installed here."
+    return None
+
+
+def passes_after(form: str | None, device: str = "cpu") -> list[tuple[str, str | None]]:
+    """Every listed pass as (name, why it cannot follow a model of ``form`` on ``device``
+    or None when it can), sorted like ``accel.passes.list_passes``. For the GUI palette and
+    the search: no pass names needed by the caller."""
+    from accel.passes import list_passes
+
+    return [(cls.name, step_problem(cls, form, device)) for cls in list_passes()]
+
+
+def _known_output(cls: Any) -> str | None:
+    """The form a pass produces whatever it receives (exports), else None (unknown)."""
+    return cls.requires.produces or cls.output_kind
+
+
+def _installed(lib: str) -> bool:
+    try:
+        return importlib.util.find_spec(lib) is not None
+    except (ImportError, ValueError):
+        return False

@@ -1,0 +1,128 @@
+"""The pre-flight plan: model forms through a recipe's steps, checked without loading it."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+import yaml
+
+from accel.errors import PassError
+from accel.models import load_model
+from accel.models.forms import COMPILED, EAGER, EXPORTED, ONNX, SCRIPTED, model_form, source_form
+from accel.passes import get_pass
+from accel.plan import PlanError, check, passes_after, plan
+
+
+def _recipe(*passes, source="zoo:mlp", device="cpu"):
+    return {"model": {"source": source}, "device": device, "steps": [{"pass": p} for p in passes]}
+
+
+def test_a_good_order_gives_each_steps_forms():
+    p = plan(_recipe("bf16", "compile", "export_onnx", "onnxruntime"))
+    assert p.ok and p.errors == []
+    assert [(s.receives, s.produces) for s in p.steps] == [
+        (EAGER, EAGER),
+        (EAGER, COMPILED),
+        (COMPILED, ONNX),
+        (ONNX, ONNX),
+    ]
+    assert p.final_form == ONNX and p.start_form == EAGER
+
+
+def test_an_impossible_order_is_rejected_with_what_to_change():
+    p = plan(_recipe("compile", "torch_export", "quantize_onnx_dynamic"))
+    assert not p.ok
+    bad = {s.index: s.problem for s in p.steps if s.problem}
+    assert set(bad) == {1, 2}
+    assert "before the compile step" in bad[1]
+    assert "Add an export_onnx step" in bad[2]
+    with pytest.raises(PlanError, match="step 2 \\(torch_export\\)"):
+        check(_recipe("compile", "torch_export"))
+
+
+def test_disabled_steps_are_not_planned_and_keep_their_index():
+    r = _recipe("export_onnx", "bf16", "onnxruntime")
+    r["steps"][1]["enabled"] = False
+    p = plan(r)
+    assert p.ok and [s.index for s in p.steps] == [0, 2]
+
+
+def test_device_needs_are_checked():
+    assert "CUDA" in plan(_recipe("cuda_graphs")).errors[0]
+
+
+def test_passes_after_a_form():
+    after_onnx = dict(passes_after(ONNX))
+    assert after_onnx["onnxruntime"] is None and after_onnx["quantize_onnx_static"] is None
+    assert "before the export_onnx step" in after_onnx["bf16"]
+    after_script = dict(passes_after(SCRIPTED))
+    assert after_script["export_onnx"] is None and after_script["channels_last"] is None
+    assert "before the torchscript step" in after_script["quantize_dynamic_int8"]
+
+
+def test_source_forms_are_read_without_loading(tmp_path):
+    scripted = tmp_path / "m.pt"
+    torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), str(scripted))
+    assert source_form(str(scripted)) == SCRIPTED
+    assert source_form("zoo:resnet") == EAGER and source_form("pkg.mod:make(n=2)") == EAGER
+    assert source_form(str(tmp_path / "missing.onnx")) is None  # loading says what is wrong
+    p = plan(_recipe("bf16", source=str(scripted)))
+    assert not p.ok and "TorchScript" in p.errors[0]
+
+
+def test_loaded_model_forms_and_the_runtime_check():
+    mlp = load_model("zoo:mlp")
+    assert model_form(mlp) == EAGER
+    compiled = mlp.replace(module=torch.compile(mlp.module))
+    assert model_form(compiled) == COMPILED
+    with pytest.raises(PassError, match="before the compile step"):
+        get_pass("torch_export")().check_requirements(compiled, "cpu")
+    exported = mlp.replace(metadata={"exported_program": True})
+    assert model_form(exported) == EXPORTED
+    with pytest.raises(PassError, match="before the torch_export step"):
+        get_pass("quantize_dynamic_int8")().check_requirements(exported, "cpu")
+
+
+def test_runner_rejects_an_impossible_order_before_loading(tmp_path, monkeypatch):
+    import accel.runner.loop as loop
+    from accel.runner import run_recipe
+
+    def no_load(*a, **k):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(loop, "load_original", no_load)
+    events = []
+    res = run_recipe(
+        _recipe("export_onnx", "bf16"), on_event=events.append, out_dir=tmp_path / "run"
+    )
+    assert res.status == "failed" and "Move this step before the export_onnx step" in res.error
+    assert [e.kind for e in events] == ["run_failed"]
+
+
+def test_cli_dry_run_prints_the_plan_or_rejects(tmp_path, capsys):
+    from studio.cli import main
+
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text(yaml.safe_dump(_recipe("fold_batchnorm", "torch_export")))
+    bad.write_text(yaml.safe_dump(_recipe("export_onnx", "fp16")))
+    assert main(["run", str(good), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "torch_export" in out and "eager -> exported" in out
+    assert main(["run", str(bad), "--dry-run"]) == 1
+    captured = capsys.readouterr()
+    assert "CANNOT RUN" in captured.out and "step 2 (fp16)" in captured.err
+
+
+def test_dry_run_does_not_import_torch(tmp_path):
+    import subprocess
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(_recipe("export_onnx", "fp16")))
+    code = (
+        "import sys; from studio.cli import main; rc = main(['run', sys.argv[1], '--dry-run']); "
+        "print('torch' in sys.modules); sys.exit(rc)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(bad)], capture_output=True, text=True)
+    assert proc.returncode == 1 and proc.stdout.strip().endswith("False"), proc.stderr
