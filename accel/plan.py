@@ -103,7 +103,11 @@ def plan(
         produces = cls.produced_form(form) if form is not None else _known_output(cls)
         steps.append(PlannedStep(index, step.pass_name, step.label, form, produces, problem))
         form = produces
-    warnings = []
+    from accel.recipe_checks import step_warnings
+
+    warnings = [
+        f"step {i + 1}: {w}" for i, w in sorted(step_warnings(recipe.steps, device).items())
+    ]
     if not steps:
         warnings.append("the recipe has no enabled steps")
     if start is None:

@@ -93,10 +93,11 @@ class _Run:
         import torch
 
         recipe, emit = self.recipe, self.emit
-        # Before any work: a step order that cannot run fails now, not after the baseline.
-        preflight = plan(recipe)
-        if not preflight.ok:
-            return self.fail(PlanError(preflight), None)
+        # Before any work: a step order that cannot run fails now, not after the baseline
+        # (with on_step_error: skip, such steps fail when they come and are skipped).
+        planned = plan(recipe)
+        if not planned.ok and recipe.on_step_error == "stop":
+            return self.fail(PlanError(planned), None)
         torch.manual_seed(recipe.seed)
         torch.set_num_threads(self.setup.threads)  # restored by run_recipe
         try:
@@ -186,92 +187,47 @@ class _Run:
         """Apply, evaluate and save one step: its result (recorded and reported), its model
         and why its gate failed. A step that raises gives a ``failed`` result (no model);
         Cancelled propagates."""
-        recipe, emit = self.recipe, self.emit
-        emit(StepStarted(index=index, pass_name=step.pass_name, params=step.params))
+        self.emit(StepStarted(index=index, pass_name=step.pass_name, params=step.params))
         t0 = time.perf_counter()
         step_dir = self.setup.run_dir / f"step_{index:02d}_{step.pass_name}"
         step_dir.mkdir(parents=True, exist_ok=True)
 
         def progress(f: float, m: str) -> None:
-            emit(Progress(index=index, fraction=f, message=m))
+            self.emit(Progress(index=index, fraction=f, message=m))
 
         ctx = make_context(
-            index,
-            step_dir,
-            recipe,
-            orig.model,
-            orig.inputs,
-            orig.data,
-            self.device,
-            progress,
-            self.is_cancelled,
+            index, step_dir, self.recipe, orig, self.device, progress, self.is_cancelled
         )
         try:
-            new_model = apply_step(step, current, ctx, recipe.seed)
+            new_model = apply_step(step, current, ctx, self.recipe.seed)
             ev = evaluate_step(
-                orig.model,
-                new_model,
-                orig.inputs,
-                baseline,
-                recipe=recipe,
-                step=step,
-                data=orig.data,
-                device=self.device,
-                step_dir=step_dir,
-                pass_metrics=ctx.metrics,
-                progress=progress,
-                cancel=self.is_cancelled,
-            )
+                orig.model, new_model, orig.inputs, baseline, recipe=self.recipe, step=step,
+                data=orig.data, device=self.device, step_dir=step_dir, pass_metrics=ctx.metrics,
+                progress=progress, cancel=self.is_cancelled,
+            )  # fmt: skip
             ctx.details["timing"] = ev.timing
             for w in ev.warnings:
                 ctx.warn(w)
-            # After benchmarking and parity: saving never changes the step's outputs or timings.
-            t_save = time.perf_counter()
-            if self.setup.save_models:
-                saved = save_step_model(
-                    new_model, orig.inputs, step_dir, ctx.artifacts, recipe.seed
-                )
-                if saved is not None:
-                    ctx.details["saved_model"] = saved
-            save_s = time.perf_counter() - t_save  # not part of the step's duration
+            save_s = self._save(new_model, orig, step_dir, ctx)
             artifacts = step_artifacts(ctx.artifacts, step_dir)
         except Cancelled:
             raise
         except Exception as exc:  # noqa: BLE001 - a failing step ends the run with its message
-            msg = step_error(step, exc)
             sr = StepResult(
-                index,
-                step.pass_name,
-                step.label,
-                step.params,
-                "failed",
-                time.perf_counter() - t0,
-                details=ctx.details,
-                error=msg,
-            )
+                index, step.pass_name, step.label, step.params, "failed",
+                time.perf_counter() - t0, details=ctx.details, error=step_error(step, exc),
+            )  # fmt: skip
             self._finished(sr, jsonable(ctx.details))
             return sr, None, ""
         sr = StepResult(
-            index,
-            step.pass_name,
-            step.label,
-            step.params,
-            ev.status,
-            time.perf_counter() - t0 - save_s,
-            ev.metrics,
-            ev.parity.to_dict(),
-            artifacts,
+            index, step.pass_name, step.label, step.params, ev.status,
+            time.perf_counter() - t0 - save_s, ev.metrics, ev.parity.to_dict(), artifacts,
             jsonable(ctx.details),
-        )
+        )  # fmt: skip
         self._finished(sr, sr.details)
         if ev.status == "gate_failed":
-            self.emit(
-                Log(
-                    level="warning",
-                    message=f"step {index + 1} ({step.label}) failed its gate: {ev.why}",
-                    index=index,
-                )
-            )
+            why = f"step {index + 1} ({step.label}) failed its gate: {ev.why}"
+            self.emit(Log(level="warning", message=why, index=index))
         return sr, new_model, ev.why
 
     def _skipped(
@@ -284,6 +240,17 @@ class _Run:
         self._finished(sr, jsonable(details))
         msg = f"step {index + 1} ({step.label}) skipped: {why}"
         self.emit(Log(level="warning", message=msg, index=index))
+
+    def _save(self, model: Any, orig: Original, step_dir: Path, ctx: Any) -> float:
+        """Save the step's model (when the run saves models); the seconds it took. After
+        benchmarking and parity: saving never changes the step's outputs or timings, and its
+        time is not part of the step's duration."""
+        t_save = time.perf_counter()
+        if self.setup.save_models:
+            saved = save_step_model(model, orig.inputs, step_dir, ctx.artifacts, self.recipe.seed)
+            if saved is not None:
+                ctx.details["saved_model"] = saved
+        return time.perf_counter() - t_save
 
     def _finished(self, sr: StepResult, details: dict[str, Any]) -> None:
         self.result.steps.append(sr)

@@ -18,28 +18,27 @@ def make_context(
     index: int,
     step_dir: Path,
     recipe: Recipe,
-    original: Any,
-    inputs: dict[str, Any],
-    data: dict[str, Any],
+    orig: Any,
     device: str,
     progress: Callable[[float, str], None],
     cancel: Callable[[], bool],
 ) -> Any:
-    """The PassContext of step ``index`` (its folder, data sources, callbacks)."""
+    """The PassContext of step ``index``: its folder, the original model (``orig``:
+    accel.runner.prepare.Original) with its inputs and data sources, the callbacks."""
     from accel.passes import PassContext
 
     return PassContext(
-        inputs=inputs,
+        inputs=orig.inputs,
         device=device,
         work_dir=step_dir,
         step_index=index,
         seed=recipe.seed,
         progress_cb=progress,
         cancel_cb=cancel,
-        calibration=data.get("calibration"),
-        train_data=data.get("train"),
-        eval_data=data.get("eval"),
-        original=original,
+        calibration=orig.data.get("calibration"),
+        train_data=orig.data.get("train"),
+        eval_data=orig.data.get("eval"),
+        original=orig.model,
         recipe=recipe,
     )
 

@@ -126,3 +126,20 @@ def test_dry_run_does_not_import_torch(tmp_path):
     )
     proc = subprocess.run([sys.executable, "-c", code, str(bad)], capture_output=True, text=True)
     assert proc.returncode == 1 and proc.stdout.strip().endswith("False"), proc.stderr
+
+
+def test_combinations_that_run_but_mislead_are_warnings():
+    p = plan(_recipe("bf16", "export_onnx"))
+    assert p.ok and len(p.warnings) == 1 and "float32" in p.warnings[0]
+
+
+def test_with_on_step_error_skip_an_impossible_step_is_skipped(tmp_path):
+    from accel.runner import run_recipe
+
+    r = _recipe("export_onnx", "bf16", "onnxruntime")
+    r["on_step_error"] = "skip"
+    r["benchmark"] = {"rounds": 1, "iters": 1, "warmup": 0, "min_time_s": 0}
+    res = run_recipe(r, out_dir=tmp_path / "run", save_models=False)
+    assert res.status == "succeeded", res.error
+    assert [s.status for s in res.steps] == ["succeeded", "skipped", "succeeded"]
+    assert "before the export_onnx step" in res.steps[1].error
