@@ -78,7 +78,14 @@ def sqlite_path(url: str) -> Path | None:
     u = make_url(url)
     if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
         return None
-    return Path(u.database)
+    database = u.database
+    if database.startswith("file:"):  # a URI filename (?mode=ro&uri=true): the path in it
+        from urllib.parse import unquote
+
+        database = unquote(database[5:].split("?", 1)[0])
+        if not database or database == ":memory:" or "mode=memory" in url:
+            return None
+    return Path(database)
 
 
 def make_engine(url: str, *, foreign_keys: bool = True) -> Engine:

@@ -65,6 +65,8 @@ def test_read_only_database_refuses_to_start_a_run(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
     # reading the history still works
     assert main(["--db", url, "history"]) == 0
+    # the migration lock went next to the database, not into a "file:" folder here
+    assert not Path("file:").exists()
 
 
 def test_lone_surrogate_recipe_name_is_a_clear_error(tmp_path, capsys):
