@@ -107,33 +107,29 @@ def _have(lib: str) -> bool:
         return False
 
 
-def check_chain(chain: Sequence[str], model_kind: str, device: str) -> str | None:
+def check_chain(
+    chain: Sequence[str], model_kind: str, device: str, start_form: str | None = None
+) -> str | None:
     """Pre-flight check of a chain of pass names: None when it can run, else why not.
 
-    Checks each pass's accepted model kinds against what the steps before it produce, the
-    device and the libraries, without loading any model."""
+    The plan's check (accel.plan.step_problem): each pass's accepted model forms against
+    what the steps before it produce, the device and the libraries, without loading any
+    model. ``start_form``: the model's form (default: eager for torch, else the kind)."""
     from accel.errors import PassError
+    from accel.models.forms import EAGER
     from accel.passes import get_pass
+    from accel.plan import step_problem
 
-    kind = model_kind
-    fam = _device_family(device)
+    form = start_form or (EAGER if model_kind == "torch" else model_kind)
     for i, name in enumerate(chain):
         try:
             cls = get_pass(name)
         except PassError as exc:
             return f"step {i + 1}: {exc}"
-        req = cls.requires
-        if kind not in req.model_kinds:
-            return (
-                f"step {i + 1} ({name}) needs a {' or '.join(req.model_kinds)} model, "
-                f"but the steps before it produce a {kind} model"
-            )
-        if req.cuda and fam != "cuda":
-            return f"step {i + 1} ({name}) needs a CUDA device"
-        missing = [lib for lib in req.libraries if not _have(lib)]
-        if missing:
-            return f"step {i + 1} ({name}) needs {', '.join(missing)} (not installed)"
-        kind = cls.output_kind or kind
+        problem = step_problem(cls, form, device)
+        if problem:
+            return f"step {i + 1} ({name}): {problem}"
+        form = cls.produced_form(form)
     return None
 
 
