@@ -7,6 +7,8 @@ import os
 import sys
 from pathlib import Path
 
+from studio.webengine import webengine_sandbox_env
+
 log = logging.getLogger(__name__)
 
 ORG = "AccelStudio"
@@ -18,33 +20,6 @@ def resource_path(*parts: str) -> Path:
     (PyInstaller's ``sys._MEIPASS``) in the packaged app."""
     base = Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parents[1]))
     return base.joinpath("resources", *parts)
-
-
-def webengine_sandbox_env(environ=None, euid: int | None = None) -> str | None:
-    """Let Qt WebEngine start when the studio runs as root (containers, lab machines).
-
-    Chromium refuses to run as root with its sandbox on and aborts the whole process
-    ("Running as root without --no-sandbox is not supported"). Adds ``--no-sandbox`` to
-    ``QTWEBENGINE_CHROMIUM_FLAGS`` in ``environ`` (default ``os.environ``) and returns the
-    warning it logged; None when nothing had to change. Must run before Qt WebEngine
-    starts (the first web view or profile).
-    """
-    environ = os.environ if environ is None else environ
-    if euid is None:
-        euid = os.geteuid() if hasattr(os, "geteuid") else -1
-    if euid != 0:
-        return None
-    flags = environ.get("QTWEBENGINE_CHROMIUM_FLAGS", "")
-    if "--no-sandbox" in flags.split() or environ.get("QTWEBENGINE_DISABLE_SANDBOX") == "1":
-        return None
-    environ["QTWEBENGINE_CHROMIUM_FLAGS"] = f"{flags} --no-sandbox".strip()
-    msg = (
-        "running as root: the Netron web view runs without Chromium's sandbox "
-        "(--no-sandbox added to QTWEBENGINE_CHROMIUM_FLAGS); run the studio as a normal "
-        "user to keep the sandbox"
-    )
-    log.warning(msg)
-    return msg
 
 
 def make_qapp(argv: list[str] | None = None):

@@ -159,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
     from accel.errors import AccelError
     from accel.search import SearchError
     from studio.cli import CliError
-    from studio.commands.history import _repo
+    from studio.commands._common import open_repo as _repo
     from studio.optimize import SearchThread
 
     config = build_config(args)
@@ -266,8 +266,8 @@ def list_searches(args: argparse.Namespace) -> int:
     """`studio history --searches`: one line per search with its best trial."""
     import json
 
+    from studio.commands._common import open_repo as _repo
     from studio.commands._table import render_table
-    from studio.commands.history import _repo
     from studio.store.records import to_json
 
     with _repo(args) as repo:

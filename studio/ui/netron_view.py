@@ -221,7 +221,7 @@ class NetronView(QWidget):
     def _ensure_web(self) -> None:
         if self.web is not None:
             return
-        from studio.app import webengine_sandbox_env
+        from studio.webengine import webengine_sandbox_env
 
         # As root Chromium aborts the process without --no-sandbox: add it before the
         # engine starts (also when the QApplication was not made by make_qapp).
