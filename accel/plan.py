@@ -152,6 +152,26 @@ def step_problem(cls: Any, form: str | None, device: str) -> str | None:
     return None
 
 
+def forms_along(steps: Any, start_form: str | None) -> list[str | None]:
+    """The form each of ``steps`` (accel.recipe.Step, disabled ones included) receives, and
+    last the form after them; no validation (an unknown pass leaves the form as it was)."""
+    from accel.errors import PassError
+    from accel.passes import get_pass
+
+    forms, form = [], start_form
+    for step in steps:
+        forms.append(form)
+        if not step.enabled:
+            continue
+        try:
+            cls = get_pass(step.pass_name)
+        except PassError:
+            continue
+        form = cls.produced_form(form) if form is not None else _known_output(cls)
+    forms.append(form)
+    return forms
+
+
 def passes_after(form: str | None, device: str = "cpu") -> list[tuple[str, str | None]]:
     """Every listed pass as (name, why it cannot follow a model of ``form`` on ``device``
     or None when it can), sorted like ``accel.passes.list_passes``. For the GUI palette and

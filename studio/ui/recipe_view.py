@@ -32,7 +32,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from accel.models.forms import source_form
 from accel.passes import list_passes
+from accel.plan import forms_along
 from accel.recipe import BenchSettings, Gates, Step
 from accel.recipe_checks import step_warnings
 from studio.ui.param_form import ParamForm
@@ -256,6 +258,7 @@ class RecipeView(RecipeEditsMixin, QWidget):
             self.steps.clear()
             start_kind = (self.state.model_info or {}).get("kind", "torch")
             kinds = kinds_along(recipe.steps, start_kind)
+            forms = forms_along(recipe.steps, self._start_form())
             problems = []
             warnings = step_warnings(recipe.steps, recipe.device)
             for i, step in enumerate(recipe.steps):
@@ -268,7 +271,7 @@ class RecipeView(RecipeEditsMixin, QWidget):
                 item.setCheckState(
                     Qt.CheckState.Checked if step.enabled else Qt.CheckState.Unchecked
                 )
-                why = self._step_problem(step, kinds[i])
+                why = self._step_problem(step, kinds[i], forms[i])
                 if why:
                     item.setForeground(Qt.GlobalColor.red)
                     item.setToolTip(why)
@@ -330,10 +333,20 @@ class RecipeView(RecipeEditsMixin, QWidget):
         lanes = getattr(getattr(self.services, "pool", None), "lanes", []) or []
         return any(lane.name.startswith("cuda") for lane in lanes)
 
-    def _step_problem(self, step: Step, kind: str) -> str:
+    def _start_form(self) -> str | None:
+        """The loaded model's form (accel.models.forms), from its source."""
+        info = self.state.model_info or {}
+        if info.get("kind", "torch") != "torch":
+            return info.get("kind")
+        return source_form(self.state.recipe.model.source)
+
+    def _step_problem(self, step: Step, kind: str, form: str | None = None) -> str:
         p = self._passes.get(step.pass_name)
         if p is None:
             return f"unknown pass {step.pass_name!r}"
+        form_problem = p.form_problem(form) if form and kind in p.requires.model_kinds else None
+        if form_problem:
+            return form_problem
         if kind not in p.requires.model_kinds:
             need = "/".join(p.requires.model_kinds)
             fix = (

@@ -143,3 +143,12 @@ def test_with_on_step_error_skip_an_impossible_step_is_skipped(tmp_path):
     assert res.status == "succeeded", res.error
     assert [s.status for s in res.steps] == ["succeeded", "skipped", "succeeded"]
     assert "before the export_onnx step" in res.steps[1].error
+
+
+def test_forms_along_for_the_gui():
+    from accel.plan import forms_along
+    from accel.recipe import load_recipe
+
+    steps = load_recipe(_recipe("compile", "export_onnx", "onnxruntime")).steps
+    steps[2] = steps[2].model_copy(update={"enabled": False})
+    assert forms_along(steps, EAGER) == [EAGER, COMPILED, ONNX, ONNX]

@@ -135,6 +135,20 @@ def test_palette_records_steps_and_checks_their_order(panels):
     assert [s.pass_name for s in state.recipe.steps] == ["bf16", "export_onnx", "onnxruntime"]
 
 
+def test_step_order_checks_model_forms(panels):
+    from accel.recipe import Step
+
+    state, _services, views, _ = panels
+    rv = views["recipe"]
+    before = list(state.recipe.steps)
+    state.update_steps([Step.model_validate({"pass": p}) for p in ("compile", "torch_export")])
+    try:  # both torch passes, but torch_export cannot take a compiled module (accel.plan)
+        assert not rv.btn_run.isEnabled() and "before the compile step" in rv.problem.text()
+    finally:
+        state.update_steps(before)
+    assert rv.problem.isHidden()
+
+
 def _run_and_wait(panels, wait, start):
     state, services, views, _ = panels
     done = []
