@@ -221,7 +221,11 @@ def test_fp16_mlp_keeps_last_layer_and_warns_on_cpu(mlp_run):
     assert worst(step)["min_cosine"] > 0.999
     assert step.details["kept_fp32"] == ["fc3"]
     assert step.details["input_casts"] == {"x": "float16"}
-    assert any("float16" in w and "CPU" in w for w in step.details["warnings"])
+    from accel.passes.precision import _cpu_flags
+
+    warned = any("float16" in w and "CPU" in w for w in step.details["warnings"])
+    # the warning is for CPUs without native fp16 kernels; some CPUs have them
+    assert warned == (not ({"avx512_fp16", "amx_fp16"} & _cpu_flags()))
     # fp16 weights halve the size of fc1/fc2 (fc3 stays fp32)
     assert step.metrics["size_bytes"] < mlp_run.baseline["size_bytes"] * 0.6
 
