@@ -399,36 +399,10 @@ def _prepare(model: Any, inputs: Any, device: str, threads: int | None) -> _Prep
     if _is_ort_session(model):
         return _prepare_ort(lambda: model, inputs, None)
     if _is_loaded_model(model):
-        size = getattr(model, "size_bytes", None) or None  # 0 means "not computed"
-        prepare = getattr(model, "prepare_inputs", None)
-        casts = getattr(model, "input_casts", None)
-        if callable(prepare) and isinstance(inputs, Mapping):
-            inputs, casts = prepare(inputs), None  # the model's own device moves and casts
-        if model.kind == "onnx" and callable(getattr(model, "session", None)):
-            onnx_path = getattr(model, "onnx_path", None)
-            if size is None and onnx_path is not None and Path(onnx_path).is_file():
-                size = Path(onnx_path).stat().st_size
-            fed = _move_inputs(inputs, "cpu", casts)
-            if str(device).startswith("cuda") and model.session_options.get("io_binding", True):
-                return _prepare_ort_bound(model.session, fed, device, size)
-            return _prepare_ort(model.session, fed, size)
-        module = getattr(model, "module", None)
-        if model.kind == "torch" and module is not None:
-            moved = _move_inputs(inputs, device, casts)
-            args = _as_positional(moved)
-            if size is None:
-                size = _module_size_bytes(module)
-            return _Prepared(
-                lambda: module(*args), lambda: module(*args), "torch", size, uses_torch=True
-            )
-        # Unknown kind: trust its own forward (conversions included in the timing).
-        return _Prepared(
-            lambda: model.forward(inputs),
-            lambda: model.forward(inputs),
-            "callable",
-            size,
-            uses_torch=torch is not None,
-        )
+        from accel.backends import backend_of
+
+        t = backend_of(model).bench_target(model, inputs, device, threads)
+        return _Prepared(t.first, t.call, t.runner, t.size_bytes, t.uses_torch, t.threads)
     if not callable(model):
         raise AccelError(
             f"cannot benchmark a {type(model).__name__}: pass a torch module, a callable, "

@@ -32,7 +32,8 @@ def graph_from_onnx(*args, **kwargs):
 
 
 def graph_from_model(model, inputs=None, **kwargs):
-    """Graph of a ``LoadedModel`` of either kind (torch: sample inputs from its InputSpec)."""
-    if getattr(model, "kind", "torch") == "onnx":
-        return graph_from_onnx(model, **kwargs)
-    return graph_from_torch(model, inputs, **kwargs)
+    """Graph of a ``LoadedModel`` of any kind (its handler builds it; torch: sample inputs
+    from its InputSpec)."""
+    from accel.backends import backend_of
+
+    return backend_of(model).graph(model, inputs, **kwargs)

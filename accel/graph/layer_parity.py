@@ -263,9 +263,20 @@ def onnx_layer_outputs(model: Any, inputs: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def layer_outputs(model: Any, inputs: Mapping[str, Any]) -> tuple[dict[str, Any], set[str]]:
-    """Per-module outputs of a torch module, a LoadedModel of either kind or an .onnx path."""
-    if isinstance(model, str | Path) or getattr(model, "kind", None) == "onnx":
+    """Per-module outputs of a torch module, a LoadedModel of any kind or an .onnx path."""
+    if isinstance(model, str | Path):
         return onnx_layer_outputs(model, inputs), set()
+    if isinstance(getattr(model, "kind", None), str):
+        from accel.backends import backend_of
+
+        return backend_of(model).layer_outputs(model, inputs)
+    return torch_model_layer_outputs(model, inputs)
+
+
+def torch_model_layer_outputs(
+    model: Any, inputs: Mapping[str, Any]
+) -> tuple[dict[str, Any], set[str]]:
+    """Per-module outputs of a torch module or a torch-kind LoadedModel."""
     prepare = getattr(model, "prepare_inputs", None)
     module = getattr(model, "module", model)
     # torch.compile wraps the eager module: compare its layers eagerly (compiled code has no

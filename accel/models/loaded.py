@@ -8,14 +8,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accel.models.inputs import InputSpec, is_floating, torch_dtype
+from accel.models.inputs import InputSpec
 
 
 @dataclass
 class LoadedModel:
-    """A torch module or an ONNX model plus what the studio needs to run and compare it.
+    """A model of any kind plus what the studio needs to run and compare it.
 
-    ``kind`` is "torch" (``module`` set) or "onnx" (``onnx_path`` set). ``input_casts``
+    ``kind`` names the handler in ``accel.backends``: "torch" (``module`` set), "onnx"
+    (``onnx_path`` set), "openvino" (``ir_path`` set: the IR's .xml), "tensorrt"
+    (``onnx_path`` set, run by ONNX Runtime's TensorRT provider). ``input_casts``
     maps input names to dtypes applied to floating inputs before forward (an fp16
     model takes fp16 inputs while the recipe's inputs stay fp32).
     """
@@ -25,6 +27,7 @@ class LoadedModel:
     input_spec: InputSpec
     module: Any = None
     onnx_path: Path | None = None
+    ir_path: Path | None = None
     num_params: int = 0
     size_bytes: int = 0
     content_hash: str = ""
@@ -43,48 +46,27 @@ class LoadedModel:
     def example_inputs(self, seed: int = 0, **dims: int) -> dict[str, Any]:
         return self.input_spec.sample(seed=seed, dims=dims or None)
 
-    # -- running -------------------------------------------------------------------------
-    def prepare_inputs(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
-        """Move inputs to the model's device and apply ``input_casts``."""
-        import torch
+    # -- running (the model kind's handler does the work: accel.backends) -----------------
+    @property
+    def backend(self) -> Any:
+        """The handler of this model's kind (accel.backends)."""
+        from accel.backends import get_backend
 
-        out = {}
-        for name, x in inputs.items():
-            if isinstance(x, torch.Tensor):
-                if self.device != "cpu" and self.kind == "torch":
-                    x = x.to(self.device)
-                if x.dim() == 4 and self.metadata.get("channels_last_inputs"):
-                    x = x.contiguous(memory_format=torch.channels_last)
-                cast = self.input_casts.get(name)
-                if cast and x.is_floating_point() and is_floating(cast):
-                    x = x.to(torch_dtype(cast))
-            out[name] = x
-        return out
+        return get_backend(self.kind)
+
+    def prepare_inputs(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """Inputs as the runtime wants them: device moves and ``input_casts``."""
+        return self.backend.prepare_inputs(self, inputs)
 
     def session(self) -> Any:
-        """The ONNX Runtime session of an onnx-kind model (created once)."""
-        if self.kind != "onnx":
-            raise TypeError("session() is only for ONNX models")
-        if self._session is None:
-            from accel.models.onnx_io import create_session
-
-            self._session = create_session(
-                self.onnx_path, self.providers, self.session_options, self.device
-            )
-        return self._session
+        """The runtime object of a non-torch model (ORT session, OpenVINO compiled model),
+        created once."""
+        return self.backend.session(self)
 
     def forward(self, inputs: Mapping[str, Any]) -> Any:
-        """Run the model on a name->tensor mapping; ONNX outputs come back as torch tensors."""
-        import torch
-
-        inputs = self.prepare_inputs(inputs)
-        if self.kind == "onnx":
-            from accel.models.onnx_io import run_session
-
-            io_binding = bool(self.session_options.get("io_binding", True))
-            return run_session(self.session(), inputs, self.device, io_binding)
-        with torch.inference_mode():
-            return self.module(*inputs.values())
+        """Run the model on a name->tensor mapping; non-torch outputs come back as torch
+        tensors."""
+        return self.backend.forward(self, inputs)
 
     def __call__(self, *args: Any) -> Any:
         """Positional call in the input spec's order (makes the model a plain callable)."""

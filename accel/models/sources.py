@@ -87,6 +87,10 @@ def load_model(
         lm = _load_corpus(target, kwargs, spec, source)
     elif suffix == ".onnx":
         lm = _load_onnx(path, spec, source)
+    elif suffix == ".xml":
+        from accel.backends import get_backend
+
+        lm = get_backend("openvino").load(path, spec, source)
     elif suffix == ".pt2":
         lm = _load_exported(path, spec, source, trust_pickle)
     elif suffix in (".pt", ".ts", ".pth", ".jit") and ":" not in path.name:
@@ -101,21 +105,12 @@ def load_model(
                 "a zoo model (zoo:mlp, zoo:resnet, zoo:transformer, zoo:lstm) or a factory (pkg.mod:factory)."
             )
         raise ModelLoadError(
-            f"unsupported model file type {suffix!r} for {source!r}; use .onnx, .pt, .ts or .pt2"
+            f"unsupported model file type {suffix!r} for {source!r}; use .onnx, .xml (OpenVINO IR), .pt, .ts or .pt2"
         )
 
     if weights:
         _load_state_dict(lm, Path(weights), trust_pickle)
-    if lm.kind == "torch":
-        _fill_torch_stats(lm)
-        if device != "cpu":
-            _check_device(device)
-            lm.module.to(device)
-            lm.device = device
-        if validate:
-            _validate_forward(lm)
-    else:
-        lm.device = device
+    lm.backend.finish_load(lm, device, validate)  # stats, device, a test forward
     return lm
 
 
@@ -606,7 +601,7 @@ def _load_onnx(path: Path, spec: InputSpec | None, source: str) -> LoadedModel:
 def _load_state_dict(lm: LoadedModel, path: Path, trust_pickle: bool) -> None:
     import torch
 
-    if lm.kind != "torch" or lm.format in ("torchscript", "exported_program"):
+    if lm.module is None or lm.format in ("torchscript", "exported_program"):
         raise ModelLoadError(
             "a state_dict (@weights) can only be applied to a factory or zoo model"
         )

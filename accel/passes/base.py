@@ -307,14 +307,37 @@ class Pass:
         hint = f" Put this step before the {maker} step." if maker else ""
         return f"{cls.name} needs {need}, but the model is {describe(form)} here.{hint}"
 
+    @classmethod
+    def unavailable_reason(cls, device: str = "cpu") -> str | None:
+        """Why this pass cannot run here on ``device`` (a library or CUDA missing), or None.
+        The GUI shows it on the disabled palette entry (accel.plan checks the same before
+        a run)."""
+        import importlib.util
+
+        req = cls.requires
+        for lib in req.libraries:
+            if importlib.util.find_spec(lib) is None:
+                return f"{cls.name} needs the {lib} package, which is not installed"
+        if req.cuda and not str(device).startswith("cuda"):
+            return (
+                f"{cls.name} needs a CUDA GPU; set the recipe's device to cuda:0 on a machine "
+                "with a GPU"
+            )
+        if req.cuda:
+            import torch
+
+            if not torch.cuda.is_available():
+                return f"{cls.name} needs CUDA, and no CUDA GPU is available on this machine"
+        return None
+
     def check_requirements(self, model: LoadedModel, device: str) -> None:
         """Raise PassError when the model kind or the device does not fit."""
+        from accel.backends import reach_hint
+
         req = self.requires
         if model.kind not in req.model_kinds:
             kinds = " or ".join(req.model_kinds)
-            hint = " Add an export_onnx step before it." if "onnx" in req.model_kinds else ""
-            if "torch" in req.model_kinds and model.kind == "onnx":
-                hint = " Move this step before the export_onnx step."
+            hint = reach_hint(req.model_kinds, model.kind)
             raise PassError(
                 f"{self.name} needs a {kinds} model, but the current model is {model.kind}.{hint}"
             )
@@ -322,17 +345,6 @@ class Pass:
         problem = self.form_problem(form)
         if problem:
             raise PassError(problem)
-        if req.cuda and not str(device).startswith("cuda"):
-            raise PassError(
-                f"{self.name} needs a CUDA GPU; set the recipe's device to cuda:0 on a machine with a GPU."
-            )
-        if req.cuda:
-            import torch
-
-            if not torch.cuda.is_available():
-                raise PassError(
-                    f"{self.name} needs CUDA, and no CUDA GPU is available on this machine."
-                )
 
 
 def _type_name(prop: dict[str, Any]) -> str:
