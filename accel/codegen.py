@@ -42,24 +42,6 @@ _BASE_IMPORTS = [
 ]
 
 _HELPERS = '''
-def run(inputs):
-    """Run the current model (torch module or ONNX Runtime session) on a dict of inputs."""
-    feed = {}
-    for name, x in inputs.items():
-        if name in input_casts and x.is_floating_point():
-            x = x.to(input_casts[name])
-        feed[name] = x
-    if kind == "onnx":
-        np_feed = {}
-        for meta in session.get_inputs():
-            x = feed[meta.name].detach().cpu().numpy()
-            if meta.type == "tensor(float16)":
-                x = x.astype(np.float16)
-            np_feed[meta.name] = x
-        return tuple(torch.from_numpy(np.asarray(o)) for o in session.run(None, np_feed))
-    with torch.inference_mode():
-        return model(*[x.to(device) for x in feed.values()])
-
 
 def as_float(outputs):
     """Outputs on CPU in float32 (single-element tuples unwrapped), for comparison."""
@@ -216,6 +198,7 @@ def _dynamic_axes(spec: InputSpec) -> dict[str, dict[int, str]]:
 
 def _model_code(recipe: Recipe, spec: InputSpec) -> tuple[list[str], str, str]:
     """(imports, definitions, statements that set `model`/`kind`/`onnx_path`/`session`)."""
+    from accel.backends import backend_for_file
     from accel.models.sources import _SOURCE_RE
 
     src = recipe.model.source
@@ -256,17 +239,14 @@ def _model_code(recipe: Recipe, spec: InputSpec) -> tuple[list[str], str, str]:
                 "            model(*make_warmup_inputs(seed=100 + i, dims={'batch': 8}).values())",
             ]
         stmt += ["model = model.eval()", 'kind = "torch"']
-    elif target.lower().endswith(".onnx"):
-        stmt = [
-            f"onnx_path = Path({target!r})",
-            'kind = "onnx"',
-            "model = None",
-            "session = make_session(onnx_path)",
-        ]
     elif target.lower().endswith(".pt2"):
         stmt = [f"model = torch.export.load({target!r}).module()", 'kind = "torch"']
     elif target.lower().endswith((".pt", ".ts", ".jit", ".pth")) and ":" not in target:
         stmt = [f"model = torch.jit.load({target!r}, map_location='cpu').eval()", 'kind = "torch"']
+    elif backend_for_file(target) is not None:  # a runtime file (.onnx, OpenVINO .xml)
+        runtime = backend_for_file(target).script_runtime()
+        imports += [i for i in runtime.imports if i not in imports]
+        stmt = [f"model_file = Path({target!r})", runtime.load]
     else:
         from accel.errors import UntrustedCodeError
         from accel.trust import is_file_ref, split_code_ref
@@ -320,6 +300,41 @@ def _source_spec(source: str) -> InputSpec:
         ) from None
 
 
+def _run_helper(kinds: list[str]) -> str:
+    """The script's ``run(inputs)``: one branch per model kind the script reaches, each
+    written by that kind's handler (accel.backends)."""
+    from accel.backends import get_backend
+
+    names = ", ".join(get_backend(k).label for k in kinds)
+    lines = [
+        "def run(inputs):",
+        f'    """Run the current model ({names}) on a dict of inputs."""',
+        "    feed = {}",
+        "    for name, x in inputs.items():",
+        "        if name in input_casts and x.is_floating_point():",
+        "            x = x.to(input_casts[name])",
+        "        feed[name] = x",
+    ]
+    for i, k in enumerate(kinds):
+        body = get_backend(k).script_runtime().run_branch
+        if len(kinds) == 1:
+            lines.append(textwrap.indent(body, "    "))
+            break
+        lines.append(f"    {'if' if i == 0 else 'elif'} kind == {k!r}:")
+        lines.append(textwrap.indent(body, "        "))
+    if len(kinds) > 1:
+        lines.append('    raise ValueError(f"no runtime for model kind {kind!r}")')
+    return "\n".join(lines)
+
+
+def _source_kind(target: str) -> str:
+    """Kind of the model a source target loads (zoo models and factories are torch)."""
+    from accel.backends import backend_for_file
+
+    b = backend_for_file(target)
+    return b.kind if b is not None else "torch"
+
+
 def _step_gates(step: Any) -> str:
     """``, gates=(rtol, atol, min_cosine)`` for a step with its own gates, else nothing."""
     g = step.gates
@@ -329,6 +344,7 @@ def _step_gates(step: Any) -> str:
 def recipe_to_script(recipe: Recipe | dict[str, Any] | str) -> str:
     """The whole script as text (see module docstring). Reads and writes text only: the
     model source is never imported or run, and every recipe value enters as a literal."""
+    from accel.models.sources import _SOURCE_RE
     from accel.passes import get_pass
 
     recipe = load_recipe(recipe)
@@ -339,8 +355,11 @@ def recipe_to_script(recipe: Recipe | dict[str, Any] | str) -> str:
     imports = list(_BASE_IMPORTS) + model_imports
     helpers: list[str] = []
     steps_code: list[str] = []
+    kinds = [_source_kind(_SOURCE_RE.match(recipe.model.source).group("target").strip())]
     for index, step in recipe.enabled_steps():
         cls = get_pass(step.pass_name)
+        if cls.output_kind and cls.output_kind not in kinds:
+            kinds.append(cls.output_kind)
         config = cls.parse_config(step.params)
         try:
             snippet = cls().to_script(config)
@@ -405,6 +424,9 @@ def recipe_to_script(recipe: Recipe | dict[str, Any] | str) -> str:
         "",
         "",
         model_defs,
+        "",
+        "",
+        _run_helper(kinds),
         "",
         "",
         _HELPERS.strip(),

@@ -1,0 +1,525 @@
+"""OpenVINO passes: ``openvino`` (convert a torch or ONNX model to an OpenVINO IR and run
+it compiled) and ``quantize_openvino`` (NNCF post-training int8 of an OpenVINO model,
+accuracy-controlled when the recipe has labelled eval data and a max accuracy drop).
+
+Both save the IR (``model.xml`` + ``model.bin``) in the step's folder; later steps run
+the compiled model (see accel/backends/openvino_backend.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field
+
+from accel.errors import PassError
+from accel.passes.base import Pass, PassConfig, PassContext, Requirements, ScriptStep, register_pass
+
+if TYPE_CHECKING:
+    from accel.models.loaded import LoadedModel
+
+log = logging.getLogger(__name__)
+
+
+class OpenVinoConfig(PassConfig):
+    device: Literal["CPU", "GPU", "AUTO"] = Field(
+        "CPU", description="OpenVINO device to compile for (GPU means an Intel GPU)"
+    )
+    precision: Literal["f32", "bf16", "f16"] = Field(
+        "f32",
+        description="inference precision hint: bf16 needs AVX-512 BF16 or AMX (falls back to "
+        "f32 with a warning), f16 is for GPUs",
+    )
+    performance_hint: Literal["latency", "throughput"] = Field(
+        "latency", description="latency: one request at a time; throughput: many streams"
+    )
+    streams: int | None = Field(
+        None, ge=1, description="execution streams (default: from the performance hint)"
+    )
+
+
+def _spec_shapes(model: LoadedModel) -> list[tuple[str, list[int]]]:
+    """(name, shape) per input with the spec's symbolic dims as -1 (dynamic)."""
+    spec = model.input_spec
+    default = spec.sample(seed=0)
+    out = []
+    for t in spec.inputs:
+        shape = [-1 if isinstance(d, str) else int(d) for d in t.shape]
+        if not shape and t.name in default:
+            shape = list(default[t.name].shape)
+        out.append((t.name, shape))
+    return out
+
+
+_OP_RE = re.compile(r"(aten::[A-Za-z0-9_.]+|prim::[A-Za-z0-9_]+|[A-Za-z]+Op\b)")
+
+
+def convert_to_ov(model: LoadedModel, ctx: PassContext) -> Any:
+    """``ov.Model`` of a torch module (traced on the recipe's inputs) or an ONNX file."""
+    import openvino as ov
+    import torch
+
+    try:
+        if model.onnx_path is not None and model.module is None:
+            return ov.convert_model(str(model.onnx_path))
+        if model.module is None:
+            raise PassError(
+                f"openvino converts torch or ONNX models; {model.source} is {model.kind}"
+            )
+        module = getattr(model.module, "_orig_mod", model.module)  # torch.compile wrapper
+        if isinstance(module, torch.jit.ScriptModule):
+            raise PassError(
+                "openvino cannot convert a TorchScript module here; put the openvino step "
+                "before the torchscript step, or export ONNX first"
+            )
+        feed = model.prepare_inputs(ctx.inputs)
+        example = tuple(feed.values())
+        shapes = [ov.PartialShape(s) for _, s in _spec_shapes(model)]
+        with torch.no_grad():
+            return ov.convert_model(module.eval(), example_input=example, input=shapes)
+    except PassError:
+        raise
+    except Exception as exc:  # OpenVINO's frontends raise OpConversionFailure / RuntimeError
+        text = str(exc)
+        # The frontend's summary names the ops without a conversion rule; the first line of
+        # its message is only the C++ check that failed.
+        rule = [ln for ln in text.splitlines() if "No conversion rule found" in ln]
+        ops = sorted(set(_OP_RE.findall(" ".join(rule) or text)))[:5]
+        what = f" (no conversion rule for {', '.join(ops)})" if ops else ""
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        useful = [ln for ln in lines if not ln.startswith(("Check '", "FrontEnd API failed"))]
+        first = (useful or lines or [type(exc).__name__])[0][:300]
+        hint = (
+            " Try the ONNX route: add an export_onnx step before the openvino step."
+            if model.module is not None
+            else " Check the ONNX opset, or re-export the model."
+        )
+        raise PassError(
+            f"OpenVINO cannot convert the model{what}: {type(exc).__name__}: {first}.{hint}"
+        ) from None
+
+
+def finish_ov_step(
+    model: LoadedModel,
+    ov_model: Any,
+    ctx: PassContext,
+    options: dict[str, Any],
+    fmt: str,
+) -> LoadedModel:
+    """Save ``ov_model`` as the step's IR, compile it once (compile time and the precision
+    that really runs go to the step's metrics/details) and return the new model."""
+    from accel.backends.openvino_backend import ov_stats, save_ir
+
+    path = save_ir(ov_model, ctx.work_dir / "model.xml")
+    ctx.add_artifact(path, "model")
+    ctx.add_artifact(path.with_suffix(".bin"), "weights")
+    n, size, digest = ov_stats(ov_model, [path, path.with_suffix(".bin")])
+    new = model.replace(
+        kind="openvino",
+        module=None,
+        onnx_path=None,
+        ir_path=path,
+        providers=None,
+        input_casts={},
+        num_params=n,
+        size_bytes=size,
+        content_hash=digest,
+        format=fmt,
+        session_options=options,
+        metadata={k: v for k, v in model.metadata.items() if k != "channels_last_inputs"},
+    )
+    t0 = time.perf_counter()
+    compiled, _ = new.session()
+    ctx.metrics["compile_time_s"] = time.perf_counter() - t0
+    hint = compiled.get_property("INFERENCE_PRECISION_HINT")
+    ran = hint.get_type_name() if hasattr(hint, "get_type_name") else str(hint)
+    ctx.details["precision_ran"] = ran
+    ctx.details["threads"] = int(compiled.get_property("INFERENCE_NUM_THREADS"))
+    ctx.details["compile"] = dict(options)
+    return new
+
+
+def _options(config: OpenVinoConfig, ctx: PassContext) -> dict[str, Any]:
+    from accel.backends.openvino_backend import bf16_supported
+
+    precision = config.precision
+    if precision == "bf16" and config.device == "CPU" and not bf16_supported("CPU"):
+        ctx.warn(
+            "bf16 asked for, but this CPU has no bf16 support (AVX-512 BF16 / AMX): "
+            "the precision hint fell back to f32"
+        )
+        precision = "f32"
+    threads = None
+    if ctx.recipe is not None:
+        threads = getattr(getattr(ctx.recipe, "benchmark", None), "threads", None)
+    opts: dict[str, Any] = {
+        "device": config.device,
+        "precision": precision,
+        "performance_hint": config.performance_hint,
+    }
+    if threads:
+        opts["threads"] = int(threads)
+    if config.streams:
+        opts["streams"] = int(config.streams)
+    return opts
+
+
+@register_pass
+class OpenVinoPass(Pass):
+    name = "openvino"
+    summary = "Convert to OpenVINO (torch or ONNX) and run the compiled IR; bf16 on CPUs with it"
+    category = "runtime"
+    Config = OpenVinoConfig
+    requires = Requirements(model_kinds=("torch", "onnx", "openvino"), libraries=("openvino",))
+    output_kind = "openvino"
+
+    def apply(self, model: LoadedModel, config: OpenVinoConfig, ctx: PassContext) -> LoadedModel:
+        options = _options(config, ctx)
+        ctx.progress(0.1, "converting to OpenVINO")
+        if model.ir_path is not None:  # already OpenVINO: recompile with new hints
+            from accel.backends.openvino_backend import read_ir
+
+            ov_model = read_ir(model.ir_path)
+            ctx.details["converted_from"] = "openvino"
+        else:
+            t0 = time.perf_counter()
+            ov_model = convert_to_ov(model, ctx)
+            ctx.metrics["convert_time_s"] = time.perf_counter() - t0
+            ctx.details["converted_from"] = model.kind
+        ctx.check_cancelled()
+        ctx.progress(0.6, "saving and compiling the IR")
+        return finish_ov_step(model, ov_model, ctx, options, "openvino_ir")
+
+    def to_script(self, config: OpenVinoConfig) -> ScriptStep:
+        return ScriptStep(
+            code="\n".join(
+                [
+                    "if kind == 'torch':",
+                    "    ov_shapes = [ov.PartialShape([-1 if i in DYNAMIC_AXES.get(n, {}) else d",
+                    "                                  for i, d in enumerate(x.shape)])",
+                    "                 for n, x in inputs.items()]",
+                    "    ov_example = tuple((x.to(input_casts[k]) if k in input_casts and x.is_floating_point()",
+                    "                        else x).to(device) for k, x in inputs.items())",
+                    "    with torch.no_grad():",
+                    "        ov_model = ov.convert_model(model.eval(), example_input=ov_example, input=ov_shapes)",
+                    "elif kind == 'onnx':",
+                    "    ov_model = ov.convert_model(str(onnx_path))",
+                    "else:",
+                    "    ov_model = ov.Core().read_model(str(ov_path))",
+                    'ov_path = step_dir / "model.xml"',
+                    "ov.save_model(ov_model, str(ov_path), compress_to_fp16=False)",
+                    *_compile_lines(config),
+                ]
+            ),
+            imports=["import openvino as ov"],
+            helpers=[_BF16_HELPER],
+        )
+
+
+_BF16_HELPER = '''
+def ov_precision(wanted, device="CPU"):
+    """The precision hint to use: bf16 only where the CPU supports it (as the studio does)."""
+    caps = ov.Core().get_property(device, "OPTIMIZATION_CAPABILITIES")
+    return "f32" if wanted == "bf16" and "BF16" not in caps else wanted
+'''
+
+
+def _compile_lines(config: Any) -> list[str]:
+    lines = [
+        "ov_config = {",
+        f'    "PERFORMANCE_HINT": {config.performance_hint.upper()!r},',
+        f'    "INFERENCE_PRECISION_HINT": ov_precision({config.precision!r}, {config.device!r}),',
+        "}",
+        "if THREADS:",
+        '    ov_config["INFERENCE_NUM_THREADS"] = THREADS',
+    ]
+    if config.streams:
+        lines.append(f'ov_config["NUM_STREAMS"] = {int(config.streams)!r}')
+    lines += [
+        f"compiled = ov.Core().compile_model(ov.Core().read_model(str(ov_path)), {config.device!r}, ov_config)",
+        "request = compiled.create_infer_request()",
+        'kind, model, session, input_casts = "openvino", None, None, {}',
+    ]
+    return lines
+
+
+# -- quantize_openvino ----------------------------------------------------------------------
+
+
+class QuantizeOpenVinoConfig(PassConfig):
+    preset: Literal["performance", "mixed"] = Field(
+        "performance",
+        description="performance: symmetric int8 everywhere; mixed: asymmetric activations "
+        "(better for activations that are not centred, e.g. after GELU)",
+    )
+    model_type: Literal["auto", "transformer", "cnn"] = Field(
+        "auto",
+        description="transformer keeps sensitive ops (softmax, layer norm) in float; auto picks "
+        "it when the model has attention (Softmax or SDPA) and MatMul",
+    )
+    samples: int = Field(
+        64,
+        ge=1,
+        le=100_000,
+        description="calibration batches taken from the recipe's data.calibration (synthetic "
+        "from the input spec when absent)",
+    )
+    fast_bias_correction: bool = Field(
+        True, description="fast bias correction (the slow one is more exact, much slower)"
+    )
+    exclude: list[str] = Field(
+        default_factory=list,
+        description="ops kept in float (NNCF ignored scope): op names or torch module names, "
+        "glob patterns, e.g. ['fc', 'layers.3.*']",
+    )
+    max_accuracy_drop: float | None = Field(
+        None,
+        ge=0.0,
+        description="accuracy-controlled quantization (needs data.eval with labels): layers "
+        "go back to float until the drop in the recipe's metric is at most this",
+    )
+
+
+def _ov_ignored_names(ov_model: Any, patterns: list[str]) -> tuple[list[str], list[str]]:
+    """Op names matching any pattern (op name or torch module path, as the other
+    quantization passes match), and the patterns that matched nothing."""
+    import fnmatch
+
+    from accel.backends.openvino_backend import module_path_of
+
+    ops = [
+        op
+        for op in ov_model.get_ordered_ops()
+        if op.get_type_name() not in ("Constant", "Parameter", "Result")
+    ]
+    names, unmatched = [], []
+    for pattern in patterns:
+        hits = []
+        for op in ops:
+            n = op.get_friendly_name()
+            mp = module_path_of(n)
+            if fnmatch.fnmatchcase(n, pattern) or (
+                mp and (fnmatch.fnmatchcase(mp, pattern) or mp.startswith(pattern + "."))
+            ):
+                hits.append(n)
+        if not hits:
+            unmatched.append(pattern)
+        names += [h for h in hits if h not in names]
+    return names, unmatched
+
+
+def check_batches(model: LoadedModel, batches: list[dict[str, Any]], what: str) -> None:
+    """Reject batches that do not fit the model's inputs (names, rank, fixed dims)."""
+    spec = model.input_spec
+    for i, b in enumerate(batches):
+        missing = [n for n in spec.names if n not in b]
+        if missing and len(b) != len(spec.names):
+            raise PassError(
+                f"{what} batch {i} has inputs {sorted(b)}, the model takes {spec.names}; "
+                "make the data's names match the input spec"
+            )
+        for t, (name, x) in zip(spec.inputs, b.items()):
+            shape = tuple(getattr(x, "shape", ()))
+            if len(shape) != len(t.shape) or any(
+                isinstance(d, int) and d != s for d, s in zip(t.shape, shape)
+            ):
+                raise PassError(
+                    f"{what} batch {i}: input {name!r} has shape {list(shape)}, the model "
+                    f"expects {list(t.shape)}; fix the calibration data (or the input spec)"
+                )
+
+
+def _is_transformer(ov_model: Any) -> bool:
+    types = {op.get_type_name() for op in ov_model.get_ordered_ops()}
+    attention = {"Softmax", "ScaledDotProductAttention"} & types
+    return bool(attention) and "MatMul" in types
+
+
+@register_pass
+class QuantizeOpenVinoPass(Pass):
+    name = "quantize_openvino"
+    summary = "NNCF int8 post-training quantization of an OpenVINO model (calibrated)"
+    category = "quantize"
+    Config = QuantizeOpenVinoConfig
+    requires = Requirements(
+        model_kinds=("openvino",),
+        libraries=("openvino", "nncf"),
+        note="calibrates on the recipe's data; accuracy control with data.eval",
+    )
+
+    def apply(
+        self, model: LoadedModel, config: QuantizeOpenVinoConfig, ctx: PassContext
+    ) -> LoadedModel:
+        import nncf
+
+        from accel.backends.openvino_backend import read_ir, to_numpy_feed
+
+        batches = ctx.calibration_batches(config.samples)
+        if not batches:
+            raise PassError("quantize_openvino got no calibration batches; check data.calibration")
+        check_batches(model, batches, "calibration")
+        ov_model = read_ir(model.ir_path)
+        names, unmatched = _ov_ignored_names(ov_model, list(config.exclude))
+        if unmatched:
+            raise PassError(
+                f"exclude pattern(s) {unmatched} match no op of the OpenVINO model. Op names "
+                "look like '__module.layer1.0.conv1/aten::_convolution/Convolution'; torch "
+                "module names such as 'layer1.0' or 'fc' work too"
+            )
+        ports = list(ov_model.inputs)
+
+        class _Ports:  # to_numpy_feed matches by port names
+            inputs = ports
+
+        def transform(batch: dict[str, Any]) -> dict[int, Any]:
+            return to_numpy_feed(_Ports, model.prepare_inputs(batch))
+
+        transformer = config.model_type == "transformer" or (
+            config.model_type == "auto" and _is_transformer(ov_model)
+        )
+        kwargs: dict[str, Any] = {
+            "preset": nncf.QuantizationPreset.MIXED
+            if config.preset == "mixed"
+            else nncf.QuantizationPreset.PERFORMANCE,
+            "subset_size": len(batches),
+            "fast_bias_correction": config.fast_bias_correction,
+        }
+        if transformer:
+            kwargs["model_type"] = nncf.ModelType.TRANSFORMER
+        if names:
+            kwargs["ignored_scope"] = nncf.IgnoredScope(names=names)
+        ctx.details.update(
+            {
+                "calibration_batches": len(batches),
+                "model_type": "transformer" if transformer else "default",
+                "ignored_ops": names,
+            }
+        )
+        ctx.progress(0.1, f"calibrating on {len(batches)} batches")
+        dataset = nncf.Dataset(batches, transform)
+        t0 = time.perf_counter()
+        try:
+            if config.max_accuracy_drop is not None:
+                quantized = self._with_accuracy_control(
+                    model, ov_model, dataset, config, ctx, kwargs
+                )
+            else:
+                quantized = nncf.quantize(ov_model, dataset, **kwargs)
+        except PassError:
+            raise
+        except Exception as exc:  # NNCF raises many kinds; the first line says what failed
+            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+            raise PassError(
+                f"NNCF quantization failed: {type(exc).__name__}: {first}. Try exclude for the "
+                "failing op, preset: mixed, or fewer samples"
+            ) from None
+        ctx.metrics["quantize_time_s"] = time.perf_counter() - t0
+        ctx.check_cancelled()
+        fq = sum(1 for op in quantized.get_ordered_ops() if op.get_type_name() == "FakeQuantize")
+        ctx.details["fake_quantize_ops"] = fq
+        ctx.progress(0.8, "saving and compiling the int8 IR")
+        return finish_ov_step(
+            model, quantized, ctx, dict(model.session_options), "openvino_ir_int8"
+        )
+
+    def _with_accuracy_control(
+        self,
+        model: LoadedModel,
+        ov_model: Any,
+        dataset: Any,
+        config: QuantizeOpenVinoConfig,
+        ctx: PassContext,
+        kwargs: dict[str, Any],
+    ) -> Any:
+        import nncf
+
+        from accel.data import evaluate_accuracy
+
+        data = ctx.eval_data
+        if data is None or not getattr(data, "has_labels", False):
+            raise PassError(
+                "max_accuracy_drop needs labelled evaluation data: set the recipe's data.eval "
+                "(e.g. 'synthetic-labelled') or remove max_accuracy_drop"
+            )
+        metric = getattr(getattr(ctx.recipe, "data", None), "metric", None) or "top1"
+        eval_batches = list(data.batches())
+        check_batches(model, [b.inputs for b in eval_batches], "evaluation")
+
+        class _Subset:
+            has_labels = True
+            spec = getattr(data, "spec", "eval")
+
+            def __init__(self, items: list[Any]) -> None:
+                self.items = items
+
+            def batches(self) -> Any:
+                return iter(self.items)
+
+        def validate(compiled: Any, items: Any) -> float:
+            probe = model.replace(_session=(compiled, compiled.create_infer_request()))
+            return float(evaluate_accuracy(probe, _Subset(list(items)), metric))
+
+        validation = nncf.Dataset(eval_batches)
+        kwargs = dict(kwargs)
+        kwargs.pop("fast_bias_correction", None)
+        ctx.details["accuracy_control"] = {"metric": metric, "max_drop": config.max_accuracy_drop}
+        return nncf.quantize_with_accuracy_control(
+            ov_model,
+            calibration_dataset=dataset,
+            validation_dataset=validation,
+            validation_fn=validate,
+            max_drop=float(config.max_accuracy_drop),
+            drop_type=nncf.DropType.ABSOLUTE,
+            **kwargs,
+        )
+
+    def to_script(self, config: QuantizeOpenVinoConfig) -> ScriptStep:
+        if config.max_accuracy_drop is not None:
+            raise NotImplementedError  # codegen reports: cannot be exported as a script yet
+        lines = [
+            "import nncf",
+            "ov_model = ov.Core().read_model(str(ov_path))",
+            f"ov_batches = list(calibration_batches({int(config.samples)!r}))",
+            "def _ov_transform(batch):",
+            "    return {i: (x.float() if x.is_floating_point() else x).numpy()",
+            "            for i, x in enumerate(batch.values())}",
+            "ov_kwargs = dict(",
+            f"    preset=nncf.QuantizationPreset.{config.preset.upper()},",
+            "    subset_size=len(ov_batches),",
+            f"    fast_bias_correction={config.fast_bias_correction!r},",
+            ")",
+        ]
+        if config.model_type == "transformer":
+            lines.append("ov_kwargs['model_type'] = nncf.ModelType.TRANSFORMER")
+        elif config.model_type == "auto":
+            lines += [
+                "_types = {op.get_type_name() for op in ov_model.get_ordered_ops()}",
+                "if {'Softmax', 'ScaledDotProductAttention'} & _types and 'MatMul' in _types:",
+                "    ov_kwargs['model_type'] = nncf.ModelType.TRANSFORMER",
+            ]
+        if config.exclude:
+            lines += [
+                f"_patterns = {list(config.exclude)!r}",
+                "_ignored = []",
+                "for op in ov_model.get_ordered_ops():",
+                "    _n = op.get_friendly_name()",
+                "    _mp = _n.split('/', 1)[0].removeprefix('__module.') if _n.startswith('__module.') else ''",
+                "    if any(fnmatch.fnmatchcase(_n, p) or (_mp and (fnmatch.fnmatchcase(_mp, p) or _mp.startswith(p + '.')))",
+                "           for p in _patterns) and op.get_type_name() not in ('Constant', 'Parameter', 'Result'):",
+                "        _ignored.append(_n)",
+                "ov_kwargs['ignored_scope'] = nncf.IgnoredScope(names=_ignored)",
+            ]
+        lines += [
+            "ov_model = nncf.quantize(ov_model, nncf.Dataset(ov_batches, _ov_transform), **ov_kwargs)",
+            'ov_path = step_dir / "model.xml"',
+            "ov.save_model(ov_model, str(ov_path), compress_to_fp16=False)",
+            "compiled = ov.Core().compile_model(ov.Core().read_model(str(ov_path)), 'CPU', ov_config)",
+            "request = compiled.create_infer_request()",
+        ]
+        imports = ["import openvino as ov"]
+        if config.exclude:
+            imports.append("import fnmatch")
+        return ScriptStep(code="\n".join(lines), imports=imports)

@@ -1,0 +1,212 @@
+"""OpenVINO passes: openvino and quantize_openvino on zoo models, chains across kinds,
+script export reproducing the runner, and the errors people hit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from accel.codegen import recipe_to_script
+from accel.errors import PassError
+from accel.models import load_model
+from accel.passes import PassContext, get_pass
+from accel.runner import run_recipe
+
+BENCH = {"warmup": 0, "iters": 2, "threads": 1}
+RESNET = "zoo:resnet(widths=(8, 16, 32), blocks=1)"
+TRANSFORMER = "zoo:transformer(hidden=64, num_layers=2, ffn=128, vocab_size=500)"
+TOKENS = "input_ids:int64[batch,seq]{0..500}; batch=1..16:2; seq=1..64:16"
+LOOSE = {"rtol": 1.0, "atol": 1.0, "min_cosine": 0.99}
+
+
+def _recipe(source, steps, spec=None, **extra):
+    r = {"name": "ov", "model": {"source": source}, "benchmark": BENCH, "steps": steps}
+    if spec:
+        r["model"]["input_spec"] = spec
+    r.update(extra)
+    return r
+
+
+def _cosine(step):
+    return min(o["cosine"] for o in step.parity["outputs"])
+
+
+def _top1(step):
+    return min(o["top1"] for o in step.parity["outputs"])
+
+
+def _apply(name, model, params, tmp_path, **ctx_kw):
+    p = get_pass(name)
+    ctx = PassContext(inputs=model.example_inputs(), work_dir=tmp_path, original=model, **ctx_kw)
+    return p().apply(model, p.parse_config(params), ctx), ctx
+
+
+@pytest.mark.parametrize(
+    "source,spec", [(RESNET, None), (TRANSFORMER, TOKENS)], ids=["resnet", "transformer"]
+)
+def test_openvino_then_int8_on_zoo_models(tmp_path, source, spec):
+    steps = [
+        {"pass": "openvino", "params": {"precision": "bf16"}},
+        {"pass": "quantize_openvino", "params": {"samples": 16}},
+    ]
+    res = run_recipe(_recipe(source, steps, spec, gates=LOOSE), out_dir=tmp_path)
+    assert res.status == "succeeded", res.error
+    ov, q = res.steps
+    assert ov.details["precision_ran"] in ("bf16", "f32")  # f32 where the CPU lacks bf16
+    assert ov.metrics["compile_time_s"] > 0 and ov.metrics["convert_time_s"] > 0
+    assert _cosine(ov) > 0.999
+    assert q.details["fake_quantize_ops"] > 0 and q.details["calibration_batches"] == 16
+    assert q.details["model_type"] == ("transformer" if spec else "default")
+    assert _cosine(q) > 0.99 and _top1(q) >= 0.99
+    files = {a["kind"]: a["path"] for a in q.artifacts}
+    assert files["model"].endswith("model.xml") and files["weights"].endswith("model.bin")
+
+
+def test_chain_torch_export_onnx_openvino(tmp_path):
+    steps = [
+        {"pass": "export_onnx", "params": {"exporter": "torchscript"}},
+        {"pass": "openvino"},
+    ]
+    res = run_recipe(_recipe(RESNET, steps), out_dir=tmp_path)
+    assert res.status == "succeeded", res.error
+    assert res.steps[1].details["converted_from"] == "onnx"
+    assert max(o["max_abs"] for o in res.steps[1].parity["outputs"]) < 1e-4
+
+
+def test_chain_onnx_static_int8_then_openvino(tmp_path):
+    # an .onnx source; OpenVINO runs the QDQ model ORT's static quantizer wrote
+    src = load_model(RESNET)
+    onnx_model, _ = _apply("export_onnx", src, {"exporter": "torchscript"}, tmp_path)
+    steps = [{"pass": "quantize_onnx_static"}, {"pass": "openvino"}]
+    res = run_recipe(
+        _recipe(str(onnx_model.onnx_path), steps, gates=LOOSE), out_dir=tmp_path / "run"
+    )
+    assert res.status == "succeeded", res.error
+    ov = res.steps[1]
+    assert ov.details["converted_from"] == "onnx" and _cosine(ov) > 0.99
+
+
+def test_wrong_order_says_what_to_add(tmp_path):
+    res = run_recipe(_recipe(RESNET, [{"pass": "quantize_openvino"}]), out_dir=tmp_path)
+    assert res.status == "failed"
+    assert "needs a openvino model, but the current model is torch" in res.error
+    assert "Add an openvino step before it" in res.error
+
+
+def test_bf16_fallback_warns_and_records_what_ran(tmp_path, monkeypatch):
+    import accel.backends.openvino_backend as ovb
+
+    monkeypatch.setattr(ovb, "bf16_supported", lambda device="CPU": False)
+    m = load_model(RESNET)
+    new, ctx = _apply("openvino", m, {"precision": "bf16"}, tmp_path)
+    assert any("fell back to f32" in w for w in ctx.details["warnings"])
+    assert ctx.details["precision_ran"] == "f32"
+    assert new.session_options["precision"] == "f32"
+
+
+def test_unconvertible_op_names_it_and_suggests_onnx(tmp_path):
+    f = tmp_path / "odd.py"
+    f.write_text(
+        "import torch\n"
+        "class Odd(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return torch.special.bessel_j0(x)\n"
+        "def build():\n"
+        "    return Odd()\n"
+    )
+    m = load_model(f"{f}:build", "x:float32[2,8]")
+    with pytest.raises(PassError) as err:
+        _apply("openvino", m, {}, tmp_path / "w")
+    msg = str(err.value)
+    assert "aten::special_bessel_j0" in msg and "export_onnx" in msg
+    assert not (tmp_path / "w" / "model.xml").exists()
+
+
+def test_calibration_of_the_wrong_shape_is_rejected_before_work(tmp_path):
+    m = load_model(RESNET)
+    ov, _ = _apply("openvino", m, {}, tmp_path / "ov")
+
+    class Wrong:
+        def batches(self):
+            yield {"x": torch.randn(2, 3, 32)}  # rank 3, the model takes 4-d images
+
+    with pytest.raises(PassError, match=r"calibration batch 0: input 'x' has shape \[2, 3, 32\]"):
+        _apply("quantize_openvino", ov, {}, tmp_path / "q", calibration=Wrong())
+    assert not (tmp_path / "q" / "model.xml").exists()
+
+
+def test_exclude_maps_to_ignored_scope(tmp_path):
+    m = load_model(RESNET)
+    ov, _ = _apply("openvino", m, {}, tmp_path / "ov")
+    q, ctx = _apply("quantize_openvino", ov, {"samples": 4, "exclude": ["fc"]}, tmp_path / "q")
+    assert ctx.details["ignored_ops"] and all(
+        n.startswith("__module.fc/") for n in ctx.details["ignored_ops"]
+    )
+    with pytest.raises(PassError, match=r"exclude pattern\(s\) \['nope\.\*'\] match no op"):
+        _apply("quantize_openvino", ov, {"exclude": ["nope.*"]}, tmp_path / "q2")
+
+
+def test_accuracy_controlled_int8(tmp_path):
+    steps = [
+        {"pass": "openvino"},
+        {"pass": "quantize_openvino", "params": {"samples": 8, "max_accuracy_drop": 0.01}},
+    ]
+    recipe = _recipe(
+        "zoo:mlp(hidden=128)",
+        steps,
+        data={"eval": "synthetic-labelled(batches=4, batch=16)"},
+        gates={**LOOSE, "max_accuracy_drop": 0.05},
+    )
+    res = run_recipe(recipe, out_dir=tmp_path)
+    assert res.status == "succeeded", res.error
+    q = res.steps[1]
+    assert q.details["accuracy_control"] == {"metric": "top1", "max_drop": 0.01}
+    assert q.metrics["accuracy"] >= res.baseline["accuracy"] - 0.05
+
+
+def test_accuracy_control_needs_labelled_eval_data(tmp_path):
+    m = load_model("zoo:mlp(hidden=128)")
+    ov, _ = _apply("openvino", m, {}, tmp_path / "ov")
+    with pytest.raises(PassError, match="needs labelled evaluation data"):
+        _apply("quantize_openvino", ov, {"max_accuracy_drop": 0.01}, tmp_path / "q")
+
+
+@pytest.mark.parametrize(
+    "source,spec,exclude",
+    [(RESNET, None, ["fc"]), (TRANSFORMER, TOKENS, [])],
+    ids=["resnet", "transformer"],
+)
+def test_script_reproduces_the_runner(tmp_path, source, spec, exclude):
+    steps = [
+        {"pass": "openvino", "params": {"precision": "bf16"}},
+        {"pass": "quantize_openvino", "params": {"samples": 8, "exclude": exclude}},
+    ]
+    recipe = _recipe(source, steps, spec, gates=LOOSE)
+    res = run_recipe(recipe, out_dir=tmp_path / "run")
+    assert res.status == "succeeded", res.error
+    script = tmp_path / "recipe.py"
+    script.write_text(recipe_to_script(recipe))
+    text = script.read_text()
+    assert "accel" not in text.replace("Accel Studio", "") and "import openvino as ov" in text
+    out = tmp_path / "script_out"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert [r["step"] for r in results] == [s["pass"] for s in steps]
+    for i, step in enumerate(steps):
+        name = f"step_{i:02d}_{step['pass']}"
+        want = torch.load(tmp_path / "run" / name / "outputs.pt")
+        got = torch.load(out / name / "outputs.pt")
+        want = want[0] if isinstance(want, tuple | list) else want
+        got = got[0] if isinstance(got, tuple | list) else got
+        assert torch.allclose(want, got, rtol=1e-4, atol=1e-5), name
