@@ -155,14 +155,20 @@ def model_info(model: Any) -> dict[str, Any]:
         "content_hash": model.content_hash,
         "device": model.device,
         "onnx_path": str(model.onnx_path) if model.onnx_path else None,
-        "class_name": type(model.module).__name__ if model.module is not None else "",
+        "class_name": "",
     }
-    if model.module is not None:
-        dtypes: dict[str, int] = {}
-        for p in model.module.parameters():
-            key = str(p.dtype).removeprefix("torch.")
-            dtypes[key] = dtypes.get(key, 0) + p.numel()
-        info["param_dtypes"] = dtypes
+    # What the model's handler says about it and what the GUI can show for its kind.
+    backend = model.backend
+    netron = backend.netron_file(model)
+    info.update(backend.info(model))
+    info.update(
+        {
+            "runtime": backend.label,
+            "capabilities": sorted(backend.capabilities),
+            "profile_rows": backend.profile_rows,
+            "netron_file": str(netron) if netron else None,
+        }
+    )
     return info
 
 
@@ -203,8 +209,12 @@ def export_onnx_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> 
     if spec is not None:
         spec = InputSpec.parse(spec) if isinstance(spec, str) else InputSpec.from_dict(spec)
     model = load_model(params["model"], spec, trust_pickle=bool(params.get("trust_pickle")))
-    if model.kind == "onnx":
-        return {"path": str(model.onnx_path), "warnings": []}
+    backend = model.backend
+    if "export_onnx" not in backend.capabilities:  # a runtime file already: show it as it is
+        shown = backend.netron_file(model)
+        if shown is None:
+            raise PassError(f"{backend.label} models cannot be exported for Netron")
+        return {"path": str(shown), "warnings": []}
     out = Path(params["out"])
     out.parent.mkdir(parents=True, exist_ok=True)
     export = get_pass("export_onnx")

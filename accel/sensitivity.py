@@ -135,12 +135,12 @@ class _Evaluator:
     ):
         from accel.parity import normalize_outputs
 
-        if model.kind != "torch":
+        self.pass_cls, self.types = _pass_and_types(pass_name)
+        if model.kind not in self.pass_cls.requires.model_kinds or model.module is None:
             raise PassError(
                 f"sensitivity analysis works on torch models; {model.source} is {model.kind}"
             )
         self.model = model
-        self.pass_cls, self.types = _pass_and_types(pass_name)
         self.params = dict(params or {})
         self.user_exclude = list(self.params.pop("exclude", []) or [])
         self.pass_cls.parse_config(

@@ -172,7 +172,9 @@ def run(args: argparse.Namespace) -> int:
             threads=args.threads,
         )
         out["profile"] = prof.to_dict()
-        what = "modules" if prof.kind == "torch" else "nodes"
+        from accel.backends import get_backend
+
+        what = get_backend(prof.kind).profile_rows
         print()
         print(
             f"per-layer profile ({prof.timing}, {prof.iters} iterations): "

@@ -26,12 +26,13 @@ from pathlib import Path
 from PySide6.QtCore import QUrl
 from PySide6.QtWidgets import QApplication, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
+from accel.backends import get_backend
 from studio.ui.slots import on_click
 
 log = logging.getLogger(__name__)
 
 # Files Netron reads directly (besides ONNX); other torch sources need an export.
-NETRON_SUFFIXES = (".onnx", ".pt", ".pth", ".ts", ".pt2", ".tflite", ".pb")
+NETRON_SUFFIXES = (".onnx", ".xml", ".pt", ".pth", ".ts", ".pt2", ".tflite", ".pb")
 
 # Runs before any page script: consent given (no dialog, no ipinfo lookup), no beacons.
 NO_TELEMETRY_JS = """
@@ -84,7 +85,7 @@ if HAVE_WEBENGINE:
 def netron_file_for(info: dict, source: str | None) -> str | None:
     """The file Netron can show for a model: its ONNX file, an ONNX export, or the
     source file itself when Netron reads that format."""
-    for key in ("onnx_path", "onnx_export"):
+    for key in ("netron_file", "onnx_path", "onnx_export"):
         p = info.get(key)
         if p and Path(p).exists():
             return str(p)
@@ -145,8 +146,11 @@ class NetronView(QWidget):
     def refresh(self) -> None:
         info = self.state.model_info or {}
         target = self.target_file()
-        kind = info.get("kind")
-        self.export_btn.setVisible(kind == "torch")
+        # The model kind's handler says whether an ONNX export can show it (torch models).
+        exportable = bool(info.get("kind")) and "export_onnx" in (
+            get_backend(info["kind"]).capabilities
+        )
+        self.export_btn.setVisible(exportable)
         if not self.state.model_source:
             self.label.setText("No model open.")
             self.export_btn.setEnabled(False)
@@ -160,7 +164,7 @@ class NetronView(QWidget):
             self.placeholder.setText("")
         else:
             self.label.setText(f"Netron: <b>{html.escape(target)}</b>")
-        can_export = kind == "torch" and self.services is not None
+        can_export = exportable and self.services is not None
         self.export_btn.setEnabled(can_export)
         self.export_btn.setText(
             "Export again" if target and target.endswith(".onnx") else "Export to ONNX for Netron"
@@ -168,7 +172,7 @@ class NetronView(QWidget):
         self.export_btn.setToolTip(
             "Export the model to ONNX in a worker and show it here"
             if can_export
-            else "only torch models can be exported (this one is ONNX already)"
+            else f"only torch models are exported (this one is {info.get('runtime', 'a runtime file')})"
         )
         if target is not None and self.isVisible():
             self.show_file(target)

@@ -7,6 +7,8 @@ Clicking a pass in the palette (double-click or Add) records it as a step of
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import logging
 from typing import Any
 
@@ -32,6 +34,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from accel.backends import reach_hint
 from accel.models.forms import source_form
 from accel.passes import list_passes
 from accel.plan import forms_along
@@ -71,6 +74,19 @@ def kinds_along(recipe_steps: list[Step], start_kind: str) -> list[str]:
         kind = out or kind
     kinds.append(kind)
     return kinds
+
+
+@functools.lru_cache(maxsize=64)
+def _library_missing(lib: str) -> bool:
+    return importlib.util.find_spec(lib) is None
+
+
+def _missing_library(p: Any) -> str:
+    """Why pass ``p`` cannot run in this installation (a library it needs is missing)."""
+    for lib in p.requires.libraries:
+        if _library_missing(lib):
+            return f"needs the {lib} package, which is not installed"
+    return ""
 
 
 class RecipeView(RecipeEditsMixin, QWidget):
@@ -349,14 +365,14 @@ class RecipeView(RecipeEditsMixin, QWidget):
             return form_problem
         if kind not in p.requires.model_kinds:
             need = "/".join(p.requires.model_kinds)
-            fix = (
-                "add export_onnx before it"
-                if "onnx" in p.requires.model_kinds
-                else "move it before the export step"
-            )
+            fix = reach_hint(p.requires.model_kinds, kind).strip().rstrip(".")
+            fix = fix[:1].lower() + fix[1:]
             return f"{p.name} needs a {need} model here, the model is {kind}: {fix}"
         if p.requires.cuda and not self._has_gpu():
             return f"{p.name} needs a CUDA GPU; none on this machine"
+        missing = _missing_library(p)
+        if missing:
+            return missing
         try:
             p.parse_config(step.params)
         except Exception as exc:  # pydantic error text is the message
@@ -371,12 +387,15 @@ class RecipeView(RecipeEditsMixin, QWidget):
                 kind not in p.requires.model_kinds and self._insert_index(name) is not None
             )
             if kind not in p.requires.model_kinds and not before_export:
+                hint = reach_hint(p.requires.model_kinds, kind).strip().rstrip(".")
                 reason = (
                     f"needs a {'/'.join(p.requires.model_kinds)} model; the recipe's model is {kind} at the end"
-                    + (" — add export_onnx first" if "onnx" in p.requires.model_kinds else "")
+                    + (f" — {hint[:1].lower() + hint[1:]}" if hint else "")
                 )
             elif p.requires.cuda and not self._has_gpu():
                 reason = "needs a CUDA GPU; none on this machine"
+            elif _missing_library(p):
+                reason = _missing_library(p)
             item.setDisabled(bool(reason))
             note = f"\n\nUnavailable: {reason}" if reason else ""
             if before_export and not reason:
