@@ -16,7 +16,18 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from accel.errors import PassError
-from accel.passes.base import Pass, PassConfig, PassContext, Requirements, ScriptStep, register_pass
+from accel.passes.base import (
+    STAGE_LOWER,
+    STAGE_RUNTIME_NUMERIC,
+    Choice,
+    Pass,
+    PassConfig,
+    PassContext,
+    Requirements,
+    ScriptStep,
+    SearchSpec,
+    register_pass,
+)
 
 if TYPE_CHECKING:
     from accel.models.loaded import LoadedModel
@@ -175,6 +186,13 @@ class OpenVinoPass(Pass):
     Config = OpenVinoConfig
     requires = Requirements(model_kinds=("torch", "onnx", "openvino"), libraries=("openvino",))
     output_kind = "openvino"
+    # Leaving torch for OpenVINO on CPUs (an alternative to export_onnx); the IR stays there.
+    search = SearchSpec(
+        stage=STAGE_LOWER,
+        params={"precision": Choice(("f32", "bf16"))},
+        devices=("cpu",),
+        exportable=False,
+    )
 
     def apply(self, model: LoadedModel, config: OpenVinoConfig, ctx: PassContext) -> LoadedModel:
         options = _options(config, ctx)
@@ -348,6 +366,13 @@ class QuantizeOpenVinoPass(Pass):
         model_kinds=("openvino",),
         libraries=("openvino", "nncf"),
         note="calibrates on the recipe's data; accuracy control with data.eval",
+    )
+    search = SearchSpec(
+        stage=STAGE_RUNTIME_NUMERIC,
+        params={"preset": Choice(("performance", "mixed"))},
+        fixed={"samples": 32},
+        devices=("cpu",),
+        exportable=False,
     )
 
     def apply(

@@ -73,7 +73,10 @@ class PrefixCache:
 
     @staticmethod
     def cacheable(model: Any) -> bool:
-        return model.kind != "torch" and getattr(model, "onnx_path", None) is not None
+        # ONNX files (no torch module in memory) are what the cache stores.
+        return (
+            getattr(model, "module", None) is None and getattr(model, "onnx_path", None) is not None
+        )
 
     def get(self, key: str, original: Any) -> Any | None:
         """The stored model for ``key`` (a LoadedModel built on ``original``), or None."""

@@ -28,14 +28,14 @@ Emit = Callable[[dict[str, Any]], None]
 
 
 def _copy_model(model: Any) -> Any:
-    if model.kind != "torch":
+    if model.module is None:  # runtime files (ONNX, OpenVINO IR) are not changed in place
         return model.replace()
     return model.replace(module=copy.deepcopy(model.module))
 
 
 def _model_bytes(model: Any) -> float | None:
     path = getattr(model, "onnx_path", None)
-    if model.kind != "torch" and path is not None:
+    if model.module is None and path is not None:
         from accel.search.cache import _companions
 
         p = Path(path)

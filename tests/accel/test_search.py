@@ -59,11 +59,9 @@ def test_space_is_generated_from_pass_declarations():
     assert "fp16" not in space.passes and "fp16" in build_space("torch", "cuda").passes
     # an ONNX model starts in the ONNX stages
     onnx_space = build_space("onnx", "cpu")
-    assert all(
-        onnx_space.passes[n].accepts == ("onnx",) or "onnx" in onnx_space.passes[n].accepts
-        for c in onnx_space.chains
-        for n in c
-    )
+    # (the first step takes the ONNX model; later ones may take what it made, e.g. OpenVINO)
+    assert all("onnx" in onnx_space.passes[c[0]].accepts for c in onnx_space.chains if c)
+    assert ("openvino", "quantize_openvino") in onnx_space.chains
     assert ("quantize_onnx_dynamic",) in onnx_space.chains
 
 
