@@ -8,9 +8,11 @@ the compiled model (see accel/backends/openvino_backend.py).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
@@ -68,8 +70,29 @@ def _spec_shapes(model: LoadedModel) -> list[tuple[str, list[int]]]:
 _OP_RE = re.compile(r"(aten::[A-Za-z0-9_.]+|prim::[A-Za-z0-9_]+|[A-Za-z]+Op\b)")
 
 
+@contextlib.contextmanager
+def _root_logging_kept() -> Iterator[None]:
+    """Undo changes to the root logger: when a conversion fails, OpenVINO's torch frontend
+    sets the root level to ERROR and adds a stderr handler, silencing every later warning
+    of the process (the studio's included)."""
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+        for h in list(root.handlers):
+            if h not in handlers:
+                root.removeHandler(h)
+
+
 def convert_to_ov(model: LoadedModel, ctx: PassContext) -> Any:
     """``ov.Model`` of a torch module (traced on the recipe's inputs) or an ONNX file."""
+    with _root_logging_kept():
+        return _convert(model, ctx)
+
+
+def _convert(model: LoadedModel, ctx: PassContext) -> Any:
     import openvino as ov
     import torch
 
