@@ -602,16 +602,14 @@ def _check_finite(outputs: Any, name: str) -> None:
 
 
 def with_threads(model: Any, threads: int) -> Any:
-    """An ONNX-kind LoadedModel whose session uses ``threads`` intra-op threads, and whose
-    idle threads sleep rather than spin (spinning threads would take the CPU from the model
-    timed next); a new session when that changes anything. Anything else unchanged."""
-    if getattr(model, "kind", None) != "onnx" or not hasattr(model, "session_options"):
+    """A LoadedModel whose runtime uses ``threads`` threads (an ONNX Runtime session's
+    intra-op threads with idle threads sleeping rather than spinning, an OpenVINO compiled model's threads: a new session when it had
+    another count; its kind's handler decides); anything else unchanged."""
+    if not isinstance(getattr(model, "kind", None), str) or not hasattr(model, "session_options"):
         return model
-    opts = dict(model.session_options or {})
-    want = {"intra_op_threads": threads, "allow_spinning": False}
-    if all(opts.get(k) == v for k, v in want.items()):
-        return model
-    return model.replace(session_options={**opts, **want})
+    from accel.backends import backend_of
+
+    return backend_of(model).with_threads(model, threads)
 
 
 @contextlib.contextmanager

@@ -126,6 +126,11 @@ class Backend:
         """A copy later steps may change in place without touching ``model``."""
         return model.replace()
 
+    def with_threads(self, model: LoadedModel, threads: int) -> LoadedModel:
+        """``model`` running its runtime on ``threads`` threads (torch threads are set
+        around the timing instead, so torch models come back unchanged)."""
+        return model
+
     def save_step_model(
         self, model: LoadedModel, inputs: dict[str, Any], step_dir: Path, seed: int
     ) -> tuple[Path | None, str | None]:

@@ -46,6 +46,15 @@ class OnnxBackend(Backend):
     def model_file(self, model: LoadedModel) -> Path | None:
         return Path(model.onnx_path) if model.onnx_path else None
 
+    def with_threads(self, model: LoadedModel, threads: int) -> LoadedModel:
+        # Idle threads sleep rather than spin: spinning would take the CPU from the model
+        # timed next (a new session only when that changes anything).
+        opts = dict(model.session_options or {})
+        want = {"intra_op_threads": threads, "allow_spinning": False}
+        if all(opts.get(k) == v for k, v in want.items()):
+            return model
+        return model.replace(session_options={**opts, **want})
+
     # -- running -------------------------------------------------------------------------
     def session(self, model: LoadedModel) -> Any:
         if model._session is None:

@@ -220,6 +220,11 @@ class OpenVinoBackend(Backend):
     def model_file(self, model: LoadedModel) -> Path | None:
         return Path(model.ir_path) if model.ir_path else None
 
+    def with_threads(self, model: LoadedModel, threads: int) -> LoadedModel:
+        if model.session_options.get("threads") == threads:
+            return model
+        return model.replace(session_options={**model.session_options, "threads": threads})
+
     # -- running -------------------------------------------------------------------------
     def compile(self, model: LoadedModel, **overrides: Any) -> Any:
         """A fresh compiled model of ``model`` (``overrides`` change session_options)."""
