@@ -14,7 +14,11 @@ from accel.recipe import Recipe, Step
 
 # The step added when the recipe has no quantization step taking an exclude list yet:
 # static int8 of the model's kind (calibrated, the common case for keeping layers in float).
-KEEP_FLOAT_DEFAULT = {"torch": "quantize_static_int8", "onnx": "quantize_onnx_static"}
+KEEP_FLOAT_DEFAULT = {
+    "torch": "quantize_static_int8",
+    "onnx": "quantize_onnx_static",
+    "openvino": "quantize_openvino",
+}
 
 
 @dataclass(frozen=True)

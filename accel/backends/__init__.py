@@ -23,6 +23,7 @@ __all__ = [
     "backend_of",
     "get_backend",
     "list_backends",
+    "profile_rows_are_nodes",
     "reach_hint",
 ]
 
@@ -67,6 +68,13 @@ def backend_for_file(path: str | Path) -> Backend | None:
         if suffix in b.file_suffixes:
             return b
     return None
+
+
+def profile_rows_are_nodes(prof: Any) -> bool:
+    """True when a ModelProfile's rows are graph node names (ONNX, OpenVINO), False when
+    they are torch module paths (or the profile's kind is unknown here)."""
+    kind = getattr(prof, "kind", "torch")
+    return kind in _HANDLERS and get_backend(kind).profile_rows == "nodes"
 
 
 def reach_hint(needed: tuple[str, ...] | list[str], current: str) -> str:

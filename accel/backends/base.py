@@ -131,13 +131,6 @@ class Backend:
         around the timing instead, so torch models come back unchanged)."""
         return model
 
-    def save_step_model(
-        self, model: LoadedModel, inputs: dict[str, Any], step_dir: Path, seed: int
-    ) -> tuple[Path | None, str | None]:
-        """Save a step's model when the pass did not: (file, None), (None, why not) or
-        (None, None) when the kind keeps no per-step model."""
-        return None, None
-
     # -- running -------------------------------------------------------------------------
     def prepare_inputs(self, model: LoadedModel, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Inputs as the runtime wants them: device moves and the model's input casts."""
@@ -216,6 +209,12 @@ class Backend:
     # What a profile row is: "modules" (torch module paths) or "nodes" (graph node names;
     # the graph view paints them on nodes directly).
     profile_rows: ClassVar[str] = "nodes"
+    # How quantization passes of this kind name layers in ``exclude``: "modules" (torch
+    # module paths) or "nodes" (graph node names).
+    exclude_names: ClassVar[str] = "modules"
+    # The runner saves each step's model of this kind (torch: model.pt2) when the step
+    # did not save one itself.
+    saves_step_models: ClassVar[bool] = False
 
     def netron_file(self, model: LoadedModel) -> Path | None:
         """A file Netron can open as it is (None: export first, or nothing to show)."""

@@ -24,6 +24,7 @@ class OnnxBackend(Backend):
     libraries = ("onnx", "onnxruntime")
     reached_by = "export_onnx"
     capabilities = frozenset({"graph", "profile", "layer_parity", "netron"})
+    exclude_names = "nodes"
 
     def load(self, path: Path, spec: InputSpec | None, source: str) -> LoadedModel:
         from accel.models.sources import _load_onnx

@@ -39,6 +39,7 @@ class TorchBackend(Backend):
     libraries = ("torch",)
     capabilities = frozenset({"graph", "profile", "layer_parity", "export_onnx"})
     profile_rows = "modules"
+    saves_step_models = True
 
     def finish_load(self, model: LoadedModel, device: str, validate: bool) -> None:
         from accel.models.sources import _check_device, _fill_torch_stats, _validate_forward

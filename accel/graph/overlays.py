@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from accel.backends import profile_rows_are_nodes
 from accel.graph.model import ROOT, Graph, Node, paint
 
 OVERLAYS = [
@@ -65,8 +66,8 @@ def overlay_values(
 
 
 def _latency_values(graph: Graph, view: Graph, prof: Any) -> dict[str, float]:
-    if getattr(prof, "kind", "torch") == "onnx":
-        # ONNX rows are per node name: paint nodes directly, groups by sum.
+    if profile_rows_are_nodes(prof):
+        # ONNX / OpenVINO rows are per node name: paint nodes directly, groups by sum.
         by_name = {r.name: r.self_ms for r in prof.rows}
         out = {}
         for n in view.nodes:

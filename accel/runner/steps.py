@@ -93,14 +93,6 @@ def step_error(step: Step, exc: BaseException) -> str:
 
 
 def copy_model(model: Any) -> Any:
-    """A copy passes may change in place (the original stays intact for sensitivity, QAT)."""
-    import copy
-
-    if model.kind != "torch":
-        return model.replace()
-    try:
-        return model.replace(module=copy.deepcopy(model.module))
-    except Exception:  # noqa: BLE001 - some scripted modules cannot be copied; reload instead
-        from accel.models import load_model
-
-        return load_model(model.source, model.input_spec, device=model.device, validate=False)
+    """A copy passes may change in place (the original stays intact for sensitivity, QAT);
+    the model kind's handler makes it (torch: a deep copy of the module)."""
+    return model.backend.copy(model)
