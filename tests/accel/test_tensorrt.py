@@ -29,6 +29,9 @@ def test_tensorrt_step_fails_with_the_reason_on_this_machine(tmp_path):
     res = run_recipe(recipe, out_dir=tmp_path)
     assert res.status == "failed"
     assert "tensorrt" in res.error and ("not installed" in res.error or "CUDA" in res.error)
+    if not HAS_TRT:  # refused before any work: no step ran, not even the export
+        assert "step 2 (tensorrt) needs the tensorrt package" in res.error
+        assert res.steps == [] and res.baseline == {}
     # nothing of the step looks like a TensorRT artifact
     assert not list(tmp_path.rglob("trt_cache/*"))
 
