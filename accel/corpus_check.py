@@ -16,7 +16,6 @@ Used by bench/corpus.py (the full corpus) and the fast CI subset in tests/accel.
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 import traceback
@@ -69,9 +68,7 @@ def _jsonable(v: Any) -> Any:
 
 
 def _fresh(model: Any) -> Any:
-    if model.kind == "torch":
-        return model.replace(module=copy.deepcopy(model.module), metadata=dict(model.metadata))
-    return model
+    return model.backend.copy(model)  # torch: a deep copy of the module and its metadata
 
 
 def check_model(
@@ -121,7 +118,7 @@ def check_model(
             if cls.requires.cuda and not str(device).startswith("cuda"):
                 raise NotApplicable(f"{name} needs a CUDA GPU")
             base = original
-            if "torch" not in cls.requires.model_kinds:
+            if original.kind not in cls.requires.model_kinds:
                 if onnx_model is None and onnx_error is None:
                     try:
                         exp = get_pass("export_onnx")()

@@ -32,7 +32,7 @@ def step_warnings(steps: Sequence[Step], device: str = "cpu") -> dict[int, str]:
         if step.pass_name in LOW_PRECISION_STEPS:
             low = (i, LOW_PRECISION_STEPS[step.pass_name])
             continue
-        if cls.category == "export" and cls.output_kind == "onnx" and low is not None:
+        if cls.category == "export" and step.pass_name == "export_onnx" and low is not None:
             j, dtype = low
             upcast = dtype == "bfloat16" or not device.startswith("cuda")
             if upcast:

@@ -56,7 +56,7 @@ class TorchBackend(Backend):
         import copy
 
         try:
-            return model.replace(module=copy.deepcopy(model.module))
+            return model.replace(module=copy.deepcopy(model.module), metadata=dict(model.metadata))
         except Exception:  # noqa: BLE001 - some scripted modules cannot be copied; reload instead
             from accel.models import load_model
 
