@@ -132,12 +132,9 @@ def step_problem(cls: Any, form: str | None, device: str) -> str | None:
     req = cls.requires
     if form is not None and kind_of(form) not in req.model_kinds:
         kinds = " or ".join(req.model_kinds)
-        hint = ""
-        if "torch" in req.model_kinds:
-            hint = " Move this step before the step that converts the model from torch"
-            hint = " Move this step before the export_onnx step." if form == "onnx" else hint + "."
-        elif "onnx" in req.model_kinds:
-            hint = " Add an export_onnx step before it."
+        from accel.backends import reach_hint
+
+        hint = reach_hint(req.model_kinds, kind_of(form))
         a = "an" if kinds[0] in "aeiou" else "a"
         return f"{cls.name} needs {a} {kinds} model, but the model is {kind_of(form)} here.{hint}"
     if form is not None:

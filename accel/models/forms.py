@@ -62,11 +62,16 @@ def made_by(form: str) -> str | None:
     return _MADE_BY.get(form)
 
 
+def default_form(kind: str) -> str:
+    """The form of a freshly loaded model of ``kind`` (torch: eager; others: the kind)."""
+    return {"torch": EAGER}.get(kind, kind)
+
+
 def model_form(model: Any) -> str:
     """The form of a LoadedModel (cheap: type and metadata checks, no forward)."""
     kind = getattr(model, "kind", "torch")
-    if kind != "torch":
-        return kind
+    if getattr(model, "module", None) is None:  # runtime files: the form is the kind
+        return default_form(kind)
     meta = getattr(model, "metadata", None) or {}
     if meta.get("cuda_graphs"):
         return CUDA_GRAPH

@@ -4,7 +4,6 @@ save what it leaves (accel.runner.artifacts) and report through events."""
 
 from __future__ import annotations
 
-import importlib.util
 import time
 import traceback
 from collections.abc import Callable
@@ -76,21 +75,6 @@ def _cancel_fn(cancel: CancelLike) -> Callable[[], bool]:
     return cancel
 
 
-def preflight_libraries(recipe: Recipe) -> None:
-    """Refuse a recipe with a step whose libraries are not installed (TensorRT on a machine
-    without the [tensorrt] extra...) before loading anything."""
-    from accel.passes import get_pass
-
-    for index, step in recipe.enabled_steps():
-        cls = get_pass(step.pass_name)
-        for lib in cls.requires.libraries:
-            if importlib.util.find_spec(lib) is None:
-                raise PassError(
-                    f"step {index + 1} ({step.pass_name}) needs the {lib} package, which is "
-                    f"not installed here; {cls.requires.note or 'install it'}, or remove the step"
-                )
-
-
 class _Run:
     """One execution of a prepared recipe; holds the RunResult it fills."""
 
@@ -120,7 +104,6 @@ class _Run:
             emit(Progress(index=-1, fraction=0.0, message=f"loading {recipe.model.source}"))
             if recipe.model.trust_pickle and not trust_pickle:
                 emit(Log(level="warning", message=RECIPE_TRUST_PICKLE_IGNORED))
-            preflight_libraries(recipe)  # a runtime that is not installed: fail before any work
             orig = load_original(recipe, trust_pickle, trusted_source)
             not_applicable = preflight(recipe.enabled_steps(), orig.model)
             if not_applicable and recipe.on_step_error == "stop":

@@ -116,11 +116,11 @@ def check_chain(
     what the steps before it produce, the device and the libraries, without loading any
     model. ``start_form``: the model's form (default: eager for torch, else the kind)."""
     from accel.errors import PassError
-    from accel.models.forms import EAGER
+    from accel.models.forms import default_form
     from accel.passes import get_pass
     from accel.plan import step_problem
 
-    form = start_form or (EAGER if model_kind == "torch" else model_kind)
+    form = start_form or default_form(model_kind)
     for i, name in enumerate(chain):
         try:
             cls = get_pass(name)
