@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
 )
 
 from accel.backends import reach_hint
-from accel.models.forms import source_form
+from accel.models.forms import default_form, source_form
 from accel.passes import list_passes
 from accel.plan import forms_along
 from accel.recipe import BenchSettings, Gates, Step
@@ -352,9 +352,8 @@ class RecipeView(RecipeEditsMixin, QWidget):
     def _start_form(self) -> str | None:
         """The loaded model's form (accel.models.forms), from its source."""
         info = self.state.model_info or {}
-        if info.get("kind", "torch") != "torch":
-            return info.get("kind")
-        return source_form(self.state.recipe.model.source)
+        form = source_form(self.state.recipe.model.source)
+        return form if form is not None else default_form(info.get("kind", "torch"))
 
     def _step_problem(self, step: Step, kind: str, form: str | None = None) -> str:
         p = self._passes.get(step.pass_name)
