@@ -93,8 +93,9 @@ def test_chain_onnx_static_int8_then_openvino(tmp_path):
 def test_wrong_order_says_what_to_add(tmp_path):
     res = run_recipe(_recipe(RESNET, [{"pass": "quantize_openvino"}]), out_dir=tmp_path)
     assert res.status == "failed"
-    assert "needs a openvino model, but the current model is torch" in res.error
+    assert "quantize_openvino needs an openvino model, but the model is torch" in res.error
     assert "Add an openvino step before it" in res.error
+    assert res.steps == []  # refused by the pre-flight plan, before any work
 
 
 def test_bf16_fallback_warns_and_records_what_ran(tmp_path, monkeypatch):
