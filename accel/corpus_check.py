@@ -81,8 +81,11 @@ def check_model(
     params: dict[str, dict[str, Any]] | None = None,
     on_cell: Callable[[Cell], None] | None = None,
     device: str = "cpu",
+    time_it: bool = True,
 ) -> list[Cell]:
-    """Run each pass in ``passes`` (default: all registered) on ``source``; one Cell each."""
+    """Run each pass in ``passes`` (default: all registered) on ``source``; one Cell each.
+
+    ``time_it=False`` leaves the speedup out (tests: outcomes and parity only)."""
     import torch
 
     from accel.measure import TimingSettings, compare_interleaved
@@ -146,9 +149,10 @@ def check_model(
             report = compare(reference, out, Tolerances())
             cell.parity_passed = bool(report.passed)
             cell.parity = report.summary()
-            cmp = compare_interleaved(original, new, inputs, timing, device=device)
-            cell.speedup = cmp.speedup.value
-            cell.speedup_low, cell.speedup_high = cmp.speedup.low, cmp.speedup.high
+            if time_it:
+                cmp = compare_interleaved(original, new, inputs, timing, device=device)
+                cell.speedup = cmp.speedup.value
+                cell.speedup_low, cell.speedup_high = cmp.speedup.low, cmp.speedup.high
         except NotApplicable as exc:
             cell.outcome, cell.reason = "n/a", str(exc)
         except (PassError, AccelError) as exc:

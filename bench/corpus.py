@@ -109,6 +109,12 @@ def main() -> int:
     ap.add_argument("--skip", nargs="*", default=[], help="pass names to leave out")
     ap.add_argument("--size", choices=("real", "small"), default="real")
     ap.add_argument("--out", default=str(OUT))
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch/ORT threads while timing (default: physical cores; 1 on a shared machine)",
+    )
     args = ap.parse_args()
     import torch
 
@@ -137,7 +143,11 @@ def main() -> int:
             )
             del lm
             with tempfile.TemporaryDirectory() as d:
-                check_model(name, spec, passes, work_dir=d, on_cell=on_cell)
+                timing = {"rounds": 3, "iters": 6, "warmup": 1, "min_time_s": 0}
+                if args.threads:
+                    timing["threads"] = args.threads
+                    torch.set_num_threads(args.threads)
+                check_model(name, spec, passes, work_dir=d, on_cell=on_cell, timing=timing)
         except ModelLoadError as exc:
             row["load_error"] = str(exc)
             print(f"   not loaded: {exc}", flush=True)

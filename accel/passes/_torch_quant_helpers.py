@@ -216,3 +216,16 @@ def qat_train(model, teacher, batches, steps, lr=1e-4, loss="distill", on_step=N
         if on_step is not None:
             on_step(step, steps, last)
     return model, last
+
+
+def heldout_mse(model, teacher, batches):
+    """Mean squared error of ``model``'s first output against ``teacher``'s on ``batches``."""
+    import torch
+
+    total = 0.0
+    with torch.no_grad():
+        for inputs in batches:
+            out = first_output(model(*inputs.values())).float()
+            ref = first_output(teacher(*inputs.values())).float()
+            total += float(torch.mean((out - ref) ** 2))
+    return total / max(1, len(batches))

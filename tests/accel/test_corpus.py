@@ -157,3 +157,68 @@ def test_on_step_error_skip_goes_on_with_the_model_from_before():
     assert "no BatchNorm" in res.steps[0].error
     assert "no_such_layer" in res.steps[1].error
     assert res.steps[2].parity is not None
+
+
+def test_qat_never_returns_worse_than_its_own_ptq():
+    """A learning rate far too high ruins QAT; the pass keeps PTQ of the same scheme then."""
+    import copy
+    import pathlib
+
+    from accel.passes import PassContext, get_pass
+    from accel.passes._torch_quant_helpers import heldout_mse
+
+    lm = load_model("zoo:mlp")
+    p = get_pass("qat")()
+    with tempfile.TemporaryDirectory() as d:
+        ctx = PassContext(inputs=lm.example_inputs(), work_dir=pathlib.Path(d), original=lm)
+        cfg = p.parse_config({"steps": 8, "lr": 5e-2, "batch_size": 4})
+        new = p.apply(lm.replace(module=copy.deepcopy(lm.module)), cfg, ctx)
+    assert ctx.details["kept"] == "ptq"
+    assert ctx.metrics["qat_heldout_mse"] > ctx.metrics["ptq_heldout_mse"]
+    assert any("kept the PTQ model" in w for w in ctx.details["warnings"])
+    heldout = [lm.input_spec.sample(seed=30000 + i) for i in range(4)]
+    mse = heldout_mse(new.module, lm.module, heldout)
+    assert mse == pytest.approx(ctx.metrics["ptq_heldout_mse"], rel=1e-5)
+
+
+# The CI subset of the corpus matrix: small inputs, the structural and quantization passes.
+_CI_PASSES = ["fold_batchnorm", "channels_last", "quantize_static_int8", "torch_export"]
+
+
+def _matrix(source: str, passes: list[str]) -> dict:
+    from accel.corpus_check import check_model
+
+    with tempfile.TemporaryDirectory() as d:
+        cells = check_model(source, CORPUS[source].small_spec, passes, work_dir=d, time_it=False)
+    return {c.pass_name: c for c in cells}
+
+
+def test_corpus_ci_subset_hf_cnn():
+    cells = _matrix("hf:mobilenet_v2", _CI_PASSES)
+    assert not [c for c in cells.values() if c.outcome == "crash"], [
+        (c.pass_name, c.traceback) for c in cells.values() if c.outcome == "crash"
+    ]
+    fold = cells["fold_batchnorm"]
+    assert fold.outcome == "ok" and fold.details["folded"] == 52 and fold.parity_passed
+    assert cells["channels_last"].outcome == "ok" and cells["channels_last"].parity_passed
+    assert cells["quantize_static_int8"].outcome == "ok"
+    assert cells["torch_export"].outcome == "ok" and cells["torch_export"].parity_passed
+
+
+def test_corpus_ci_subset_llama():
+    cells = _matrix("hf:llama_small", _CI_PASSES + ["quantize_dynamic_int8"])
+    assert cells["fold_batchnorm"].outcome == "n/a"
+    assert cells["channels_last"].outcome == "n/a"
+    assert not [c for c in cells.values() if c.outcome == "crash"], [
+        (c.pass_name, c.reason) for c in cells.values() if c.outcome == "crash"
+    ]
+    assert cells["quantize_dynamic_int8"].outcome == "ok"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", ["hf:resnet50", "hf:t5_small_encoder"])
+def test_corpus_subset_slow(source):
+    cells = _matrix(source, [*_CI_PASSES, "quantize_dynamic_int8", "export_onnx"])
+    assert not [c for c in cells.values() if c.outcome == "crash"], [
+        (c.pass_name, c.reason) for c in cells.values() if c.outcome == "crash"
+    ]
