@@ -73,8 +73,8 @@ def _run(source: str, spec: str, steps: list[dict], out: Path, threads: int):
         "gates": {"rtol": 1.0, "atol": 1.0, "min_cosine": 0.98},
     }
     t0 = time.perf_counter()
-    # The bench's own factory (resnet50 above) is code the bench names itself.
-    res = run_recipe(recipe, out_dir=out, trust_recipe_code=True)
+    # The bench names the model itself (its own resnet50 factory above): the caller's source.
+    res = run_recipe(recipe, out_dir=out, model_source=source)
     if not res.ok:
         raise SystemExit(f"{out.name}: {res.error}")
     print(f"  built {out.name} in {time.perf_counter() - t0:.0f} s", flush=True)
