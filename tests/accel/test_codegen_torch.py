@@ -124,7 +124,8 @@ def test_script_reproduces_runner(name, tmp_path):
 
 def test_script_has_the_passes_code():
     script = recipe_to_script(RECIPES["resnet"])
-    assert "def fold_batchnorm(model):" in script
+    assert "def fold_batchnorm(model, example_args=None):" in script
+    assert "def conv_bn_pairs_from_export(" in script
     assert "class KeepFloat32(nn.Module):" in script
     assert "torch.jit.save(" in script and "torch.jit.load(" in script
     assert "gates=(0.05, 0.05, 0.99)" in script
