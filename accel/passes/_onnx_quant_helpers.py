@@ -73,10 +73,17 @@ def onnx_nodes_matching(model_path, patterns, original_path=None):
 
 def onnx_op_types(model_path):
     """Op types present in the main graph of an ONNX file."""
+    return sorted(onnx_op_histogram(model_path))
+
+
+def onnx_op_histogram(model_path) -> dict[str, int]:
+    """How many nodes of each op type the main graph of an ONNX file has."""
+    import collections
+
     import onnx
 
     graph = onnx.load(str(model_path), load_external_data=False).graph
-    return sorted({n.op_type for n in graph.node})
+    return dict(collections.Counter(n.op_type for n in graph.node))
 
 
 class BatchCalibrationReader(CalibrationDataReader):

@@ -181,7 +181,8 @@ class _QuantizeOnnx(Pass):
         if self.mode == "dynamic":
             # The dynamic quantizer rewrites Gemm as MatMul + Add named "<gemm>_MatMul"; exclude both names.
             exclude = exclude + [f"{n}_MatMul" for n in exclude]
-        present = h.onnx_op_types(src)
+        histogram = h.onnx_op_histogram(src)
+        present = sorted(histogram)
         op_types = _op_types(config, self.mode)
         ctx.details.update(
             {
@@ -265,9 +266,15 @@ class _QuantizeOnnx(Pass):
         counts = h.quantized_op_counts(out)
         ctx.details["quantized_ops"] = counts
         if not counts:
+            hint = "Check op_types / exclude."
+            if self.mode == "dynamic" and {"Conv", "ConvTranspose"} & set(present):
+                hint = (
+                    "Dynamic quantization covers MatMul/Attention/LSTM; use quantize_onnx_static "
+                    "for Conv."
+                )
             ctx.warn(
-                f"nothing was quantized (op types tried: {op_types or 'quantizer default'}; the model has "
-                f"{present}). Check op_types / exclude."
+                f"0 of {sum(histogram.values())} ops quantized (op types tried: "
+                f"{op_types or 'quantizer default'}; the model has {present}). {hint}"
             )
         ctx.add_artifact(out, "onnx")
         ctx.progress(0.95, "loading the quantized model")

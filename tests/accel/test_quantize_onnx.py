@@ -288,3 +288,17 @@ def test_exclude_by_module_name_survives_preprocessing_of_a_dynamo_export(tmp_pa
     (name,) = res.steps[1].details["excluded_nodes"]
     op, is_float = _float_weight_of(_graph(res.steps[1]), name)
     assert is_float and op in ("Gemm", "MatMul")
+
+
+def test_dynamic_on_a_conv_net_says_what_was_quantized(onnx_models, tmp_path):
+    res = _run(
+        onnx_models,
+        "resnet",
+        # the classifier (the only Gemm) excluded: a conv net has nothing else dynamic covers
+        [{"pass": "quantize_onnx_dynamic", "params": {"exclude": ["fc"]}}],
+        tmp_path,
+    )
+    step = res.steps[0]
+    assert step.details["quantized_ops"] == {}
+    warning = next(w for w in step.details["warnings"] if "ops quantized" in w)
+    assert warning.startswith("0 of ") and "quantize_onnx_static" in warning and "Conv" in warning
