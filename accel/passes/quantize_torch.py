@@ -684,6 +684,22 @@ class QuantizationAwareTraining(Pass):
             'quantize_(model, QATConfig(base, step="convert"), filter_fn=name_filter(names))\n'
             "model = model.eval().requires_grad_(False)\n"
         )
+        if (
+            config.steps
+        ):  # the studio keeps PTQ when QAT ends worse on held-out inputs; so does this
+            code += (
+                "ptq = copy.deepcopy(teacher)\n"
+                'quantize_(ptq, QATConfig(base, step="prepare"), filter_fn=name_filter(names))\n'
+                'quantize_(ptq, QATConfig(base, step="convert"), filter_fn=name_filter(names))\n'
+                "heldout = [\n"
+                "    {k: (x.to(input_casts[k]) if k in input_casts and x.is_floating_point() else x).to(device)\n"
+                f"     for k, x in make_inputs(seed={_QAT_HELDOUT_SEED} + i).items()}}\n"
+                "    for i in range(4)\n"
+                "]\n"
+                "if heldout_mse(model, teacher, heldout) > heldout_mse(ptq.eval(), teacher, heldout):\n"
+                '    print("QAT ended worse than PTQ on held-out inputs; keeping the PTQ model")\n'
+                "    model = ptq.eval()\n"
+            )
         return ScriptStep(
             code=code,
             imports=[
@@ -692,6 +708,11 @@ class QuantizationAwareTraining(Pass):
                 "from torchao.quantization.qat import QATConfig",
             ],
             helpers=_source(
-                h.select_layers, h.name_filter, h.qat_base_config, h.first_output, h.qat_train
+                h.select_layers,
+                h.name_filter,
+                h.qat_base_config,
+                h.first_output,
+                h.qat_train,
+                h.heldout_mse,
             ),
         )
