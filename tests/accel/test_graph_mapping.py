@@ -48,7 +48,10 @@ def test_onnx_profile_rows_paint_by_node_name(mlp, tmp_path):
     onnx_model = load_model(str(path))
     prof = profile_model(onnx_model, iters=3, warmup=1, ops=False)
     g = graph_from_onnx(onnx_model)
-    values = {r.name: r.self_ms for r in prof.rows if r.name}
+    from accel.profile.results import UNATTRIBUTED
+
+    # the (unattributed) row is the plain run's rest, not a node of the graph
+    values = {r.name: r.self_ms for r in prof.rows if r.name and r.name != UNATTRIBUTED}
     per_node, per_group = aggregate_by_module(g, values)
     # ONNX Runtime fuses Gemm+Relu ("fused /fc1/Gemm"): every row still lands on a node.
     gemms = [n.id for n in g.nodes if n.op == "Gemm"]
