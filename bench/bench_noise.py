@@ -103,6 +103,8 @@ def run_once(recipe: dict, work: Path) -> dict:
                 "reason": timing.get("noise_reason"),
                 "other_cores": noise.get("other_cores"),
                 "rounds": timing.get("rounds"),
+                "threads": timing.get("threads"),
+                "placement": timing.get("placement"),
                 # What the old runner reported: baseline timed at the start / step timed later.
                 "sequential": (base / m["latency_p50_ms"])
                 if base and m.get("latency_p50_ms")
@@ -117,8 +119,13 @@ def spread(values: list[float]) -> float:
     return max(v) / min(v) if v else float("nan")
 
 
-def report(name: str, quiet: dict, loaded: list[dict]) -> dict:
+def report(name: str, quiet: dict, loaded: list[dict], same: dict | None = None) -> dict:
+    """``same``: a quiet run with the thread count the loaded runs ended up with (when the
+    studio left a busy CPU out); the intervals are checked against it, like for like."""
     print(f"\n== {name}: threads {quiet['threads']}, {len(loaded)} loaded runs")
+    placements = {s["placement"] for r in loaded for s in r["steps"] if s.get("placement")}
+    for p in sorted(placements):
+        print(f"   loaded runs: {p}")
     print(
         f"   wall time: quiet {quiet['wall_s']:.1f} s, loaded "
         f"{statistics.mean(r['wall_s'] for r in loaded):.1f} s (mean)"
@@ -128,7 +135,8 @@ def report(name: str, quiet: dict, loaded: list[dict]) -> dict:
         runs = [r["steps"][i] for r in loaded]
         sp = [r["speedup"] for r in runs]
         seq = [r["sequential"] for r in runs]
-        contains = sum(1 for r in runs if r["low"] <= q["speedup"] <= r["high"])
+        ref = same["steps"][i] if same else q
+        contains = sum(1 for r in runs if r["low"] <= ref["speedup"] <= r["high"])
         widths = [
             max(r["speedup"] - r["low"], r["high"] - r["speedup"]) / r["speedup"] for r in runs
         ]
@@ -136,6 +144,8 @@ def report(name: str, quiet: dict, loaded: list[dict]) -> dict:
             "step": q["step"],
             "quiet": q["speedup"],
             "quiet_interval": [q["low"], q["high"]],
+            "quiet_same_threads": ref["speedup"],
+            "quiet_same_threads_interval": [ref["low"], ref["high"]],
             "loaded": sp,
             "max_over_min": spread(sp),
             "contains_quiet": contains,
@@ -147,6 +157,12 @@ def report(name: str, quiet: dict, loaded: list[dict]) -> dict:
         print(
             f"   {i + 1}. {q['step']:<22} quiet {q['speedup']:.2f}x [{q['low']:.2f}-{q['high']:.2f}]"
             f"{' noisy' if q['noisy'] else ''}"
+            + (
+                f"; quiet at the loaded runs' {same['steps'][i]['threads']} thread(s) "
+                f"{ref['speedup']:.2f}x [{ref['low']:.2f}-{ref['high']:.2f}]"
+                if same
+                else ""
+            )
         )
         print(
             f"      loaded: {' '.join(f'{x:.2f}' for x in sp)}  max/min {row['max_over_min']:.2f}"
@@ -173,19 +189,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default="resnet,transformer", help="comma list (both)")
     ap.add_argument("--core", type=int, default=0, help="core the busy loop is pinned to (0)")
     ap.add_argument("--json", help="write every number here")
+    ap.add_argument(
+        "--benchmark", default="{}", help='recipe benchmark settings (JSON), e.g. {"rounds": 16}'
+    )
     args = ap.parse_args(argv)
     results = {}
     with tempfile.TemporaryDirectory(prefix="bench-noise-") as tmp:
         work = Path(tmp)
         for name in args.models.split(","):
-            recipe = RECIPES[name]
+            recipe = {**RECIPES[name], "benchmark": json.loads(args.benchmark)}
             run_once(recipe, work)  # warm caches (imports, inductor, ORT) before measuring
             quiet = run_once(recipe, work)
             loaded = []
             with busy_core(args.core):
                 for _ in range(args.runs):
                     loaded.append(run_once(recipe, work))
-            results[name] = report(name, quiet, loaded)
+            used = {s["threads"] for r in loaded for s in r["steps"] if s.get("threads")}
+            same = None
+            if len(used) == 1 and used != {s["threads"] for s in quiet["steps"]}:
+                threads = used.pop()
+                bench = {**recipe.get("benchmark", {}), "threads": threads}
+                same = run_once({**recipe, "benchmark": bench}, work)
+            results[name] = report(name, quiet, loaded, same)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0

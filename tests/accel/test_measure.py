@@ -290,3 +290,75 @@ def test_busy_process_raises_the_noisy_flag():
     assert rep.busy, rep
     assert rep.other_cores > 0.25 * cores
     assert f"{cores} cores" in rep.reason() and "busy with other processes" in rep.reason()
+
+
+# --------------------------------------------------------------------------- CPU placement
+
+
+def test_busy_cpu_is_left_out_when_threads_are_the_studios_choice(monkeypatch):
+    monkeypatch.setattr(measure, "per_cpu_busy", lambda *a, **k: {0: 0.97, 1: 0.03})
+    monkeypatch.setattr(measure, "physical_cores", lambda: 2)
+    p = measure.choose_cpus(None)
+    assert p.cpus == (1,) and p.busy_cpus == (0,) and p.threads == 1
+    assert "CPU 0 busy with other processes" in p.note
+    # the user's own thread count is never changed, nor pinned
+    assert measure.choose_cpus(2) == measure.CpuPlacement(threads=2)
+    # every CPU free (the usual case) or every CPU busy: no pinning, the physical cores
+    monkeypatch.setattr(measure, "per_cpu_busy", lambda *a, **k: {0: 0.1, 1: 0.0})
+    assert measure.choose_cpus(None) == measure.CpuPlacement(threads=2)
+    monkeypatch.setattr(measure, "per_cpu_busy", lambda *a, **k: {0: 0.9, 1: 0.8})
+    assert measure.choose_cpus(None) == measure.CpuPlacement(threads=2)
+    monkeypatch.setattr(measure, "per_cpu_busy", lambda *a, **k: None)
+    assert measure.choose_cpus(None) == measure.CpuPlacement(threads=2)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="Linux only")
+def test_pinning_covers_threads_started_inside_and_is_undone():
+    import os
+    import threading
+
+    allowed = os.sched_getaffinity(0)
+    if len(allowed) < 2:
+        pytest.skip("needs two CPUs")
+    one = min(allowed)
+    seen = {}
+
+    def worker():
+        seen["inside"] = os.sched_getaffinity(0)
+        ev.wait(5)
+        seen["after"] = os.sched_getaffinity(0)
+
+    ev = threading.Event()
+    with measure.CpuPlacement(threads=1, cpus=(one,), busy_cpus=()).pinned():
+        assert os.sched_getaffinity(0) == {one}
+        t = threading.Thread(target=worker)
+        t.start()
+    ev.set()
+    t.join()
+    assert seen["inside"] == {one}
+    assert seen["after"] == allowed  # a pool thread made while pinned is widened back
+    assert os.sched_getaffinity(0) == allowed
+
+
+def test_comparison_says_where_it_ran(monkeypatch):
+    import os
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs")
+    free = max(os.sched_getaffinity(0))
+    busy = {c: (0.0 if c == free else 1.0) for c in os.sched_getaffinity(0)}
+    monkeypatch.setattr(measure, "per_cpu_busy", lambda *a, **k: busy)
+    seen = []
+    net = torch.nn.Linear(8, 8).eval()
+
+    def ref(x):
+        seen.append((torch.get_num_threads(), frozenset(os.sched_getaffinity(0))))
+        return net(x)
+
+    res = compare_interleaved(
+        ref, net, {"x": torch.ones(2, 8)}, TimingSettings(rounds=2, iters=2, warmup=0)
+    )
+    assert set(seen) == {(1, frozenset({free}))}
+    details = res.timing_details()
+    assert details["cpus"] == [free] and details["threads"] == 1
+    assert "busy with other processes" in details["placement"]
