@@ -89,7 +89,7 @@ class TimingSettings:
     iters: int = 16
     warmup: int = 3
     threads: int | None = None
-    min_time_s: float = 0.2
+    min_time_s: float = 0.5
 
     def __post_init__(self) -> None:
         check_settings(

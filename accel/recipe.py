@@ -110,7 +110,7 @@ class BenchSettings(_Strict):
         description="intra-op threads of torch and every runtime (default: physical cores)",
     )
     min_time_s: float = Field(
-        0.2,
+        0.5,
         ge=0,
         le=3600,
         allow_inf_nan=False,
