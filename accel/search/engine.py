@@ -169,8 +169,8 @@ def trial_recipe(
     model: dict[str, Any] = {"source": config.model}
     if config.input_spec:
         model["input_spec"] = config.input_spec
-    if config.trust_pickle:
-        model["trust_pickle"] = True
+    # trust_pickle is never written into a recipe: a recipe cannot opt in to unpickling
+    # (`studio run` ignores it); the user passes --trust-pickle again, as the CLI says.
     gates: dict[str, Any] = {"min_cosine": round(1.0 - config.max_cosine_drop, 12)}
     if config.max_accuracy_drop is not None:
         gates["max_accuracy_drop"] = config.max_accuracy_drop

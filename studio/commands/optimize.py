@@ -220,10 +220,10 @@ def run(args: argparse.Namespace) -> int:
             raise CliError(str(th.error)) from None
         raise th.error
     assert th.outcome is not None
-    return report(th.outcome, interrupted)
+    return report(th.outcome, interrupted, trust_pickle=bool(args.trust_pickle))
 
 
-def report(outcome: Any, interrupted: bool = False) -> int:
+def report(outcome: Any, interrupted: bool = False, trust_pickle: bool = False) -> int:
     from studio.commands._table import render_table
 
     res = outcome.result
@@ -245,6 +245,11 @@ def report(outcome: Any, interrupted: bool = False) -> int:
         for key in ("best", "script", "search"):
             if key in outcome.files:
                 print(f"  {key}: {outcome.files[key]}")
+        if trust_pickle and "best" in outcome.files:
+            print(
+                "  the model needs unpickling, which a recipe cannot allow by itself: "
+                f"studio run {outcome.files['best']} --trust-pickle"
+            )
     else:
         print(f"\n  search: {outcome.files.get('search')}")
     if res.status == "cancelled" or interrupted:

@@ -168,6 +168,16 @@ def test_trial_recipe_reproduces_steps(tmp_path):
     assert recipe.gates.min_cosine == pytest.approx(1 - res.config.max_cosine_drop)
 
 
+def test_trial_recipe_never_carries_trust_pickle():
+    """A recipe cannot opt in to unpickling (`studio run` ignores it); the CLI tells the user
+    to pass --trust-pickle again instead."""
+    from accel.search.engine import TrialRecord
+
+    config = SearchConfig(model="zoo:mlp", max_trials=1, trust_pickle=True)
+    trial = TrialRecord(0, ("bf16",), [{"pass": "bf16", "params": {}}], origin="seed")
+    assert "trust_pickle" not in trial_recipe(config, trial)["model"]
+
+
 def test_bad_config_is_rejected():
     with pytest.raises(SearchError, match="objective"):
         SearchConfig(model="zoo:mlp", objective="speed").validate()
