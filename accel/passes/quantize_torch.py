@@ -178,6 +178,7 @@ class QuantizeDynamicInt8(Pass):
     category = "quantize"
     Config = DynamicInt8Config
     layer_types = ("Linear", "LSTM")  # what it quantizes (sensitivity analysis, exclude)
+    layer_local = True  # quantizing a layer does not depend on the others (sensitivity)
     requires = Requirements(
         model_kinds=("torch",),
         libraries=("torchao",),
@@ -303,6 +304,7 @@ class QuantizeWeightOnly(Pass):
     category = "quantize"
     Config = WeightOnlyConfig
     layer_types = ("Linear",)  # what it quantizes (sensitivity analysis, exclude)
+    layer_local = True  # quantizing a layer does not depend on the others (sensitivity)
     requires = Requirements(
         model_kinds=("torch",), libraries=("torchao",), note="Linear layers", accepts=(EAGER,)
     )

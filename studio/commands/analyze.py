@@ -31,6 +31,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-accuracy-drop", type=float, help="... so accuracy drops at most this (labelled data)"
     )
+    p.add_argument(
+        "--max-layers",
+        type=int,
+        help="analyse only N layers (every kind of layer, spread through the depth); "
+        "the others are listed as skipped",
+    )
+    p.add_argument(
+        "--method",
+        choices=("auto", "full", "local"),
+        default="auto",
+        help="local: quantize each layer alone in one working copy (dynamic int8, weight-only; "
+        "same numbers, much faster); full: the pass on a model copy per layer; auto: local "
+        "when the pass allows it",
+    )
     p.add_argument("--top", type=int, default=0, help="show only the N most sensitive layers")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
@@ -54,8 +68,16 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"\r[{f * 100:3.0f}%] {msg[:70]:<70}", end="", file=sys.stderr, flush=True)
 
+    if args.max_layers is not None and args.max_layers < 1:
+        raise CliError(f"--max-layers must be at least 1, got {args.max_layers}")
     report = analyze_sensitivity(
-        model, args.pass_name, data=args.data, params=params, progress=progress
+        model,
+        args.pass_name,
+        data=args.data,
+        params=params,
+        progress=progress,
+        max_layers=args.max_layers,
+        method=args.method,
     )
     gated = any(v is not None for v in (args.max_error, args.min_cosine, args.max_accuracy_drop))
     auto = None
@@ -99,9 +121,15 @@ def run(args: argparse.Namespace) -> int:
         rows.append(row)
     print(
         f"{report.pass_name} on {report.model_source}: one layer quantized at a time, data {report.data} "
-        f"({report.num_samples} samples), most sensitive first"
+        f"({report.num_samples} samples), most sensitive first; {report.method} method, "
+        f"{report.duration_s:.1f} s"
     )
     print(render_table(headers, rows))
+    if report.skipped:
+        print(
+            f"not analysed ({len(report.skipped)} of {len(report.skipped) + len(report.layers)}, "
+            f"--max-layers {len(report.layers)}): {', '.join(report.skipped)}"
+        )
     f = report.full
     line = f"all layers quantized: max_abs {_g(f['max_abs'])}, cosine {f['cosine']:.6f}"
     if labelled:

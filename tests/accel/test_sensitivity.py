@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from accel.errors import Cancelled, PassError
 from accel.models import load_model
@@ -111,6 +112,20 @@ def test_studio_analyze_prints_the_ranking(capsys):
     assert rc == 0, out
     assert "rank" in out and "acc_drop" in out and "fc1" in out and "fc3" in out
     assert "keep in float:" in out and "meets the gate" in out
+    rc = main(
+        [
+            "analyze",
+            MLP,
+            "--input",
+            MLP_SPEC,
+            "--pass",
+            "quantize_dynamic_int8",
+            "--max-layers",
+            "2",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0 and "local method" in out and "not analysed (1 of 3, --max-layers 2)" in out
     rc = main(["analyze", MLP, "--input", MLP_SPEC, "--pass", "quantize_dynamic_int8", "--json"])
     d = json.loads(capsys.readouterr().out)
     assert rc == 0 and sorted(d["ranking"]) == ["fc1", "fc2", "fc3"]
@@ -132,3 +147,54 @@ def test_analyze_job_uses_the_same_names():
     )
     assert sorted(result["ranking"]) == ["fc1", "fc2", "fc3"]
     assert any(e.get("event") == "progress" for e in events)
+
+
+@pytest.mark.parametrize(
+    "pass_name, params",
+    [("quantize_dynamic_int8", {}), ("quantize_weight_only", {"bits": 4, "group_size": 32})],
+)
+def test_local_method_gives_the_full_methods_numbers(mlp, pass_name, params):
+    full = analyze_sensitivity(mlp, pass_name, DATA, params, method="full")
+    local = analyze_sensitivity(mlp, pass_name, DATA, params)  # auto: local for these passes
+    assert full.method == "full" and local.method == "local"
+    assert local.ranking() == full.ranking()
+    for a, b in zip(local.layers, full.layers):
+        assert a.max_abs == pytest.approx(b.max_abs, rel=1e-5, abs=1e-7)
+        assert a.cosine == pytest.approx(b.cosine, abs=1e-7)
+        assert a.accuracy_drop == b.accuracy_drop
+    # The working copy is swapped back: the user's model is untouched.
+    assert all(isinstance(mlp.module.get_submodule(n), torch.nn.Linear) for n in ("fc1", "fc3"))
+    with pytest.raises(PassError, match="method full"):
+        analyze_sensitivity(mlp, "quantize_static_int8", method="local")
+
+
+def test_max_layers_analyses_a_sample_and_lists_the_rest(mlp):
+    messages = []
+    r = analyze_sensitivity(
+        mlp,
+        "quantize_dynamic_int8",
+        "synthetic(batches=1)",
+        max_layers=2,
+        progress=lambda f, m: messages.append(m),
+    )
+    assert len(r.layers) == 2 and len(r.skipped) == 1
+    assert sorted(r.ranking() + r.skipped) == ["fc1", "fc2", "fc3"]
+    assert "sample of 2 of 3" in messages[0]
+    assert any(m.startswith("layer 2 of 2:") and "left" in m for m in messages)
+    assert SensitivityReport.from_dict(json.loads(json.dumps(r.to_dict()))) == r
+    with pytest.raises(ValueError, match="max_layers"):
+        analyze_sensitivity(mlp, "quantize_dynamic_int8", max_layers=0)
+
+
+def test_pick_layers_covers_every_kind_and_the_depth():
+    from accel.sensitivity import pick_layers
+
+    kinds = {"q": 10, "k": 10, "v": 10, "up": 40, "down": 40}
+    layers = [(f"block.{b}.{k}", n) for b in range(12) for k, n in kinds.items()]
+    layers.append(("head", 5))
+    picked = pick_layers(layers, 12)
+    assert len(picked) == 12 and picked == [n for n, _ in layers if n in picked]  # model order
+    # Every kind (head included) is there, the big ones first and spread over the depth.
+    assert {p.split(".")[-1] for p in picked} == {"q", "k", "v", "up", "down", "head"}
+    assert {"block.0.up", "block.11.up", "block.0.down", "block.11.down"} <= set(picked)
+    assert pick_layers(layers, 100) == [n for n, _ in layers]
