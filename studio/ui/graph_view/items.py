@@ -6,17 +6,31 @@ send double-clicks and context menus back to the panel.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import QColor, QPainter, QPainterPath, QPen
+from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
 
-from accel.graph.model import GROUP_PREFIX, Node
+from accel.graph.model import GROUP_PREFIX, Graph, Node
 from studio.ui.graph_view.style import LOD_TEXT
 
-if TYPE_CHECKING:
-    from studio.ui.graph_view.panel import GraphView
+
+class GraphView(Protocol):
+    """What the items need from the panel that holds them (the panel is one; the items do not
+    import it, so the package has no import cycle)."""
+
+    colors: dict[str, QColor]
+    font_main: QFont
+    font_small: QFont
+    fm_main: QFontMetricsF
+    fm_small: QFontMetricsF
+    graph: Graph | None
+
+    def expand_group(self, path: str) -> None: ...
+    def collapse_group(self, path: str) -> None: ...
+    def select_key(self, key: str, center: bool = ...) -> Any: ...
+    def show_context_menu(self, node: Node, pos: Any, expanded: bool = ...) -> None: ...
 
 
 class NodeItem(QGraphicsItem):
