@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from accel.search.sensitivity_space import ALLOW as SENSITIVITY
 from accel.search.space import SearchError, SearchSpace, build_space, model_layer_types, steps_for
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,9 @@ MAX_DUPLICATES = 40  # proposals in a row already tried: the space is exhausted
 @dataclass
 class SearchConfig:
     """What to search for. ``budget_s`` and ``max_trials`` bound the search (either may be
-    None, not both); ``allow``: opt-in passes (``prune``, ``qat``); ``passes``: only these
+    None, not both); ``allow``: opt-in passes (``prune``, ``qat``) and ``sensitivity``
+    (quantization exclude sets from a sensitivity analysis, its time counted in the budget,
+    see accel.search.sensitivity_space); ``passes``: only these
     pass names; ``exclude``: never these."""
 
     model: str
@@ -486,6 +489,9 @@ def run_search(
     )
     for name, why in not_applicable.items():
         space.excluded[name] = f"nothing to do on this model: {why}"
+    sensitivity: dict[str, Any] | None = None
+    if SENSITIVITY in config.allow:
+        space, sensitivity = _exclude_sets(space, config, is_cancelled, t0)
     chain_keys = [space.chain_key(c) for c in space.chains]
     notify = on_trial or (lambda t: None)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -586,10 +592,25 @@ def run_search(
             "passes": sorted(space.passes),
             "excluded": space.excluded,
             "seeds": [space.chain_key(c) for c in seeds],
+            **({"sensitivity": sensitivity} if sensitivity is not None else {}),
         },
         cache=cache_total,
         model_kind=kind,
     )
+
+
+def _exclude_sets(
+    space: SearchSpace, config: SearchConfig, is_cancelled: Callable[[], bool], t0: float
+) -> tuple[SearchSpace, dict[str, Any]]:
+    """--allow sensitivity: exclude sets as a search dimension (accel.search.sensitivity_space);
+    the analysis stops at cancel or when it has used the whole budget."""
+    from accel.search.sensitivity_space import add_exclude_sets
+
+    def stop() -> bool:
+        over = config.budget_s is not None and time.monotonic() - t0 > config.budget_s
+        return is_cancelled() or over
+
+    return add_exclude_sets(space, config, stop)
 
 
 def _wait(handle: TrialHandle, is_cancelled: Callable[[], bool]) -> dict[str, Any]:

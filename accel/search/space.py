@@ -48,6 +48,9 @@ class SearchPass:
     fixed: dict[str, Any]
     defaults: dict[str, Any]
     exportable: bool = True
+    # param -> {searched value: the value the pass gets}: a Choice of labels standing for
+    # values Optuna cannot hold (e.g. exclude sets "top3" -> a list of layer names).
+    decode: dict[str, dict[Any, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -239,7 +242,7 @@ def steps_for(space: SearchSpace, chain: Sequence[str], values: dict[str, Any]) 
         for k in p.params:
             key = f"{name}.{k}"
             if key in values:
-                params[k] = values[key]
+                params[k] = p.decode.get(k, {}).get(values[key], values[key])
         steps.append({"pass": name, "params": params})
     return steps
 

@@ -48,7 +48,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--objective", default="latency", choices=["latency", "throughput", "size"])
     p.add_argument("--budget", default="15m", help="wall-time budget: 90s, 15m, 1h (default 15m)")
     p.add_argument("--trials", type=int, default=None, help="stop after N trials")
-    p.add_argument("--allow", default="", help="passes that change weights, allowed: prune,qat")
+    p.add_argument(
+        "--allow",
+        default="",
+        help="passes that change weights, allowed: prune,qat; and sensitivity: a sensitivity "
+        "analysis first (its time counts in the budget) gives the torch quantization passes "
+        "exclude sets (none, top-1, top-3, top-10%% most sensitive layers) to search",
+    )
     p.add_argument("--passes", default=None, help="only these passes (comma-separated names)")
     p.add_argument("--exclude", default="", help="never these passes (comma-separated names)")
     p.add_argument("--seed", type=int, default=0, help="sampler seed (default 0)")
@@ -141,7 +147,7 @@ def trial_row(t: Any) -> list[Any]:
     status = t.status if t.status != "gate_failed" else "gate"
     return [
         t.number,
-        t.label,
+        t.label + _exclude_note(t.steps),
         status,
         fmt_ms(m.get("latency_p50_ms")) if m.get("latency_p50_ms") is not None else "-",
         speed_s,
@@ -150,6 +156,12 @@ def trial_row(t: Any) -> list[Any]:
         t.reused_steps or "",
         (t.gate or t.error or "")[:70],
     ]
+
+
+def _exclude_note(steps: list[dict[str, Any]]) -> str:
+    """' (float: a, b)' when a step keeps layers in float (--allow sensitivity's sets)."""
+    kept = [n for s in steps for n in (s.get("params") or {}).get("exclude") or []]
+    return f" (float: {', '.join(kept)})" if kept else ""
 
 
 HEADERS = ["#", "chain", "status", "p50", "speedup [range]", "cos drop", "size", "reused", "note"]
@@ -183,6 +195,12 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
         print(f"trials run in the {where}", flush=True)
+        if "sensitivity" in config.allow:
+            print(
+                "sensitivity analysis first (exclude sets for the torch quantization passes; "
+                "its time counts in the budget) ...",
+                flush=True,
+            )
 
     def on_trial(t: Any) -> None:
         el = time.monotonic() - t0
@@ -234,6 +252,9 @@ def report(outcome: Any, interrupted: bool = False, trust_pickle: bool = False) 
         f"prefix cache: {res.cache.get('hits', 0)} trial(s) reused "
         f"{res.cache.get('reused_steps', 0)} built step(s), {res.cache.get('stored', 0)} stored"
     )
+    sens = res.space.get("sensitivity")
+    if sens is not None:
+        print(_sensitivity_line(sens))
     if res.front:
         print("\nPareto front (objective, parity error, size):")
         print(render_table(HEADERS[:-1], [trial_row(res.trial(n))[:-1] for n in res.front]))
@@ -255,6 +276,22 @@ def report(outcome: Any, interrupted: bool = False, trust_pickle: bool = False) 
     if res.status == "cancelled" or interrupted:
         return 130
     return 0 if res.best is not None else 1
+
+
+def _sensitivity_line(sens: dict[str, Any]) -> str:
+    if "pass" not in sens:
+        return f"sensitivity: no exclude sets ({sens.get('reason', 'nothing to analyse')})"
+    sample = f" of {sens['analysed'] + sens['not_analysed']}" if sens["not_analysed"] else ""
+    line = (
+        f"sensitivity: {sens['pass']} ({sens['method']} method) on {sens['analysed']}{sample} "
+        f"layers took {sens['duration_s']:.1f} s of the budget; most sensitive: "
+        f"{', '.join(sens['ranking'][:3])}"
+    )
+    for name, sets in sens["sets"].items():
+        line += f"\n  {name} searches exclude sets: {', '.join(sets)}"
+    for name, why in sens["skipped"].items():
+        line += f"\n  {name}: no exclude sets ({why})"
+    return line
 
 
 def search_id_arg(repo: Any, prefix: str) -> str:

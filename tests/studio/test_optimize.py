@@ -77,6 +77,23 @@ def test_optimize_reports_constraints_no_recipe_meets(tmp_path, capsys):
     assert search.status == "no_feasible" and "closest" in search.summary["reason"]
 
 
+def test_optimize_allow_sensitivity_searches_exclude_sets(tmp_path, capsys):
+    code = main(
+        [
+            "--db", str(tmp_path / "s.db"), "optimize", "zoo:mlp", "--trials", "6",
+            "--passes", "quantize_dynamic_int8", "--allow", "sensitivity", "--iters", "2",
+            "--max-cosine-drop", "0.01", "--out", str(tmp_path / "o"),
+        ]
+    )  # fmt: skip
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert "sensitivity analysis first" in text
+    assert "sensitivity: quantize_dynamic_int8 (local method) on 3 layers took" in text
+    assert "quantize_dynamic_int8 searches exclude sets: none, top1" in text
+    # every exclude set was tried (the space has 4 quantized variants + the original)
+    assert "quantize_dynamic_int8 (float: fc" in text
+
+
 def test_unreachable_cluster_fails_fast_and_records_nothing(tmp_path, capsys):
     db = tmp_path / "s.db"
     t0 = time.monotonic()

@@ -1,0 +1,158 @@
+"""Quantization exclude sets from the sensitivity analysis as a search dimension.
+
+With ``--allow sensitivity`` (``SearchConfig.allow``) the search runs
+``accel.sensitivity.analyze_sensitivity`` once on the model, before the first trial (its
+time counts in the budget), and gives every torch quantization pass in the space that keeps
+an ``exclude`` list a Choice of exclude sets: none, the most sensitive layer, the 3 most
+sensitive, and the most sensitive 10 % of the layers that pass quantizes (distinct sets
+only). The names are torch module names, valid for the torch quantization passes, which run
+on the eager torch model (earlier steps fold, prune or change the memory format but keep the
+module names). The ONNX Runtime and OpenVINO quantizers name ONNX/OpenVINO nodes; they get
+no exclude sets (said in the search's space summary).
+
+The analysis uses the layer-local method (``quantize_dynamic_int8``, Linear and LSTM
+layers) on at most ``MAX_LAYERS`` layers (``pick_layers``), so on a RoBERTa-base encoder it
+costs 16 forward passes rather than one full pass application per layer. A conv net is
+analysed with ``quantize_static_int8`` (the torch pass that quantizes Conv2d), whose full
+method costs one calibrated pass per analysed layer. Each pass's sets come from the ranked
+layers of the kinds it quantizes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from accel.search.space import SearchSpace
+
+log = logging.getLogger(__name__)
+
+ALLOW = "sensitivity"  # the --allow word
+MAX_LAYERS = 16  # layers analysed (a sample for larger models, see accel.sensitivity.pick_layers)
+SETS = (("top1", 1), ("top3", 3))  # plus top10% of the layers the pass quantizes
+
+
+def exclude_sets(ranking: list[str], n_layers: int) -> dict[str, list[str]]:
+    """Labelled exclude sets from a ranking (most sensitive first) for a pass that quantizes
+    ``n_layers`` layers: none, top1, top3, top10% — distinct sets only, and none that would
+    keep every layer in float (the pass would have nothing to do)."""
+    sizes = [*SETS, ("top10%", max(1, math.ceil(0.1 * n_layers)))]
+    out: dict[str, list[str]] = {"none": []}
+    seen: set[tuple[str, ...]] = {()}
+    for label, k in sizes:
+        chosen = tuple(ranking[:k])
+        if chosen in seen or len(chosen) >= n_layers:
+            continue
+        seen.add(chosen)
+        out[label] = list(chosen)
+    return out
+
+
+def _analysis_pass(space: SearchSpace) -> str | None:
+    """Conv nets: static int8 (the only torch pass here that quantizes Conv2d); else the
+    layer-local dynamic int8 (Linear, LSTM)."""
+    if "conv2d" in space.layer_types and "quantize_static_int8" in space.passes:
+        return "quantize_static_int8"
+    if "quantize_dynamic_int8" in space.passes:
+        return "quantize_dynamic_int8"
+    if "quantize_static_int8" in space.passes:
+        return "quantize_static_int8"
+    return None
+
+
+def add_exclude_sets(
+    space: SearchSpace,
+    config: Any,
+    cancel: Callable[[], bool],
+    progress: Callable[[float, str], None] | None = None,
+) -> tuple[SearchSpace, dict[str, Any]]:
+    """The space with an ``exclude`` Choice on each torch quantization pass, and a summary
+    (the analysis, its time, the sets per pass, the passes left without sets and why)."""
+    from accel.errors import AccelError, Cancelled
+    from accel.models import load_model
+    from accel.passes import get_pass
+    from accel.passes._torch_quant_helpers import select_layers
+    from accel.sensitivity import analyze_sensitivity
+
+    t0 = time.monotonic()
+    summary: dict[str, Any] = {"sets": {}, "skipped": {}}
+    targets, skipped = [], summary["skipped"]
+    for name in sorted(space.passes):
+        cls = get_pass(name)
+        if "exclude" not in cls.Config.model_fields:
+            continue
+        if getattr(cls, "layer_types", None) and "torch" in cls.requires.model_kinds:
+            targets.append(name)
+        else:
+            skipped[name] = (
+                "its exclude list names ONNX/OpenVINO nodes; the analysis ranks torch modules "
+                "and this search does not map them to nodes"
+            )
+    if space.model_kind != "torch" or not targets:
+        summary["reason"] = "no torch quantization pass with an exclude list in the space"
+        return space, summary
+    model = load_model(config.model, config.input_spec, trust_pickle=config.trust_pickle)
+    analysis = _analysis_pass(space)
+    if analysis is None:
+        summary["reason"] = "neither quantize_dynamic_int8 nor quantize_static_int8 is in the space"
+        return space, summary
+    data = config.data.get("calibration") or "synthetic(batches=2)"
+    try:
+        report = analyze_sensitivity(
+            model,
+            analysis,
+            data,
+            max_layers=MAX_LAYERS,
+            progress=progress,
+            cancel=cancel,
+        )
+    except Cancelled:
+        summary["reason"] = "the analysis was stopped (cancel or budget)"
+        return space, summary
+    except AccelError as exc:
+        summary["reason"] = f"the analysis failed: {exc}"
+        return space, summary
+    summary.update(
+        {
+            "pass": analysis,
+            "method": report.method,
+            "analysed": len(report.layers),
+            "not_analysed": len(report.skipped),
+            "duration_s": round(time.monotonic() - t0, 2),
+            "ranking": report.ranking(),
+        }
+    )
+    types = {layer.name: layer.type for layer in report.layers}
+    passes = dict(space.passes)
+    from accel.passes.base import Choice
+
+    for name in targets:
+        cls = get_pass(name)
+        quantized, _, _ = select_layers(model.module, cls.layer_types, [])
+        ranking = [n for n in report.ranking() if types[n] in cls.layer_types]
+        sets = exclude_sets(ranking, len(quantized))
+        if len(sets) < 2:
+            skipped[name] = (
+                f"no set of analysed layers ({'/'.join(cls.layer_types)}) to keep in float "
+                f"leaves one of its {len(quantized)} layer(s) quantized"
+            )
+            continue
+        p = passes[name]
+        passes[name] = dataclasses.replace(
+            p,
+            params={**p.params, "exclude": Choice(tuple(sets))},
+            decode={**p.decode, "exclude": sets},
+        )
+        summary["sets"][name] = sets
+    log.info(
+        "sensitivity (%s, %d layers) took %.1f s; exclude sets for %s",
+        analysis,
+        len(report.layers),
+        summary["duration_s"],
+        ", ".join(summary["sets"]) or "no pass",
+    )
+    return dataclasses.replace(space, passes=passes), summary

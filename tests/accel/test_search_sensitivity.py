@@ -1,0 +1,85 @@
+"""Quantization exclude sets from the sensitivity analysis as a search dimension."""
+
+from __future__ import annotations
+
+from accel.search import InProcessExecutor, SearchConfig, build_space, run_search
+from accel.search.sensitivity_space import exclude_sets
+from accel.search.space import steps_for
+
+PASSES = ("quantize_dynamic_int8", "export_onnx", "quantize_onnx_dynamic")
+
+
+def _config(tmp_path, allow=("sensitivity",), **kw):
+    base = dict(
+        model="zoo:mlp",
+        objective="size",
+        max_trials=7,
+        budget_s=None,
+        passes=PASSES,
+        allow=allow,
+        out_dir=str(tmp_path),
+        bench_iters=4,
+        bench_rounds=2,
+        bench_min_time_s=0.0,
+        bench_warmup=1,
+        seed=5,
+    )
+    base.update(kw)
+    return SearchConfig(**base)
+
+
+def test_exclude_sets_are_distinct_and_leave_a_layer_quantized():
+    ranking = [f"l{i}" for i in range(30)]
+    assert exclude_sets(ranking, 40) == {
+        "none": [],
+        "top1": ["l0"],
+        "top3": ["l0", "l1", "l2"],
+        "top10%": ["l0", "l1", "l2", "l3"],
+    }
+    # 3 layers: top3 would keep all of them float, top10% is top1 again.
+    assert exclude_sets(ranking[:3], 3) == {"none": [], "top1": ["l0"]}
+    assert exclude_sets(ranking[:1], 1) == {"none": []}
+
+
+def test_labels_decode_to_layer_lists_in_the_steps():
+    import dataclasses
+
+    from accel.passes.base import Choice
+
+    space = build_space("torch", "cpu", layer_types={"linear"}, include=("quantize_dynamic_int8",))
+    p = space.passes["quantize_dynamic_int8"]
+    sets = {"none": [], "top1": ["fc2"]}
+    p = dataclasses.replace(
+        p, params={**p.params, "exclude": Choice(tuple(sets))}, decode={"exclude": sets}
+    )
+    space = dataclasses.replace(space, passes={"quantize_dynamic_int8": p})
+    steps = steps_for(space, ("quantize_dynamic_int8",), {"quantize_dynamic_int8.exclude": "top1"})
+    assert steps[0]["params"]["exclude"] == ["fc2"]
+
+
+def test_seeded_search_with_sensitivity_tries_exclude_sets(tmp_path):
+    a = run_search(_config(tmp_path / "a"), InProcessExecutor())
+    sens = a.space["sensitivity"]
+    assert sens["pass"] == "quantize_dynamic_int8" and sens["method"] == "local"
+    assert sorted(sens["ranking"]) == ["fc1", "fc2", "fc3"] and sens["duration_s"] > 0
+    # zoo:mlp has 3 Linear layers: none or the most sensitive one (top3 would quantize nothing).
+    top = sens["ranking"][0]
+    assert sens["sets"] == {"quantize_dynamic_int8": {"none": [], "top1": [top]}}
+    assert "ONNX" in sens["skipped"]["quantize_onnx_dynamic"]
+    qdyn = [t for t in a.trials if t.chain and t.chain[0] == "quantize_dynamic_int8"]
+    excludes = [t.steps[0]["params"]["exclude"] for t in qdyn]
+    assert [] in excludes and [top] in excludes
+    kept = next(t for t in qdyn if t.steps[0]["params"]["exclude"] == [top])
+    assert kept.status in ("ok", "gate_failed"), kept.error
+    # Deterministic for a seed.
+    b = run_search(_config(tmp_path / "b"), InProcessExecutor())
+    assert [t.steps for t in b.trials] == [t.steps for t in a.trials]
+    assert b.space["sensitivity"]["ranking"] == sens["ranking"]
+
+
+def test_no_exclude_domain_without_the_option(tmp_path):
+    res = run_search(_config(tmp_path, allow=(), max_trials=3), InProcessExecutor())
+    assert "sensitivity" not in res.space
+    for t in res.trials:
+        for step in t.steps:
+            assert "exclude" not in step["params"]
