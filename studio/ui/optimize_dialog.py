@@ -102,6 +102,12 @@ class OptimizeDialog(QDialog):
         allow = QHBoxLayout()
         allow.addWidget(self.allow_prune)
         allow.addWidget(self.allow_qat)
+        self.allow_sensitivity = QCheckBox("quantization exclude sets (sensitivity)")
+        self.allow_sensitivity.setToolTip(
+            "analyse per-layer sensitivity first (counts in the budget) and search keeping the "
+            "1, 3 or 10 % most sensitive layers in float"
+        )
+        allow.addWidget(self.allow_sensitivity)
         allow.addStretch(1)
         self.where_combo = QComboBox()
         self.where_combo.addItems(["local workers", "Ray cluster"])
@@ -187,7 +193,11 @@ class OptimizeDialog(QDialog):
 
         allow = tuple(
             n
-            for n, box in (("prune", self.allow_prune), ("qat", self.allow_qat))
+            for n, box in (
+                ("prune", self.allow_prune),
+                ("qat", self.allow_qat),
+                ("sensitivity", self.allow_sensitivity),
+            )
             if box.isChecked()
         )
         return SearchConfig(

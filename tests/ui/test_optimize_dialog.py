@@ -49,6 +49,10 @@ def test_form_defaults_come_from_the_open_model(dialog):
     assert cfg.model == "zoo:mlp" and cfg.max_cosine_drop == pytest.approx(0.001)
     assert cfg.budget_s == pytest.approx(15 * 60) and cfg.objective == "latency"
     assert not dialog.cancel_btn.isEnabled() and not dialog.open_btn.isEnabled()
+    assert cfg.allow == ()
+    dialog.allow_sensitivity.setChecked(True)
+    dialog.allow_qat.setChecked(True)
+    assert dialog.config().allow == ("qat", "sensitivity")
 
 
 def test_bad_settings_are_shown_not_started(dialog):
