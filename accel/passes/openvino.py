@@ -385,6 +385,8 @@ class QuantizeOpenVinoPass(Pass):
     summary = "NNCF int8 post-training quantization of an OpenVINO model (calibrated)"
     category = "quantize"
     Config = QuantizeOpenVinoConfig
+    # torch layers whose ops it quantizes; its exclude takes their module names (search)
+    module_layer_types = ("Linear", "Conv1d", "Conv2d", "Conv3d")
     requires = Requirements(
         model_kinds=("openvino",),
         libraries=("openvino", "nncf"),

@@ -360,6 +360,8 @@ class QuantizeOnnxDynamic(_QuantizeOnnx):
     summary = "ONNX Runtime dynamic int8 quantization: int8 weights, activations quantized on the fly (MatMul, LSTM)."
     Config = QuantizeOnnxDynamicConfig
     mode = "dynamic"
+    # torch layers whose nodes it quantizes; its exclude takes their module names (search)
+    module_layer_types = ("Linear", "LSTM")
 
 
 @register_pass
@@ -376,3 +378,5 @@ class QuantizeOnnxStatic(_QuantizeOnnx):
     summary = "ONNX Runtime static int8 quantization (QDQ or QOperator) with activation ranges calibrated on data."
     Config = QuantizeOnnxStaticConfig
     mode = "static"
+    # torch layers whose nodes it quantizes; its exclude takes their module names (search)
+    module_layer_types = ("Linear", "Conv1d", "Conv2d", "Conv3d")

@@ -5,10 +5,13 @@ With ``--allow sensitivity`` (``SearchConfig.allow``) the search runs
 time counts in the budget), and gives every torch quantization pass in the space that keeps
 an ``exclude`` list a Choice of exclude sets: none, the most sensitive layer, the 3 most
 sensitive, and the most sensitive 10 % of the layers that pass quantizes (distinct sets
-only). The names are torch module names, valid for the torch quantization passes, which run
-on the eager torch model (earlier steps fold, prune or change the memory format but keep the
-module names). The ONNX Runtime and OpenVINO quantizers name ONNX/OpenVINO nodes; they get
-no exclude sets (said in the search's space summary).
+only). The names are torch module names. The torch quantization passes run on the eager torch model
+(earlier steps fold, prune or change the memory format but keep the module names). The ONNX
+Runtime and OpenVINO quantizers declare ``module_layer_types``: their ``exclude`` matches the
+torch module each node came from (the exporter's metadata), so the same names hold after
+export_onnx / openvino; each pass's sets come from the ranked layers of the kinds it
+quantizes. A pass with an exclude list that declares neither gets no sets (said in the
+search's space summary).
 
 The analysis uses the layer-local method (``quantize_dynamic_int8``, Linear and LSTM
 layers) on at most ``MAX_LAYERS`` layers (``pick_layers``), so on a RoBERTa-base encoder it
@@ -52,16 +55,13 @@ def exclude_sets(ranking: list[str], n_layers: int) -> dict[str, list[str]]:
     return out
 
 
-def _analysis_pass(space: SearchSpace) -> str | None:
-    """Conv nets: static int8 (the only torch pass here that quantizes Conv2d); else the
-    layer-local dynamic int8 (Linear, LSTM)."""
-    if "conv2d" in space.layer_types and "quantize_static_int8" in space.passes:
+def _analysis_pass(space: SearchSpace) -> str:
+    """Conv nets: static int8 (the torch pass that quantizes Conv2d); else the layer-local
+    dynamic int8 (Linear, LSTM). Either way whether or not that pass is in the space: the
+    ranking serves the ONNX Runtime and OpenVINO quantizers too."""
+    if "conv2d" in space.layer_types:
         return "quantize_static_int8"
-    if "quantize_dynamic_int8" in space.passes:
-        return "quantize_dynamic_int8"
-    if "quantize_static_int8" in space.passes:
-        return "quantize_static_int8"
-    return None
+    return "quantize_dynamic_int8"
 
 
 def add_exclude_sets(
@@ -80,26 +80,23 @@ def add_exclude_sets(
 
     t0 = time.monotonic()
     summary: dict[str, Any] = {"sets": {}, "skipped": {}}
-    targets, skipped = [], summary["skipped"]
+    targets: dict[str, tuple[str, ...]] = {}  # pass -> torch layer types it quantizes
+    skipped = summary["skipped"]
     for name in sorted(space.passes):
         cls = get_pass(name)
         if "exclude" not in cls.Config.model_fields:
             continue
         if getattr(cls, "layer_types", None) and "torch" in cls.requires.model_kinds:
-            targets.append(name)
+            targets[name] = tuple(cls.layer_types)
+        elif getattr(cls, "module_layer_types", None):
+            targets[name] = tuple(cls.module_layer_types)
         else:
-            skipped[name] = (
-                "its exclude list names ONNX/OpenVINO nodes; the analysis ranks torch modules "
-                "and this search does not map them to nodes"
-            )
+            skipped[name] = "its exclude list does not say it takes torch module names"
     if space.model_kind != "torch" or not targets:
-        summary["reason"] = "no torch quantization pass with an exclude list in the space"
+        summary["reason"] = "no quantization pass in the space takes exclude sets of torch layers"
         return space, summary
     model = load_model(config.model, config.input_spec, trust_pickle=config.trust_pickle)
     analysis = _analysis_pass(space)
-    if analysis is None:
-        summary["reason"] = "neither quantize_dynamic_int8 nor quantize_static_int8 is in the space"
-        return space, summary
     data = config.data.get("calibration") or "synthetic(batches=2)"
     try:
         report = analyze_sensitivity(
@@ -130,14 +127,13 @@ def add_exclude_sets(
     passes = dict(space.passes)
     from accel.passes.base import Choice
 
-    for name in targets:
-        cls = get_pass(name)
-        quantized, _, _ = select_layers(model.module, cls.layer_types, [])
-        ranking = [n for n in report.ranking() if types[n] in cls.layer_types]
+    for name, kinds in targets.items():
+        quantized, _, _ = select_layers(model.module, kinds, [])
+        ranking = [n for n in report.ranking() if types[n] in kinds]
         sets = exclude_sets(ranking, len(quantized))
         if len(sets) < 2:
             skipped[name] = (
-                f"no set of analysed layers ({'/'.join(cls.layer_types)}) to keep in float "
+                f"no set of analysed layers ({'/'.join(kinds)}) to keep in float "
                 f"leaves one of its {len(quantized)} layer(s) quantized"
             )
             continue

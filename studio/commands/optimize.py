@@ -159,9 +159,12 @@ def trial_row(t: Any) -> list[Any]:
 
 
 def _exclude_note(steps: list[dict[str, Any]]) -> str:
-    """' (float: a, b)' when a step keeps layers in float (--allow sensitivity's sets)."""
+    """' (float: a, b +6)' when a step keeps layers in float (--allow sensitivity's sets)."""
     kept = [n for s in steps for n in (s.get("params") or {}).get("exclude") or []]
-    return f" (float: {', '.join(kept)})" if kept else ""
+    if not kept:
+        return ""
+    more = f" +{len(kept) - 2}" if len(kept) > 2 else ""
+    return f" (float: {', '.join(kept[:2])}{more})"
 
 
 HEADERS = ["#", "chain", "status", "p50", "speedup [range]", "cos drop", "size", "reused", "note"]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 from accel.search import InProcessExecutor, SearchConfig, build_space, run_search
+from accel.search.engine import trial_spec
 from accel.search.sensitivity_space import exclude_sets
 from accel.search.space import steps_for
 
@@ -13,9 +16,9 @@ def _config(tmp_path, allow=("sensitivity",), **kw):
     base = dict(
         model="zoo:mlp",
         objective="size",
-        max_trials=7,
+        max_trials=6,  # the space has 5 distinct trials: all of them run
         budget_s=None,
-        passes=PASSES,
+        passes=("quantize_dynamic_int8",),
         allow=allow,
         out_dir=str(tmp_path),
         bench_iters=4,
@@ -65,7 +68,6 @@ def test_seeded_search_with_sensitivity_tries_exclude_sets(tmp_path):
     # zoo:mlp has 3 Linear layers: none or the most sensitive one (top3 would quantize nothing).
     top = sens["ranking"][0]
     assert sens["sets"] == {"quantize_dynamic_int8": {"none": [], "top1": [top]}}
-    assert "ONNX" in sens["skipped"]["quantize_onnx_dynamic"]
     qdyn = [t for t in a.trials if t.chain and t.chain[0] == "quantize_dynamic_int8"]
     excludes = [t.steps[0]["params"]["exclude"] for t in qdyn]
     assert [] in excludes and [top] in excludes
@@ -75,6 +77,27 @@ def test_seeded_search_with_sensitivity_tries_exclude_sets(tmp_path):
     b = run_search(_config(tmp_path / "b"), InProcessExecutor())
     assert [t.steps for t in b.trials] == [t.steps for t in a.trials]
     assert b.space["sensitivity"]["ranking"] == sens["ranking"]
+
+
+def test_onnx_quantizer_gets_the_same_torch_module_names(tmp_path):
+    from accel.search.sensitivity_space import add_exclude_sets
+
+    config = _config(tmp_path, passes=PASSES)
+    space = build_space("torch", "cpu", layer_types={"linear"}, include=PASSES)
+    space, sens = add_exclude_sets(space, config, lambda: False)
+    top = sens["ranking"][0]
+    sets = {"none": [], "top1": [top]}
+    assert sens["sets"] == {"quantize_dynamic_int8": sets, "quantize_onnx_dynamic": sets}
+    assert space.passes["quantize_onnx_dynamic"].decode["exclude"] == sets
+    # The ONNX quantizer matches the torch module names to nodes after export_onnx.
+    steps = [
+        {"pass": "export_onnx", "params": {}},
+        {"pass": "quantize_onnx_dynamic", "params": {"exclude": [top]}},
+    ]
+    out = InProcessExecutor().submit(99, trial_spec(config, 99, steps)).result()
+    assert out["result"]["trial_status"] in ("ok", "gate_failed"), out
+    excluded = re.findall(r"'excluded_nodes': \[([^\]]*)\]", str(out["events"]))
+    assert excluded and all(excluded)  # the nodes of that torch module stayed float
 
 
 def test_no_exclude_domain_without_the_option(tmp_path):
