@@ -387,6 +387,8 @@ class QuantizeOpenVinoPass(Pass):
     Config = QuantizeOpenVinoConfig
     # torch layers whose ops it quantizes; its exclude takes their module names (search)
     module_layer_types = ("Linear", "Conv1d", "Conv2d", "Conv3d")
+    # an OpenVINO model converted from ONNX has no torch module paths: names do not match there
+    module_names_lost_after = ("export_onnx",)
     requires = Requirements(
         model_kinds=("openvino",),
         libraries=("openvino", "nncf"),

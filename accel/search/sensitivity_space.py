@@ -2,16 +2,19 @@
 
 With ``--allow sensitivity`` (``SearchConfig.allow``) the search runs
 ``accel.sensitivity.analyze_sensitivity`` once on the model, before the first trial (its
-time counts in the budget), and gives every torch quantization pass in the space that keeps
-an ``exclude`` list a Choice of exclude sets: none, the most sensitive layer, the 3 most
+time counts in the budget), and gives every quantization pass in the space that keeps an
+``exclude`` list a Choice of exclude sets: none, the most sensitive layer, the 3 most
 sensitive, and the most sensitive 10 % of the layers that pass quantizes (distinct sets
-only). The names are torch module names. The torch quantization passes run on the eager torch model
-(earlier steps fold, prune or change the memory format but keep the module names). The ONNX
-Runtime and OpenVINO quantizers declare ``module_layer_types``: their ``exclude`` matches the
-torch module each node came from (the exporter's metadata), so the same names hold after
-export_onnx / openvino; each pass's sets come from the ranked layers of the kinds it
-quantizes. A pass with an exclude list that declares neither gets no sets (said in the
-search's space summary).
+only), each from the ranked layers of the kinds it quantizes.
+
+The names are torch module names. The torch quantization passes run on the eager torch
+model (earlier steps fold, prune or change the memory format but keep the module names).
+The ONNX Runtime and OpenVINO quantizers declare ``module_layer_types``: their ``exclude``
+matches the torch module each node came from (the exporter's metadata), so the names hold
+after export_onnx (ORT) and after a torch->OpenVINO conversion. An OpenVINO model converted
+from ONNX has no module paths (``module_names_lost_after``): in such chains the pass gets no
+exclude set (the trial equals the "none" one and is not run twice). A pass with an exclude
+list that declares neither gets no sets (said in the search's space summary).
 
 The analysis uses the layer-local method (``quantize_dynamic_int8``, Linear and LSTM
 layers) on at most ``MAX_LAYERS`` layers (``pick_layers``), so on a RoBERTa-base encoder it
@@ -142,6 +145,7 @@ def add_exclude_sets(
             p,
             params={**p.params, "exclude": Choice(tuple(sets))},
             decode={**p.decode, "exclude": sets},
+            decode_lost_after=frozenset(getattr(get_pass(name), "module_names_lost_after", ())),
         )
         summary["sets"][name] = sets
     log.info(

@@ -51,6 +51,9 @@ class SearchPass:
     # param -> {searched value: the value the pass gets}: a Choice of labels standing for
     # values Optuna cannot hold (e.g. exclude sets "top3" -> a list of layer names).
     decode: dict[str, dict[Any, Any]] = field(default_factory=dict)
+    # decoded params fall back to their first value (e.g. no exclude set) in a chain where one
+    # of these passes comes earlier (the values do not hold there, e.g. module names lost)
+    decode_lost_after: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -236,13 +239,16 @@ def steps_for(space: SearchSpace, chain: Sequence[str], values: dict[str, Any]) 
     """Recipe steps for a chain: each pass's fixed params plus its searched values
     (``values`` keyed ``pass.param``; missing ones take the pass default)."""
     steps = []
-    for name in chain:
+    for i, name in enumerate(chain):
         p = space.passes[name]
         params = dict(p.fixed)
+        lost = bool(p.decode_lost_after.intersection(chain[:i]))
         for k in p.params:
             key = f"{name}.{k}"
             if key in values:
-                params[k] = p.decode.get(k, {}).get(values[key], values[key])
+                table = p.decode.get(k, {})
+                value = next(iter(table)) if lost and table else values[key]
+                params[k] = table.get(value, value)
         steps.append({"pass": name, "params": params})
     return steps
 

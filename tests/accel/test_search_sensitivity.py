@@ -89,6 +89,15 @@ def test_onnx_quantizer_gets_the_same_torch_module_names(tmp_path):
     sets = {"none": [], "top1": [top]}
     assert sens["sets"] == {"quantize_dynamic_int8": sets, "quantize_onnx_dynamic": sets}
     assert space.passes["quantize_onnx_dynamic"].decode["exclude"] == sets
+    # OpenVINO: torch module names hold after a torch->OpenVINO conversion, not after ONNX.
+    ov = ("openvino", "quantize_openvino")
+    ov_space = build_space("torch", "cpu", layer_types={"linear"}, include=ov + ("export_onnx",))
+    ov_space, ov_sens = add_exclude_sets(ov_space, config, lambda: False)
+    assert ov_sens["sets"]["quantize_openvino"] == sets
+    key = {"quantize_openvino.exclude": "top1"}
+    assert steps_for(ov_space, ov, key)[1]["params"]["exclude"] == [top]
+    after_onnx = steps_for(ov_space, ("export_onnx", *ov), key)
+    assert after_onnx[2]["params"]["exclude"] == []
     # The ONNX quantizer matches the torch module names to nodes after export_onnx.
     steps = [
         {"pass": "export_onnx", "params": {}},
