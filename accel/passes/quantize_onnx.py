@@ -44,6 +44,27 @@ _CALIB = {"minmax": "MinMax", "percentile": "Percentile", "entropy": "Entropy"}
 
 ExtraValue = bool | int | float | str
 
+# ONNX Runtime's symbolic shape inference saves "sym_shape_infer_temp.onnx" (and a <uuid>
+# external data file) into the current folder when it cannot infer every shape.
+_SCRATCH_LOCK = __import__("threading").Lock()
+
+
+@contextlib.contextmanager
+def _scratch_cwd(work: Path):
+    """Run the block with a scratch folder under ``work`` as the current folder, removed
+    afterwards, so a library that writes into the current folder leaves nothing behind
+    (the process's folder is shared: one block at a time)."""
+    import shutil
+    import tempfile
+
+    with _SCRATCH_LOCK:
+        scratch = Path(tempfile.mkdtemp(prefix="scratch-", dir=work))
+        try:
+            with contextlib.chdir(scratch):
+                yield
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
 
 class _CommonConfig(PassConfig):
     per_channel: bool = Field(
@@ -158,7 +179,8 @@ class _QuantizeOnnx(Pass):
             ctx.progress(0.02, "pre-processing (shape inference)")
             pre = work / "model_preprocessed.onnx"
             try:
-                quant_pre_process(str(src), str(pre))
+                with _scratch_cwd(work):
+                    quant_pre_process(str(src.resolve()), str(pre.resolve()))
             except Exception as exc:  # noqa: BLE001 - ORT/onnx raise many types here
                 raise PassError(
                     f"quant_pre_process (shape inference) failed on this model: {type(exc).__name__}: "
@@ -304,10 +326,16 @@ class _QuantizeOnnx(Pass):
         ]
         lines = ["src_path = onnx_path"]
         if config.preprocess:
-            imports.append("from onnxruntime.quantization.shape_inference import quant_pre_process")
+            imports += [
+                "import contextlib",
+                "from pathlib import Path",
+                "from onnxruntime.quantization.shape_inference import quant_pre_process",
+            ]
             lines += [
                 "# Shape inference and graph cleanup, as ONNX Runtime recommends before quantizing.",
-                'quant_pre_process(str(src_path), str(step_dir / "model_preprocessed.onnx"))',
+                "# (in step_dir: ONNX Runtime may write temporary files into the current folder)",
+                "with contextlib.chdir(step_dir):",
+                '    quant_pre_process(str(Path(src_path).resolve()), "model_preprocessed.onnx")',
                 'src_path = step_dir / "model_preprocessed.onnx"',
             ]
         lines.append(

@@ -302,3 +302,25 @@ def test_dynamic_on_a_conv_net_says_what_was_quantized(onnx_models, tmp_path):
     assert step.details["quantized_ops"] == {}
     warning = next(w for w in step.details["warnings"] if "ops quantized" in w)
     assert warning.startswith("0 of ") and "quantize_onnx_static" in warning and "Conv" in warning
+
+
+def test_preprocessing_leaves_the_current_folder_clean(onnx_models, tmp_path, monkeypatch):
+    """ONNX Runtime's shape inference writes sym_shape_infer_temp.onnx (+ a <uuid> data file)
+    into the current folder when it gives up on a shape; that must land in the step's scratch
+    folder and be removed, never in whatever folder the studio was started from."""
+    from onnxruntime.quantization import shape_inference
+
+    real = shape_inference.quant_pre_process
+
+    def littering(src, dst, *a, **k):
+        with open("sym_shape_infer_temp.onnx", "wb") as f:  # what ORT does, relative path
+            f.write(b"x")
+        return real(src, dst, *a, **k)
+
+    monkeypatch.setattr(shape_inference, "quant_pre_process", littering)
+    cwd = tmp_path / "started_here"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    _run(onnx_models, "mlp", [{"pass": "quantize_onnx_dynamic"}], tmp_path)
+    assert list(cwd.iterdir()) == []
+    assert not list((tmp_path / "run").rglob("sym_shape_infer_temp.onnx"))
