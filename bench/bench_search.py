@@ -87,9 +87,14 @@ def hand_written() -> dict[str, list[dict[str, Any]]]:
             {"pass": "onnxruntime", "params": {}},
         ],
     }
-    for name in sorted(names):
-        if name.startswith("openvino"):
-            out[f"OpenVINO ({name})"] = [{"pass": name, "params": {}}]
+    if "openvino" in names:
+        out["OpenVINO f32"] = [{"pass": "openvino", "params": {}}]
+        out["OpenVINO bf16"] = [{"pass": "openvino", "params": {"precision": "bf16"}}]
+        if "quantize_openvino" in names:  # the hand-written OpenVINO + NNCF int8 script
+            out["OpenVINO + NNCF int8"] = [
+                {"pass": "openvino", "params": {}},
+                {"pass": "quantize_openvino", "params": {}},
+            ]
     return out
 
 
