@@ -27,10 +27,6 @@ ALLOWED: dict[str, int] = {
     "accel/measure.py::run_rounds": 95,
     "accel/codegen.py::_model_code": 82,
     # not split yet
-    "accel/search/trial.py::run_trial": 296,
-    "accel/graph/layout.py::layered_layout": 263,
-    "accel/profile/ort_profile.py::profile_onnx": 197,
-    "accel/profile/torch_profile.py::profile_torch": 179,
     "accel/search/engine.py::run_search": 138,
     "accel/bench.py::benchmark": 138,
     "accel/passes/onnx_export.py::ExportOnnx.apply": 135,

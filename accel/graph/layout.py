@@ -186,6 +186,39 @@ class _Work:
     reversed: np.ndarray  # per edge: was it reversed to break a cycle
 
 
+@dataclass
+class _Layered:
+    """The layered graph: real nodes 0..n-1, dummy nodes n..total-1 (one per layer a long
+    edge crosses), edges as unit-length segments, and the segments bucketed by the layer of
+    their lower end (``down``, for the down sweeps) and upper end (``up``)."""
+
+    n: int
+    layer_of: np.ndarray
+    chains: list[list[int]]  # per edge: node sequence src, dummies..., dst
+    seg_u: np.ndarray
+    seg_v: np.ndarray
+    widths: np.ndarray
+    heights: np.ndarray
+    weight: np.ndarray  # dummies pull harder: straight long edges
+    nlayers: int
+    down: np.ndarray
+    down_b: np.ndarray
+    up: np.ndarray
+    up_b: np.ndarray
+
+    @property
+    def total(self) -> int:
+        return len(self.layer_of)
+
+    def into(self, li: int) -> np.ndarray:
+        """Segments whose lower end lies in layer ``li``."""
+        return self.down[self.down_b[li] : self.down_b[li + 1]]
+
+    def out_of(self, li: int) -> np.ndarray:
+        """Segments whose upper end lies in layer ``li``."""
+        return self.up[self.up_b[li] : self.up_b[li + 1]]
+
+
 def layered_layout(
     ids: Sequence[str],
     sizes: Sequence[tuple[float, float]],
@@ -206,38 +239,69 @@ def layered_layout(
     n = len(ids)
     if n == 0:
         return Layout()
+    src, dst, rev = _forward_edges(edges)
+    layer = _longest_path_layers(n, src, dst)
+    g = _split_long_edges(layer, src, dst, sizes, dummy_width)
+    members, loc, rank = _initial_order(g, seed_order)
+    rank = _reduce_crossings(g, members, loc, rank, sweeps)
+    for li in range(g.nlayers):
+        m = members[li]
+        members[li] = m[np.argsort(rank[m], kind="stable")]
+    x = _assign_x(g, members, rank.astype(np.int64), node_sep)
+    out = _place(ids, g, x, rank, rev, rank_sep)
+    if _work is not None:
+        _work.append(_Work(n, g.layer_of, rank, g.seg_u, g.seg_v, g.chains, rev))
+    return out
+
+
+def _forward_edges(edges: Iterable[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Unique edges without self-loops, each pointing forward in index order (``rev``: the
+    ones reversed to get there, which breaks every cycle)."""
     e = np.array([(s, d) for s, d in edges if s != d], dtype=np.int64).reshape(-1, 2)
     if len(e):
         e = np.unique(e, axis=0)
     src, dst = e[:, 0].copy(), e[:, 1].copy()
     rev = src > dst
     src[rev], dst[rev] = e[rev, 1], e[rev, 0]
+    return src, dst, rev
 
-    # -- layering: longest path from the sources, in index order (a topological order now).
-    layer = np.zeros(n, dtype=np.int64)
-    if len(src):
-        # Edges sorted by destination: every edge into s (dst == s < d) comes before any
-        # edge out of s, so lay[s] is final when it is read; one pass is enough.
-        by_dst = np.argsort(dst, kind="stable")
-        lay = [0] * n
-        for s, d in zip(src[by_dst].tolist(), dst[by_dst].tolist()):
-            ls = lay[s] + 1
-            if ls > lay[d]:
-                lay[d] = ls
-        # Sources (inputs, constants) sit right above their first consumer.
-        has_pred = np.zeros(n, dtype=bool)
-        has_pred[dst] = True
-        min_succ = [math.inf] * n
-        for s, d in zip(src.tolist(), dst.tolist()):
-            if lay[d] < min_succ[s]:
-                min_succ[s] = lay[d]
-        for v in range(n):
-            if not has_pred[v] and min_succ[v] != math.inf:
-                lay[v] = int(min_succ[v]) - 1
-        layer = np.array(lay, dtype=np.int64)
-        layer -= layer.min()
 
-    # -- dummy nodes: an edge spanning k layers becomes k segments.
+def _longest_path_layers(n: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Layering: longest path from the sources, in index order (a topological order now)."""
+    if not len(src):
+        return np.zeros(n, dtype=np.int64)
+    # Edges sorted by destination: every edge into s (dst == s < d) comes before any
+    # edge out of s, so lay[s] is final when it is read; one pass is enough.
+    by_dst = np.argsort(dst, kind="stable")
+    lay = [0] * n
+    for s, d in zip(src[by_dst].tolist(), dst[by_dst].tolist()):
+        ls = lay[s] + 1
+        if ls > lay[d]:
+            lay[d] = ls
+    # Sources (inputs, constants) sit right above their first consumer.
+    has_pred = np.zeros(n, dtype=bool)
+    has_pred[dst] = True
+    min_succ = [math.inf] * n
+    for s, d in zip(src.tolist(), dst.tolist()):
+        if lay[d] < min_succ[s]:
+            min_succ[s] = lay[d]
+    for v in range(n):
+        if not has_pred[v] and min_succ[v] != math.inf:
+            lay[v] = int(min_succ[v]) - 1
+    layer = np.array(lay, dtype=np.int64)
+    layer -= layer.min()
+    return layer
+
+
+def _split_long_edges(
+    layer: np.ndarray,
+    src: np.ndarray,
+    dst: np.ndarray,
+    sizes: Sequence[tuple[float, float]],
+    dummy_width: float,
+) -> _Layered:
+    """Dummy nodes: an edge spanning k layers becomes k segments."""
+    n = len(layer)
     span = layer[dst] - layer[src] if len(src) else np.zeros(0, dtype=np.int64)
     ndummy = int(np.maximum(span - 1, 0).sum())
     total = n + ndummy
@@ -263,34 +327,57 @@ def layered_layout(
     heights = np.zeros(total)
     for i, (w, h) in enumerate(sizes):
         widths[i], heights[i] = w, h
-    weight = np.where(np.arange(total) < n, 1.0, 2.0)  # dummies pull harder: straight long edges
-
-    # -- initial order within layers: input order (dummies follow their source's position).
     nlayers = int(layer_of.max()) + 1
+    # Segments bucketed by the layer of their lower end (down sweep) and upper end (up sweep).
+    down = np.argsort(layer_of[seg_v], kind="stable")
+    up = np.argsort(layer_of[seg_u], kind="stable")
+    return _Layered(
+        n=n,
+        layer_of=layer_of,
+        chains=chains,
+        seg_u=seg_u,
+        seg_v=seg_v,
+        widths=widths,
+        heights=heights,
+        weight=np.where(np.arange(total) < n, 1.0, 2.0),
+        nlayers=nlayers,
+        down=down,
+        down_b=np.searchsorted(layer_of[seg_v][down], np.arange(nlayers + 1)),
+        up=up,
+        up_b=np.searchsorted(layer_of[seg_u][up], np.arange(nlayers + 1)),
+    )
+
+
+def _initial_order(g: _Layered, seed_order: str) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """Initial order within layers: input order (dummies follow their source's position).
+    Returns the members of each layer, every node's slot in that list (``loc``, fixed) and
+    its rank (changed by the sweeps)."""
+    total = g.total
     if seed_order == "random":
         key0 = np.random.default_rng(0).permutation(total).astype(float)
     else:
         key0 = np.arange(total, dtype=float)
-        if ndummy:
+        if total > g.n:
             # A dummy starts next to the node its edge came from.
-            for ch in chains:
+            for ch in g.chains:
                 for dmy in ch[1:-1]:
                     key0[dmy] = ch[0] + 0.5
-    members_order = np.lexsort((key0, layer_of))
-    bounds = np.searchsorted(layer_of[members_order], np.arange(nlayers + 1))
-    members = [members_order[bounds[i] : bounds[i + 1]] for i in range(nlayers)]
+    members_order = np.lexsort((key0, g.layer_of))
+    bounds = np.searchsorted(g.layer_of[members_order], np.arange(g.nlayers + 1))
+    members = [members_order[bounds[i] : bounds[i + 1]] for i in range(g.nlayers)]
     rank = np.zeros(total, dtype=np.float64)
     for m in members:
         rank[m] = np.arange(len(m))
     loc = np.zeros(total, dtype=np.int64)
     for m in members:
         loc[m] = np.arange(len(m))
+    return members, loc, rank
 
-    # Segments bucketed by the layer of their lower end (down sweep) and upper end (up sweep).
-    down = np.argsort(layer_of[seg_v], kind="stable")
-    down_b = np.searchsorted(layer_of[seg_v][down], np.arange(nlayers + 1))
-    up = np.argsort(layer_of[seg_u], kind="stable")
-    up_b = np.searchsorted(layer_of[seg_u][up], np.arange(nlayers + 1))
+
+def _reduce_crossings(
+    g: _Layered, members: list[np.ndarray], loc: np.ndarray, rank: np.ndarray, sweeps: int
+) -> np.ndarray:
+    """Barycentre sweeps down and up; the ranks of the ordering with the fewest crossings."""
 
     def reorder(li: int, near: np.ndarray, far: np.ndarray) -> None:
         m = members[li]
@@ -303,73 +390,48 @@ def layered_layout(
         order = np.lexsort((cur, key))
         rank[m[order]] = np.arange(len(m))
 
+    seg_u, seg_v = g.seg_u, g.seg_v
     best = rank.copy()
     check = len(seg_u) <= 20000  # counting crossings costs about one sweep
-    best_cross = count_crossings(layer_of, rank, seg_u, seg_v) if check else 0
+    best_cross = count_crossings(g.layer_of, rank, seg_u, seg_v) if check else 0
     for it in range(sweeps):
         if it % 2 == 0:
-            for li in range(1, nlayers):
-                sl = down[down_b[li] : down_b[li + 1]]
+            for li in range(1, g.nlayers):
+                sl = g.into(li)
                 reorder(li, seg_v[sl], seg_u[sl])
         else:
-            for li in range(nlayers - 2, -1, -1):
-                sl = up[up_b[li] : up_b[li + 1]]
+            for li in range(g.nlayers - 2, -1, -1):
+                sl = g.out_of(li)
                 reorder(li, seg_u[sl], seg_v[sl])
         if check:
-            c = count_crossings(layer_of, rank, seg_u, seg_v)
+            c = count_crossings(g.layer_of, rank, seg_u, seg_v)
             if c < best_cross:
                 best_cross, best = c, rank.copy()
             if best_cross == 0:
                 break
         else:
             best = rank
-    rank = best
-    for li in range(nlayers):
-        m = members[li]
-        members[li] = m[np.argsort(rank[m], kind="stable")]
-    pos = rank.astype(np.int64)  # position of every node within its layer
+    return best
 
-    # -- x coordinates: neighbour means projected onto non-overlapping, order-keeping rows.
-    x = np.zeros(total)
-    seps: list[list[float]] = []
+
+def _assign_x(
+    g: _Layered, members: list[np.ndarray], pos: np.ndarray, node_sep: float
+) -> np.ndarray:
+    """x coordinates: neighbour means projected onto non-overlapping, order-keeping rows.
+    ``pos``: every node's position within its (final) layer order."""
+    x = np.zeros(g.total)
     offs: list[np.ndarray] = []
     for m in members:
-        w = widths[m]
+        w = g.widths[m]
         s = (w[:-1] + w[1:]) / 2.0 + node_sep
         c = np.concatenate([[0.0], np.cumsum(s)])
         offs.append(c)
-        seps.append(s.tolist())
         x[m] = c - c[-1] / 2.0
-
-    # Deep, narrow graphs have thousands of one-node layers: those take a pure-Python path
-    # (numpy's per-call overhead would dominate).
-    single = [len(m) == 1 for m in members]
-    wl = weight.tolist()
-    near_dn: dict[int, list[tuple[int, float]]] = {}
-    near_up: dict[int, list[tuple[int, float]]] = {}
-    for u, v in zip(seg_u.tolist(), seg_v.tolist()):
-        w_uv = wl[u] * wl[v]
-        if single[layer_of[v]]:
-            near_dn.setdefault(v, []).append((u, w_uv))
-        if single[layer_of[u]]:
-            near_up.setdefault(u, []).append((v, w_uv))
-
-    def place_single(li: int, dn: bool, up: bool) -> None:
-        v = int(members[li][0])
-        sx = cx = 0.0
-        if dn:
-            for f, w_f in near_dn.get(v, ()):
-                sx += x[f] * w_f
-                cx += w_f
-        if up:
-            for f, w_f in near_up.get(v, ()):
-                sx += x[f] * w_f
-                cx += w_f
-        if cx > 0:
-            x[v] = sx / cx
+    place_single = _single_node_placer(g, members, x)
+    seg_u, seg_v, weight = g.seg_u, g.seg_v, g.weight
 
     def place_layer(li: int, segs_dn: np.ndarray | None, segs_up: np.ndarray | None) -> None:
-        if single[li]:
+        if len(members[li]) == 1:
             place_single(li, segs_dn is not None, segs_up is not None)
             return
         m = members[li]
@@ -392,15 +454,62 @@ def layered_layout(
 
     for it in range(6):
         if it % 2 == 0:
-            for li in range(1, nlayers):
-                place_layer(li, down[down_b[li] : down_b[li + 1]], None)
+            for li in range(1, g.nlayers):
+                place_layer(li, g.into(li), None)
         else:
-            for li in range(nlayers - 2, -1, -1):
-                place_layer(li, None, up[up_b[li] : up_b[li + 1]])
-    for li in range(nlayers):
-        place_layer(li, down[down_b[li] : down_b[li + 1]], up[up_b[li] : up_b[li + 1]])
+            for li in range(g.nlayers - 2, -1, -1):
+                place_layer(li, None, g.out_of(li))
+    for li in range(g.nlayers):
+        place_layer(li, g.into(li), g.out_of(li))
+    return x
 
-    # -- y by layer, boxes centred on their layer's row.
+
+def _single_node_placer(
+    g: _Layered, members: list[np.ndarray], x: np.ndarray
+) -> Callable[[int, bool, bool], None]:
+    """Deep, narrow graphs have thousands of one-node layers: those take a pure-Python path
+    (numpy's per-call overhead would dominate). The returned function moves the node of a
+    one-node layer to the weighted mean x of its neighbours below and/or above."""
+    single = [len(m) == 1 for m in members]
+    wl = g.weight.tolist()
+    layer_of = g.layer_of
+    near_dn: dict[int, list[tuple[int, float]]] = {}
+    near_up: dict[int, list[tuple[int, float]]] = {}
+    for u, v in zip(g.seg_u.tolist(), g.seg_v.tolist()):
+        w_uv = wl[u] * wl[v]
+        if single[layer_of[v]]:
+            near_dn.setdefault(v, []).append((u, w_uv))
+        if single[layer_of[u]]:
+            near_up.setdefault(u, []).append((v, w_uv))
+
+    def place_single(li: int, dn: bool, up: bool) -> None:
+        v = int(members[li][0])
+        sx = cx = 0.0
+        if dn:
+            for f, w_f in near_dn.get(v, ()):
+                sx += x[f] * w_f
+                cx += w_f
+        if up:
+            for f, w_f in near_up.get(v, ()):
+                sx += x[f] * w_f
+                cx += w_f
+        if cx > 0:
+            x[v] = sx / cx
+
+    return place_single
+
+
+def _place(
+    ids: Sequence[str],
+    g: _Layered,
+    x: np.ndarray,
+    rank: np.ndarray,
+    rev: np.ndarray,
+    rank_sep: float,
+) -> Layout:
+    """y by layer, boxes centred on their layer's row; the node boxes and edge polylines."""
+    n, nlayers, layer_of = g.n, g.nlayers, g.layer_of
+    widths, heights = g.widths, g.heights
     layer_h = np.zeros(nlayers)
     np.maximum.at(layer_h, layer_of[:n], heights[:n])
     layer_h = np.maximum(layer_h, 1.0)
@@ -408,7 +517,7 @@ def layered_layout(
     cy = top[layer_of] + layer_h[layer_of] / 2.0
     left = x - widths / 2.0
     xmin = float(left[:n].min()) if n else 0.0
-    if ndummy:
+    if g.total > n:
         xmin = min(xmin, float(left.min()))
     x -= xmin
     out = Layout()
@@ -417,38 +526,50 @@ def layered_layout(
         out.positions[nid] = (xl[i] - wl[i] / 2.0, cyl[i] - hl[i] / 2.0, wl[i], hl[i])
         out.layers[nid] = int(layer_of[i])
         out.order[nid] = int(rank[i])
-    # Edges run vertically through the rows (at their end's or dummy's x, which the
-    # coordinate assignment keeps clear of every other box in the row) and only change x
-    # in the gaps between rows, where there are no boxes: a long edge never crosses a
-    # node it passes (a residual edge stays beside the chain it skips).
     row_top = top.tolist()
     row_bot = (top + layer_h).tolist()
     lol = layer_of.tolist()
-    for ch, was_rev in zip(chains, rev.tolist()):
+    for ch, was_rev in zip(g.chains, rev.tolist()):
+        pts = _route(ch, xl, cyl, hl, lol, row_top, row_bot)
         s, d = ch[0], ch[-1]
-        ys = cyl[s] + hl[s] / 2.0
-        pts = [(xl[s], ys)]
-        if row_bot[lol[s]] > ys + 1e-9:
-            pts.append((xl[s], row_bot[lol[s]]))
-        for k in ch[1:-1]:
-            lk = lol[k]
-            pts.append((xl[k], row_top[lk]))
-            pts.append((xl[k], row_bot[lk]))
-        yd = cyl[d] - hl[d] / 2.0
-        if row_top[lol[d]] < yd - 1e-9:
-            pts.append((xl[d], row_top[lol[d]]))
-        pts.append((xl[d], yd))
         if was_rev:
             out.edges.append((ids[d], ids[s], pts[::-1]))
         else:
             out.edges.append((ids[s], ids[d], pts))
     right = x + widths / 2.0
-    out.width = float(right.max()) if total else 0.0
+    out.width = float(right.max()) if g.total else 0.0
     out.height = float(top[-1] + layer_h[-1]) if nlayers else 0.0
     out.reversed_edges = int(rev.sum())
-    if _work is not None:
-        _work.append(_Work(n, layer_of, rank, seg_u, seg_v, chains, rev))
     return out
+
+
+def _route(
+    ch: list[int],
+    xl: list[float],
+    cyl: list[float],
+    hl: list[float],
+    lol: list[int],
+    row_top: list[float],
+    row_bot: list[float],
+) -> list[tuple[float, float]]:
+    """One edge's polyline (source to destination). Edges run vertically through the rows (at
+    their end's or dummy's x, which the coordinate assignment keeps clear of every other box
+    in the row) and only change x in the gaps between rows, where there are no boxes: a long
+    edge never crosses a node it passes (a residual edge stays beside the chain it skips)."""
+    s, d = ch[0], ch[-1]
+    ys = cyl[s] + hl[s] / 2.0
+    pts = [(xl[s], ys)]
+    if row_bot[lol[s]] > ys + 1e-9:
+        pts.append((xl[s], row_bot[lol[s]]))
+    for k in ch[1:-1]:
+        lk = lol[k]
+        pts.append((xl[k], row_top[lk]))
+        pts.append((xl[k], row_bot[lk]))
+    yd = cyl[d] - hl[d] / 2.0
+    if row_top[lol[d]] < yd - 1e-9:
+        pts.append((xl[d], row_top[lol[d]]))
+    pts.append((xl[d], yd))
+    return pts
 
 
 def layout_graph(

@@ -20,6 +20,7 @@ import math
 import tempfile
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -186,23 +187,91 @@ def profile_onnx(
     """Profile an ONNX model per node with ONNX Runtime's profiler."""
     import onnxruntime as ort
 
-    from accel.models.onnx_io import create_session
-
     iters, warmup = max(1, int(iters)), max(0, int(warmup))
-    options = dict(session_options or {})
 
     def report(f: float, msg: str) -> None:
         if progress is not None:
             progress(min(1.0, f), msg)
 
-    def check() -> None:
-        if cancel is not None and cancel():
-            raise Cancelled("profiling cancelled")
+    timed = _time_sessions(
+        Path(onnx_path), inputs, device, providers, session_options, iters, warmup, report, cancel
+    )
+    runs, per_run, meta, counts = _node_times(timed.events, warmup)
+    try:
+        graph = _graph_info(Path(onnx_path), timed.shapes)
+    except Exception as exc:  # a file ORT runs but onnx cannot parse is rare; FLOPs stay unknown
+        log.debug("could not read ONNX graph info: %s", exc)
+        graph = {}
+    # Means over the middle half of the runs (by duration): parts that add up to a whole.
+    keep = middle_half([r["dur"] / 1e3 for r in runs])
+    total_ms = sum(runs[i]["dur"] / 1e3 for i in keep) / len(keep) if keep else 0.0
+    rows = _node_rows(meta, per_run, counts, keep, graph)
+    node_sum = sum(r.self_ms for r in rows)
+    root = _graph_row(rows, total_ms, node_sum)
+    rows.insert(0, root)
+    plain, walls = timed.plain, timed.walls
+    plain_ms = median(plain)
+    add_unattributed(rows, plain_ms)  # the headline is the plain run
+    op_rows = _op_rows(rows, node_sum) if ops else []
+    written = _write_trace(trace_path, timed.events) if trace_path is not None else None
+    report(1.0, "done")
+    return ModelProfile(
+        kind="onnx",
+        device=device,
+        rows=rows,
+        ops=op_rows,
+        total_ms=plain_ms,
+        plain_forward_ms=plain_ms,
+        hooked_forward_ms=median(walls),
+        overhead_ratio=median([w / p for w, p in zip(walls, plain) if p > 0])
+        if plain
+        else math.nan,
+        coverage=total_ms / plain_ms if plain_ms > 0 else math.nan,
+        total_flops=root.flops,
+        iters=len(runs),
+        warmup=warmup,
+        op_iters=len(runs),
+        timing="onnxruntime",
+        trace_path=written,
+        notes=_provider_notes(timed.providers),
+        versions={"onnxruntime": ort.__version__},
+        plain_samples_ms=plain,
+        hooked_samples_ms=walls,
+        total_samples_ms=[r["dur"] / 1e3 for r in runs],
+    )
 
+
+@dataclass
+class _Timed:
+    """What the interleaved runs of the plain and the profiling session produced."""
+
+    events: list[dict[str, Any]]  # the profiler's trace events
+    providers: list[str]  # the providers the profiling session used
+    plain: list[float]  # ms per timed run of the plain session
+    walls: list[float]  # ms per timed run of the profiling session
+    shapes: dict[str, tuple[int, ...]]  # input name -> shape fed
+
+
+def _time_sessions(
+    onnx_path: Path,
+    inputs: Mapping[str, Any],
+    device: str,
+    providers: list[str] | None,
+    session_options: dict[str, Any] | None,
+    iters: int,
+    warmup: int,
+    report: Callable[[float, str], None],
+    cancel: Callable[[], bool] | None,
+) -> _Timed:
+    """Run a plain and a profiling session alternately (like the torch profiler: both see
+    the same machine state); the profiler's events and both sessions' run times."""
+    from accel.models.onnx_io import create_session
+
+    options = dict(session_options or {})
     with tempfile.TemporaryDirectory(prefix="accel-ortprof-") as tmp:
-        plain_sess = create_session(Path(onnx_path), providers, options, device)
+        plain_sess = create_session(onnx_path, providers, options, device)
         prof_sess = create_session(
-            Path(onnx_path),
+            onnx_path,
             providers,
             {**options, "enable_profiling": True, "profile_prefix": str(Path(tmp) / "ort")},
             device,
@@ -210,9 +279,9 @@ def profile_onnx(
         feed = _feed(plain_sess, inputs)
         plain: list[float] = []
         walls: list[float] = []
-        # Interleaved, like the torch profiler: both sessions see the same machine state.
         for i in range(warmup + iters):
-            check()
+            if cancel is not None and cancel():
+                raise Cancelled("profiling cancelled")
             first, second = (plain_sess, prof_sess) if i % 2 == 0 else (prof_sess, plain_sess)
             t0 = time.perf_counter_ns()
             first.run(None, feed)
@@ -228,7 +297,15 @@ def profile_onnx(
             report(0.9 * (i + 1) / (warmup + iters), "ONNX Runtime profile")
         events = json.loads(Path(prof_sess.end_profiling()).read_text())
         used_providers = prof_sess.get_providers()
+    shapes = {k: tuple(v.shape) for k, v in feed.items()}
+    return _Timed(events, used_providers, plain, walls, shapes)
 
+
+def _node_times(
+    events: list[dict[str, Any]], warmup: int
+) -> tuple[list[dict[str, Any]], list[dict[str, float]], dict[str, dict[str, Any]], dict[str, int]]:
+    """The timed runs (warm-up runs dropped), each node's kernel ms per run, each node's
+    event args, and how often each node ran in the last run."""
     runs = sorted(
         (e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"),
         key=lambda e: e["ts"],
@@ -253,17 +330,17 @@ def profile_onnx(
         if k == n - 1:
             counts[name] = counts.get(name, 0) + 1
         meta.setdefault(name, e.get("args", {}))
+    return runs, per_run, meta, counts
 
-    shapes = {k: tuple(v.shape) for k, v in feed.items()}
-    try:
-        graph = _graph_info(Path(onnx_path), shapes)
-    except Exception as exc:  # a file ORT runs but onnx cannot parse is rare; FLOPs stay unknown
-        log.debug("could not read ONNX graph info: %s", exc)
-        graph = {}
 
-    # Means over the middle half of the runs (by duration): parts that add up to a whole.
-    keep = middle_half([r["dur"] / 1e3 for r in runs])
-    total_ms = sum(runs[i]["dur"] / 1e3 for i in keep) / len(keep) if keep else 0.0
+def _node_rows(
+    meta: dict[str, dict[str, Any]],
+    per_run: list[dict[str, float]],
+    counts: dict[str, int],
+    keep: list[int],
+    graph: dict[str, dict[str, Any]],
+) -> list[LayerProfile]:
+    """One row per node in graph order: mean time over the kept runs, FLOPs, bytes, params."""
     rows: list[LayerProfile] = []
     node_order = sorted(meta, key=lambda nm: int(meta[nm].get("node_index", 0) or 0))
     for name in node_order:
@@ -298,9 +375,29 @@ def profile_onnx(
         if flops is not None and row.bytes_moved > 0:
             row.intensity = flops / row.bytes_moved
         rows.append(row)
-    node_sum = sum(r.self_ms for r in rows)
+    return rows
+
+
+def _op_rows(rows: list[LayerProfile], node_sum: float) -> list[OpRow]:
+    """Node rows summed per operator type, largest first."""
+    by_op: dict[str, OpRow] = {}
+    for r in rows[1:]:
+        if r.name == UNATTRIBUTED:
+            continue
+        o = by_op.setdefault(r.type, OpRow(name=r.type))
+        o.calls += r.calls
+        o.cpu_ms += r.self_ms
+        o.self_cpu_ms += r.self_ms
+    op_rows = sorted(by_op.values(), key=lambda o: o.self_cpu_ms, reverse=True)
+    for o in op_rows:
+        o.share = o.self_cpu_ms / node_sum if node_sum > 0 else 0.0
+    return op_rows
+
+
+def _graph_row(rows: list[LayerProfile], total_ms: float, node_sum: float) -> LayerProfile:
+    """The whole graph's row: the run's time; its self time is the session's overhead."""
     known = [r.flops for r in rows if r.flops is not None]
-    root = LayerProfile(
+    return LayerProfile(
         name="",
         type="Graph",
         depth=0,
@@ -311,58 +408,19 @@ def profile_onnx(
         flops=sum(known) if known else None,
         params=sum(r.params for r in rows),
     )
-    rows.insert(0, root)
-    plain_ms = median(plain)
-    add_unattributed(rows, plain_ms)  # the headline is the plain run
 
-    op_rows: list[OpRow] = []
-    if ops:
-        by_op: dict[str, OpRow] = {}
-        for r in rows[1:]:
-            if r.name == UNATTRIBUTED:
-                continue
-            o = by_op.setdefault(r.type, OpRow(name=r.type))
-            o.calls += r.calls
-            o.cpu_ms += r.self_ms
-            o.self_cpu_ms += r.self_ms
-        op_rows = sorted(by_op.values(), key=lambda o: o.self_cpu_ms, reverse=True)
-        for o in op_rows:
-            o.share = o.self_cpu_ms / node_sum if node_sum > 0 else 0.0
 
-    written = None
-    if trace_path is not None:
-        Path(trace_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(trace_path).write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
-        written = str(trace_path)
+def _write_trace(trace_path: str | Path, events: list[dict[str, Any]]) -> str:
+    """The profiler's events as a Chrome trace file; its path."""
+    Path(trace_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(trace_path).write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
+    return str(trace_path)
 
-    wall_ms = median(walls)
-    notes = [f"ONNX Runtime providers: {', '.join(used_providers)}"]
-    if any(p != "CPUExecutionProvider" for p in used_providers[:1]):
+
+def _provider_notes(providers: list[str]) -> list[str]:
+    notes = [f"ONNX Runtime providers: {', '.join(providers)}"]
+    if any(p != "CPUExecutionProvider" for p in providers[:1]):
         notes.append(
             "node times on GPU providers are host-side kernel times (launch + sync), not GPU time"
         )
-    report(1.0, "done")
-    return ModelProfile(
-        kind="onnx",
-        device=device,
-        rows=rows,
-        ops=op_rows,
-        total_ms=plain_ms,
-        plain_forward_ms=plain_ms,
-        hooked_forward_ms=wall_ms,
-        overhead_ratio=median([w / p for w, p in zip(walls, plain) if p > 0])
-        if plain
-        else math.nan,
-        coverage=total_ms / plain_ms if plain_ms > 0 else math.nan,
-        total_flops=root.flops,
-        iters=n,
-        warmup=warmup,
-        op_iters=n,
-        timing="onnxruntime",
-        trace_path=written,
-        notes=notes,
-        versions={"onnxruntime": ort.__version__},
-        plain_samples_ms=plain,
-        hooked_samples_ms=walls,
-        total_samples_ms=[r["dur"] / 1e3 for r in runs],
-    )
+    return notes

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -383,17 +384,105 @@ def profile_torch(
     cuda = device.startswith("cuda")
     notes: list[str] = []
 
-    # 1. plain and hooked forwards, interleaved so that both see the same machine state
-    # (turbo, caches, other processes) and their ratio is fair.
-    steps.phase(0.0, 0.6)
-    hook_cost_ns = 0.0
-    if not cuda and compensate:
-        hook_cost_ns = estimate_hook_cost_ns()
+    steps.phase(0.0, 0.6)  # 1. plain and hooked forwards
+    hook_cost_ns = estimate_hook_cost_ns() if not cuda and compensate else 0.0
+    timed = _time_modules(module, call, cuda, warmup, iters, hook_cost_ns, steps, notes)
+
+    steps.phase(0.6, 0.7)  # 2. FLOPs, bytes, memory
+    info = _flops_and_memory(module, call, device, steps, notes)
+    # 3. operators (torch.profiler), also for the trace file
+    op_rows: list[OpRow] = []
+    scope_self: dict[str, float] = {}
+    written = None
+    n_op = max(1, min(iters, op_iters or 5)) if ops or trace_path is not None else 0
+    if n_op:
+        steps.phase(0.7, 1.0)
+        op_rows, written, scope_self = _op_table(module, call, device, n_op, trace_path, steps)
+        op_rows = op_rows if ops else []
+
+    # 4. rows, fitted to the plain forward
+    plain, hooked_wall, plain_ms = timed.plain, timed.hooked_wall, median(timed.plain)
+    rows = _module_rows(module, timed, plain_ms, info, cuda)
+    measured_sum = sum(r.self_ms for r in rows)
+    notes.extend(_sum_notes(measured_sum, plain_ms, cuda, compensate, hook_cost_ns))
+    # The headline is the plain forward; what the layers do not explain is a row of its own.
+    add_unattributed(rows, plain_ms)
+    if op_rows:
+        op_rows = _fit_ops_to_layers(op_rows, {r.name: r.self_ms for r in rows}, scope_self, cuda)
+    root_flops = info.flops.get("")
+    steps.phase(0.0, 1.0)
+    steps.report(1.0, "done")
+    return ModelProfile(
+        kind="torch",
+        device=device,
+        rows=rows,
+        ops=op_rows,
+        total_ms=plain_ms,
+        plain_forward_ms=plain_ms,
+        hooked_forward_ms=median(hooked_wall) if hooked_wall else plain_ms,
+        # Ratios of interleaved pairs, so drift and load cancel out as much as they can.
+        overhead_ratio=_pair_ratio(hooked_wall, plain),
+        coverage=measured_sum / plain_ms if timed.hooked and plain_ms > 0 else 1.0,
+        hook_cost_us=hook_cost_ns / 1e3,
+        total_flops=root_flops if root_flops is not None else info.counter.get_total_flops(),
+        iters=iters,
+        warmup=warmup,
+        op_iters=n_op,
+        timing="cuda_events" if cuda else "perf_counter",
+        trace_path=written,
+        threads=torch.get_num_threads(),
+        notes=notes,
+        versions={"torch": torch.__version__},
+        plain_samples_ms=plain,
+        hooked_samples_ms=hooked_wall,
+        total_samples_ms=[a.top for a in timed.per_iter],
+    )
+
+
+def _flops_and_memory(
+    module: nn.Module, call: Callable[[], Any], device: str, steps: _Steps, notes: list[str]
+) -> _InfoPass:
+    """One forward counting FLOPs, activation bytes and (CUDA) peak memory per module."""
+    steps.check()
+    info = _InfoPass(module, device)
+    info.run(call)
+    if info.estimated:
+        notes.append(
+            "FLOPs of recurrent layers are estimated from their shapes (matmuls only): "
+            + ", ".join(sorted(info.estimated))
+        )
+    steps.report(1.0, "FLOPs and memory")
+    return info
+
+
+@dataclass
+class _ModuleTimes:
+    """The timed (not warm-up) iterations of the plain and the hooked forward."""
+
+    plain: list[float]  # ms per plain forward
+    hooked_wall: list[float]  # ms per hooked forward
+    per_iter: list[Any]  # per hooked forward: the call tree's aggregate (inclusive/self ms)
+    hooked: bool  # whether the hooks could be installed (TorchScript roots refuse them)
+
+
+def _time_modules(
+    module: nn.Module,
+    call: Callable[[], Any],
+    cuda: bool,
+    warmup: int,
+    iters: int,
+    hook_cost_ns: float,
+    steps: _Steps,
+    notes: list[str],
+) -> _ModuleTimes:
+    """Plain and hooked forwards, interleaved so that both see the same machine state
+    (turbo, caches, other processes) and their ratio is fair."""
     pool = CudaEventPool() if cuda else None
     tree = CallTree(pool.record if pool else perf_ns)
     per_iter = []
     plain: list[float] = []
     hooked_wall: list[float] = []
+    hooked: list[str] = []  # the loop runs at least once (warmup >= 1)
     for i in range(warmup + iters):
         steps.check()
         if i % 2 == 0:  # alternate the order: neither kind always runs on the other's caches
@@ -401,8 +490,9 @@ def profile_torch(
         tree.reset()
         if pool:
             pool.reset()
-        with install_hooks(module, tree.pre, tree.post, notes if i == 0 else None) as hooked:
+        with install_hooks(module, tree.pre, tree.post, notes if i == 0 else None) as paths:
             wall = _time_call(call, cuda)  # CUDA: synchronises once, at the end
+        hooked = paths
         if i % 2 == 1:
             p_ms = _time_call(call, cuda)
         if cuda:
@@ -416,122 +506,89 @@ def profile_torch(
             per_iter.append(agg)
             hooked_wall.append(wall)
         steps.report((i + 1) / (warmup + iters), "per-module timing")
+    return _ModuleTimes(plain, hooked_wall, per_iter, bool(hooked))
 
-    # 2. FLOPs, bytes, memory
-    steps.phase(0.6, 0.7)
-    steps.check()
-    info = _InfoPass(module, device)
-    info.run(call)
-    if info.estimated:
-        notes.append(
-            "FLOPs of recurrent layers are estimated from their shapes (matmuls only): "
-            + ", ".join(sorted(info.estimated))
-        )
-    steps.report(1.0, "FLOPs and memory")
 
-    # 3. operators
-    op_rows: list[OpRow] = []
-    scope_self: dict[str, float] = {}
-    written = None
-    n_op = 0
-    if ops or trace_path is not None:
-        steps.phase(0.7, 1.0)
-        n_op = max(1, min(iters, op_iters or 5))
-        op_rows, written, scope_self = _op_table(module, call, device, n_op, trace_path, steps)
-        if not ops:
-            op_rows = []
-
-    # Rows, in module order (parents before children). Means over the middle half of the
-    # iterations (by profiled total): the rows add up to their total, outliers stay out.
-    paths = module_paths(module)
-    plain_ms = median(plain)
+def _module_rows(
+    module: nn.Module, timed: _ModuleTimes, plain_ms: float, info: _InfoPass, cuda: bool
+) -> list[LayerProfile]:
+    """Rows in module order (parents before children). Means over the middle half of the
+    iterations (by profiled total): the rows add up to their total, outliers stay out."""
+    per_iter = timed.per_iter
     keep = [per_iter[i] for i in middle_half([a.top for a in per_iter])] if per_iter else []
 
     def mean_of(values: list[float]) -> float:
         return sum(values) / len(values) if values else 0.0
 
     rows: list[LayerProfile] = []
-    for mod, path in paths.items():
+    for mod, path in module_paths(module).items():
         incl = mean_of([a.inclusive.get(path, 0.0) for a in keep])
         slf = mean_of([a.self.get(path, 0.0) for a in keep])
         calls = per_iter[-1].calls.get(path, 0) if per_iter else 0
-        if path == "" and not hooked:
+        if path == "" and not timed.hooked:
             incl = slf = plain_ms
             calls = 1
-        n_params = sum(p.numel() for p in mod.parameters())
-        p_bytes = sum(p.numel() * p.element_size() for p in mod.parameters())
-        p_bytes += sum(b.numel() * b.element_size() for b in mod.buffers())
-        flops = info.flops.get(path)
-        if path == "" and flops is None:  # root refused hooks (TorchScript): the whole count
-            flops = info.counter.get_total_flops()
-        in_b = info.in_bytes.get(path, 0)
-        out_b = info.out_bytes.get(path, 0)
-        calls_info = max(1, calls)
-        moved = p_bytes * calls_info + in_b + out_b
-        row = LayerProfile(
-            name=path,
-            type=_type_name(mod),
-            depth=0 if path == "" else path.count(".") + 1,
-            parent=None if path == "" else (path.rsplit(".", 1)[0] if "." in path else ""),
-            inclusive_ms=incl,
-            self_ms=slf,
-            calls=calls,
-            flops=flops,
-            self_flops=info.self_flops.get(path),
-            params=n_params,
-            param_bytes=p_bytes,
-            input_bytes=in_b,
-            output_bytes=out_b,
-            peak_mem_bytes=info.peak.get(path) if cuda else None,
-        )
-        if flops is not None and incl > 0:
-            row.flops_per_s = flops / (incl / 1e3)
-        if flops is not None and moved > 0:
-            row.intensity = flops / moved
-        rows.append(row)
-    measured_sum = sum(r.self_ms for r in rows)
+        rows.append(_module_row(mod, path, incl, slf, calls, info, cuda))
+    return rows
+
+
+def _module_row(
+    mod: nn.Module,
+    path: str,
+    incl: float,
+    slf: float,
+    calls: int,
+    info: _InfoPass,
+    cuda: bool,
+) -> LayerProfile:
+    """One module's row: times, FLOPs, parameter and activation bytes, throughput."""
+    n_params = sum(p.numel() for p in mod.parameters())
+    p_bytes = sum(p.numel() * p.element_size() for p in mod.parameters())
+    p_bytes += sum(b.numel() * b.element_size() for b in mod.buffers())
+    flops = info.flops.get(path)
+    if path == "" and flops is None:  # root refused hooks (TorchScript): the whole count
+        flops = info.counter.get_total_flops()
+    in_b = info.in_bytes.get(path, 0)
+    out_b = info.out_bytes.get(path, 0)
+    moved = p_bytes * max(1, calls) + in_b + out_b
+    row = LayerProfile(
+        name=path,
+        type=_type_name(mod),
+        depth=0 if path == "" else path.count(".") + 1,
+        parent=None if path == "" else (path.rsplit(".", 1)[0] if "." in path else ""),
+        inclusive_ms=incl,
+        self_ms=slf,
+        calls=calls,
+        flops=flops,
+        self_flops=info.self_flops.get(path),
+        params=n_params,
+        param_bytes=p_bytes,
+        input_bytes=in_b,
+        output_bytes=out_b,
+        peak_mem_bytes=info.peak.get(path) if cuda else None,
+    )
+    if flops is not None and incl > 0:
+        row.flops_per_s = flops / (incl / 1e3)
+    if flops is not None and moved > 0:
+        row.intensity = flops / moved
+    return row
+
+
+def _sum_notes(
+    measured_sum: float, plain_ms: float, cuda: bool, compensate: bool, hook_cost_ns: float
+) -> list[str]:
+    """Notes on how the layer times were taken and how well they add up."""
+    notes = []
     if plain_ms > 0 and abs(measured_sum - plain_ms) > 0.1 * plain_ms:
         notes.append(
             f"the layers add up to {measured_sum:.3f} ms against a plain forward of "
             f"{plain_ms:.3f} ms; the difference is the (unattributed) row (a busy machine "
             "makes the two disagree: profile again when it is quiet)"
         )
-    # The headline is the plain forward; what the layers do not explain is a row of its own.
-    add_unattributed(rows, plain_ms)
-    if op_rows:
-        op_rows = _fit_ops_to_layers(op_rows, {r.name: r.self_ms for r in rows}, scope_self, cuda)
-    hooked_ms = median(hooked_wall) if hooked_wall else plain_ms
     if cuda:
         notes.append("layer times are GPU times between CUDA events recorded in the hooks")
     elif compensate:
         notes.append(
             f"hook cost of {hook_cost_ns / 1e3:.2f} us per module call removed from parents"
         )
-    root_flops = info.flops.get("")
-    steps.phase(0.0, 1.0)
-    steps.report(1.0, "done")
-    return ModelProfile(
-        kind="torch",
-        device=device,
-        rows=rows,
-        ops=op_rows,
-        total_ms=plain_ms,
-        plain_forward_ms=plain_ms,
-        hooked_forward_ms=hooked_ms,
-        # Ratios of interleaved pairs, so drift and load cancel out as much as they can.
-        overhead_ratio=_pair_ratio(hooked_wall, plain),
-        coverage=measured_sum / plain_ms if hooked and plain_ms > 0 else 1.0,
-        hook_cost_us=hook_cost_ns / 1e3,
-        total_flops=root_flops if root_flops is not None else info.counter.get_total_flops(),
-        iters=iters,
-        warmup=warmup,
-        op_iters=n_op,
-        timing="cuda_events" if cuda else "perf_counter",
-        trace_path=written,
-        threads=torch.get_num_threads(),
-        notes=notes,
-        versions={"torch": torch.__version__},
-        plain_samples_ms=plain,
-        hooked_samples_ms=hooked_wall,
-        total_samples_ms=[a.top for a in per_iter],
-    )
+    return notes

@@ -71,41 +71,54 @@ def run_trial(
     check only (no timing). In-process callers may pass ``hold`` (a dict) to get the built
     ``model``, the ``original`` and the ``inputs`` back (benchmarks that time contenders
     round-robin themselves)."""
-    import torch
+    trial = _Trial(spec, emit, cancel)
+    try:
+        trial.load()
+    except Exception as exc:  # noqa: BLE001 - reported as the trial's failure
+        return trial.failed(exc)
+    trial.emit_started()
+    trial.restore_cached_prefix()
+    trial.replay_reused_steps()
+    stopped = trial.build()
+    if stopped is not None:
+        return stopped
+    return trial.gate_time_and_record(hold)
 
-    from accel.bench import _batch_size, environment_info
-    from accel.measure import TimingSettings, compare_interleaved
-    from accel.models import load_model
-    from accel.parity import Tolerances, compare, normalize_outputs
-    from accel.passes import PassContext, get_pass
-    from accel.runner import file_artifact
-    from accel.search.cache import PrefixCache
-    from accel.search.space import prefix_key
 
-    t_start = time.perf_counter()
-    device = spec.get("device", "cpu")
-    seed = int(spec.get("seed", 0))
-    steps = list(spec.get("steps", []))
-    gates = spec.get("gates", {})
-    bench = spec.get("benchmark", {})
-    run_dir = Path(spec["out"])
-    run_dir.mkdir(parents=True, exist_ok=True)
-    recipe = {
-        "name": f"trial {spec.get('trial', 0)}",
-        "model": spec["model"],
-        "device": device,
-        "seed": seed,
-        "steps": steps,
-    }
-    state: dict[str, Any] = {"index": None}
+class _Trial:
+    """The state of one trial between its phases: load, build (cached prefix, then the
+    remaining steps), gate (parity, accuracy), time (interleaved against the original) and
+    record (the last StepFinished, RunFinished and the returned summary)."""
 
-    def failed(exc: BaseException) -> dict[str, Any]:
+    def __init__(self, spec: dict[str, Any], emit: Emit, cancel: Callable[[], bool]) -> None:
+        self.t_start = time.perf_counter()
+        self.spec = spec
+        self.emit = emit
+        self.cancel = cancel
+        self.device = spec.get("device", "cpu")
+        self.seed = int(spec.get("seed", 0))
+        self.steps: list[dict[str, Any]] = list(spec.get("steps", []))
+        self.gates: dict[str, Any] = spec.get("gates", {})
+        self.bench: dict[str, Any] = spec.get("benchmark", {})
+        self.run_dir = Path(spec["out"])
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.index: int | None = None  # the step a failure is reported against
+        self.cache: Any = None
+        self.keys: list[str] = []
+        self.start = 0  # steps reused from the cache
+        self.current: Any = None
+        self.last_details: dict[str, Any] = {}
+        self.last_artifacts: list[dict[str, Any]] = []
+        self.t_last = time.perf_counter()
+
+    # -- outcomes ----------------------------------------------------------------------------
+    def failed(self, exc: BaseException) -> dict[str, Any]:
         msg = str(exc) if isinstance(exc, AccelError) else f"{type(exc).__name__}: {exc}"
-        emit(
+        self.emit(
             RunFailed(
                 error=msg,
                 error_type=type(exc).__name__,
-                index=state["index"],
+                index=self.index,
                 traceback="" if isinstance(exc, AccelError) else traceback.format_exc(),
             ).to_dict()
         )
@@ -113,118 +126,159 @@ def run_trial(
             "status": "failed",
             "trial_status": "failed",
             "error": msg,
-            "run_dir": str(run_dir),
-            "duration_s": time.perf_counter() - t_start,
+            "run_dir": str(self.run_dir),
+            "duration_s": time.perf_counter() - self.t_start,
         }
 
-    try:
-        torch.manual_seed(seed)
-        m = spec["model"]
-        original = load_model(
+    def cancelled(self) -> dict[str, Any]:
+        return _cancelled(self.emit, self.run_dir, self.t_start)
+
+    # -- load --------------------------------------------------------------------------------
+    def load(self) -> None:
+        """The original model, the inputs, its reference outputs and the data sources."""
+        import torch
+
+        from accel.models import load_model
+        from accel.parity import normalize_outputs
+
+        torch.manual_seed(self.seed)
+        m = self.spec["model"]
+        self.original = load_model(
             m["source"],
             m.get("input_spec"),
             trust_pickle=bool(m.get("trust_pickle")),
-            device=device,
+            device=self.device,
         )
-        inputs = original.input_spec.sample(seed=seed, dims=bench.get("dims") or None)
-        reference = normalize_outputs(original.forward(inputs))
-        data = _data_sources(spec.get("data") or {}, original, seed)
-    except Exception as exc:  # noqa: BLE001 - reported as the trial's failure
-        return failed(exc)
-    emit(
-        RunStarted(
-            run_dir=str(run_dir.resolve()),
-            model_source=original.source,
-            model_kind=original.kind,
-            device=device,
-            recipe=recipe,
-            environment=environment_info(device=device),
-            num_steps=len(steps),
-            baseline={},
-            model_hash=original.content_hash,
-            input_spec=str(original.input_spec),
-        ).to_dict()
-    )
-    cache = None
-    if spec.get("cache"):
-        c = spec["cache"]
-        cache = PrefixCache(
-            c["dir"],
-            max_entries=int(c.get("max_entries", 32)),
-            max_bytes=int(c.get("max_bytes", 8 * 1024**3)),
-        )
-    context = cache_context(spec)
-    keys = [prefix_key(original.content_hash, context, steps[: i + 1]) for i in range(len(steps))]
-    current = None
-    start = 0
-    if cache is not None:
-        for k in range(len(steps), 0, -1):
-            current = cache.get(keys[k - 1], original)
-            if current is not None:
-                start = k
-                cache.stats.hits += 1
-                cache.stats.reused_steps += k
-                break
-        else:
-            cache.stats.misses += 1
-    if current is None:
-        current = _copy_model(original)
-    last_details: dict[str, Any] = {}
-    for i in range(start):
-        emit(StepStarted(index=i, pass_name=steps[i]["pass"], params=steps[i]["params"]).to_dict())
-        reused = {"reused": f"built by an earlier trial (cache {keys[i][:12]})"}
-        if i == len(steps) - 1:  # the last step's StepFinished carries parity and timing
-            last_details = reused
-            continue
-        emit(
-            StepFinished(
-                index=i,
-                pass_name=steps[i]["pass"],
-                status="succeeded",
-                duration_s=0.0,
-                metrics={},
-                parity=None,
-                artifacts=[],
-                details=reused,
+        dims = self.bench.get("dims") or None
+        self.inputs = self.original.input_spec.sample(seed=self.seed, dims=dims)
+        self.reference = normalize_outputs(self.original.forward(self.inputs))
+        self.data = _data_sources(self.spec.get("data") or {}, self.original, self.seed)
+
+    def emit_started(self) -> None:
+        from accel.bench import environment_info
+
+        recipe = {
+            "name": f"trial {self.spec.get('trial', 0)}",
+            "model": self.spec["model"],
+            "device": self.device,
+            "seed": self.seed,
+            "steps": self.steps,
+        }
+        self.emit(
+            RunStarted(
+                run_dir=str(self.run_dir.resolve()),
+                model_source=self.original.source,
+                model_kind=self.original.kind,
+                device=self.device,
+                recipe=recipe,
+                environment=environment_info(device=self.device),
+                num_steps=len(self.steps),
+                baseline={},
+                model_hash=self.original.content_hash,
+                input_spec=str(self.original.input_spec),
             ).to_dict()
         )
-    last_artifacts: list[dict[str, Any]] = []
-    t_last = time.perf_counter()
-    for i in range(start, len(steps)):
-        step = steps[i]
-        state["index"] = i
-        if cancel():
-            return _cancelled(emit, run_dir, t_start)
-        emit(StepStarted(index=i, pass_name=step["pass"], params=step["params"]).to_dict())
+
+    # -- build -------------------------------------------------------------------------------
+    def restore_cached_prefix(self) -> None:
+        """Start from the longest prefix of the chain an earlier trial cached (if any)."""
+        from accel.search.cache import PrefixCache
+        from accel.search.space import prefix_key
+
+        steps = self.steps
+        if self.spec.get("cache"):
+            c = self.spec["cache"]
+            self.cache = PrefixCache(
+                c["dir"],
+                max_entries=int(c.get("max_entries", 32)),
+                max_bytes=int(c.get("max_bytes", 8 * 1024**3)),
+            )
+        context = cache_context(self.spec)
+        content_hash = self.original.content_hash
+        self.keys = [prefix_key(content_hash, context, steps[: i + 1]) for i in range(len(steps))]
+        if self.cache is not None:
+            for k in range(len(steps), 0, -1):
+                self.current = self.cache.get(self.keys[k - 1], self.original)
+                if self.current is not None:
+                    self.start = k
+                    self.cache.stats.hits += 1
+                    self.cache.stats.reused_steps += k
+                    break
+            else:
+                self.cache.stats.misses += 1
+        if self.current is None:
+            self.current = _copy_model(self.original)
+
+    def replay_reused_steps(self) -> None:
+        """Events for the cached steps, so the trial's run lists every step."""
+        steps = self.steps
+        for i in range(self.start):
+            step = steps[i]
+            self.emit(StepStarted(index=i, pass_name=step["pass"], params=step["params"]).to_dict())
+            reused = {"reused": f"built by an earlier trial (cache {self.keys[i][:12]})"}
+            if i == len(steps) - 1:  # the last step's StepFinished carries parity and timing
+                self.last_details = reused
+                continue
+            self.emit(
+                StepFinished(
+                    index=i,
+                    pass_name=step["pass"],
+                    status="succeeded",
+                    duration_s=0.0,
+                    metrics={},
+                    parity=None,
+                    artifacts=[],
+                    details=reused,
+                ).to_dict()
+            )
+
+    def build(self) -> dict[str, Any] | None:
+        """Apply the steps after the cached prefix; a result dict if the trial stops here."""
+        for i in range(self.start, len(self.steps)):
+            self.index = i
+            if self.cancel():
+                return self.cancelled()
+            stopped = self._apply_step(i)
+            if stopped is not None:
+                return stopped
+        return None
+
+    def _apply_step(self, i: int) -> dict[str, Any] | None:
+        import torch
+
+        from accel.passes import PassContext, get_pass
+
+        step = self.steps[i]
+        self.emit(StepStarted(index=i, pass_name=step["pass"], params=step["params"]).to_dict())
         t0 = time.perf_counter()
-        step_dir = run_dir / f"step_{i:02d}_{step['pass']}"
+        step_dir = self.run_dir / f"step_{i:02d}_{step['pass']}"
         step_dir.mkdir(parents=True, exist_ok=True)
         ctx = PassContext(
-            inputs=inputs,
-            device=device,
+            inputs=self.inputs,
+            device=self.device,
             work_dir=step_dir,
             step_index=i,
-            seed=seed,
-            cancel_cb=cancel,
-            calibration=data.get("calibration"),
-            train_data=data.get("train"),
-            eval_data=data.get("eval"),
-            original=original,
+            seed=self.seed,
+            cancel_cb=self.cancel,
+            calibration=self.data.get("calibration"),
+            train_data=self.data.get("train"),
+            eval_data=self.data.get("eval"),
+            original=self.original,
         )
         try:
             cls = get_pass(step["pass"])
             p = cls()
             config = cls.parse_config(step["params"])
-            p.check_requirements(current, device)
-            torch.manual_seed(seed)
-            new_model = p.apply(current, config, ctx)
+            p.check_requirements(self.current, self.device)
+            torch.manual_seed(self.seed)
+            new_model = p.apply(self.current, config, ctx)
             if new_model is None:
                 raise PassError(f"{step['pass']} returned no model (a bug in the pass)")
         except Cancelled:
-            return _cancelled(emit, run_dir, t_start)
+            return self.cancelled()
         except Exception as exc:  # noqa: BLE001 - the trial fails, the search goes on
             msg = str(exc) if isinstance(exc, AccelError) else f"{type(exc).__name__}: {exc}"
-            emit(
+            self.emit(
                 StepFinished(
                     index=i,
                     pass_name=step["pass"],
@@ -237,121 +291,159 @@ def run_trial(
                     error=msg,
                 ).to_dict()
             )
-            return failed(PassError(f"step {i + 1} ({step['pass']}): {msg}"))
-        if cache is not None and cache.put(keys[i], new_model):
+            return self.failed(PassError(f"step {i + 1} ({step['pass']}): {msg}"))
+        self._keep(i, new_model, ctx, t0)
+        return None
+
+    def _keep(self, i: int, new_model: Any, ctx: Any, t0: float) -> None:
+        """Cache the step's model and report it (the last step's report waits for the gate)."""
+        from accel.runner import file_artifact
+
+        if self.cache is not None and self.cache.put(self.keys[i], new_model):
             log.debug("cached the model of steps 1..%d", i + 1)
-        current = new_model
-        if i < len(steps) - 1:
-            emit(
+        self.current = new_model
+        artifacts = [file_artifact(a["path"], a["kind"]) for a in ctx.artifacts]
+        if i < len(self.steps) - 1:
+            self.emit(
                 StepFinished(
                     index=i,
-                    pass_name=step["pass"],
+                    pass_name=self.steps[i]["pass"],
                     status="succeeded",
                     duration_s=time.perf_counter() - t0,
                     metrics=dict(ctx.metrics),
                     parity=None,
-                    artifacts=[file_artifact(a["path"], a["kind"]) for a in ctx.artifacts],
+                    artifacts=artifacts,
                     details=jsonable(ctx.details),
                 ).to_dict()
             )
         else:
-            last_details = jsonable(ctx.details)
-            last_artifacts = [file_artifact(a["path"], a["kind"]) for a in ctx.artifacts]
-            t_last = t0
-    # -- the gate, before any timing ------------------------------------------------------
-    last = len(steps) - 1
-    state["index"] = last if last >= 0 else None
-    try:
-        outputs = normalize_outputs(current.forward(inputs))
+            self.last_details = jsonable(ctx.details)
+            self.last_artifacts = artifacts
+            self.t_last = t0
+
+    # -- gate, time, record ------------------------------------------------------------------
+    def gate_time_and_record(self, hold: dict[str, Any] | None) -> dict[str, Any]:
+        """The gate, before any timing; time only a model that passed it."""
+        last = len(self.steps) - 1
+        self.index = last if last >= 0 else None
+        try:
+            report, metrics, gate_reason = self._gate()
+            trial_status = "ok"
+            if hold is not None:
+                hold.update(model=self.current, original=self.original, inputs=self.inputs)
+            if gate_reason is None and not self.bench.get("skip"):
+                if self.cancel():
+                    return self.cancelled()
+                self._time(metrics)
+            elif gate_reason is not None:
+                trial_status = "gate_failed"
+        except Exception as exc:  # noqa: BLE001
+            return self.failed(exc)
+        return self._record(report, metrics, gate_reason, trial_status)
+
+    def _gate(self) -> tuple[Any, dict[str, float | None], str | None]:
+        """Parity against the original's outputs, then the accuracy drop (with eval data)."""
+        from accel.parity import Tolerances, compare, normalize_outputs
+
+        gates = self.gates
+        outputs = normalize_outputs(self.current.forward(self.inputs))
         max_drop = gates.get("max_cosine_drop")
         tol = Tolerances(
             rtol=float(gates.get("rtol", 1e-3)),
             atol=float(gates.get("atol", 1e-4)),
             min_cosine=None if max_drop is None else 1.0 - float(max_drop),
         )
-        report = compare(reference, outputs, tol)
+        report = compare(self.reference, outputs, tol)
         worst = report.worst()
         cos = worst.get("min_cosine")
-        cosine_drop = None if cos is None else max(0.0, 1.0 - float(cos))
         metrics: dict[str, float | None] = {
-            "cosine_drop": cosine_drop,
+            "cosine_drop": None if cos is None else max(0.0, 1.0 - float(cos)),
             "max_abs": worst.get("max_abs"),
-            "size_bytes": _model_bytes(current),
+            "size_bytes": _model_bytes(self.current),
         }
         gate_reason = None if report.passed else f"parity: {report.first_failure}"
-        if data.get("eval") is not None:
+        if self.data.get("eval") is not None:
             from accel.data import evaluate_accuracy
 
-            metric = (spec.get("data") or {}).get("metric", "top1")
-            base_acc = evaluate_accuracy(original, data["eval"], metric)
-            acc = evaluate_accuracy(current, data["eval"], metric)
+            metric = (self.spec.get("data") or {}).get("metric", "top1")
+            base_acc = evaluate_accuracy(self.original, self.data["eval"], metric)
+            acc = evaluate_accuracy(self.current, self.data["eval"], metric)
             metrics["accuracy"] = acc
             metrics["accuracy_drop"] = base_acc - acc
             max_acc = gates.get("max_accuracy_drop")
             if gate_reason is None and max_acc is not None and base_acc - acc > max_acc:
                 gate_reason = f"accuracy dropped {base_acc - acc:.4f} > {max_acc}"
-        trial_status = "ok"
-        if hold is not None:
-            hold.update(model=current, original=original, inputs=inputs)
-        if gate_reason is None and not bench.get("skip"):
-            if cancel():
-                return _cancelled(emit, run_dir, t_start)
-            comparison = compare_interleaved(
-                original,
-                current,
-                inputs,
-                TimingSettings(
-                    rounds=int(bench.get("rounds", 5)),
-                    iters=int(bench.get("iters", 30)),
-                    warmup=int(bench.get("warmup", 3)),
-                    threads=bench.get("threads"),
-                    min_time_s=float(bench.get("min_time_s", 0.5)),
-                ),
-                device=device,
-                cancel=cancel,
-                seed=seed,
-            )
-            metrics.update(comparison.metrics())
-            p50 = metrics.get("latency_p50_ms")
-            metrics["throughput"] = _batch_size(inputs) * 1000.0 / p50 if p50 else None
-            last_details["timing"] = comparison.timing_details()
-            metrics["size_bytes"] = _model_bytes(current) or metrics.get("size_bytes")
-        elif gate_reason is not None:
-            trial_status = "gate_failed"
-    except Exception as exc:  # noqa: BLE001
-        return failed(exc)
-    if steps:
-        emit(
-            StepFinished(
-                index=last,
-                pass_name=steps[last]["pass"],
-                status="succeeded" if trial_status == "ok" else "gate_failed",
-                duration_s=time.perf_counter() - t_last,
-                metrics=metrics,
-                parity=report.to_dict(),
-                artifacts=last_artifacts,
-                details=last_details,
-            ).to_dict()
+        return report, metrics, gate_reason
+
+    def _time(self, metrics: dict[str, float | None]) -> None:
+        """Time the built model against the original in alternating rounds."""
+        from accel.bench import _batch_size
+        from accel.measure import TimingSettings, compare_interleaved
+
+        bench = self.bench
+        comparison = compare_interleaved(
+            self.original,
+            self.current,
+            self.inputs,
+            TimingSettings(
+                rounds=int(bench.get("rounds", 5)),
+                iters=int(bench.get("iters", 30)),
+                warmup=int(bench.get("warmup", 3)),
+                threads=bench.get("threads"),
+                min_time_s=float(bench.get("min_time_s", 0.5)),
+            ),
+            device=self.device,
+            cancel=self.cancel,
+            seed=self.seed,
         )
-    duration = time.perf_counter() - t_start
-    summary = {
-        "steps": len(steps),
-        "final_speedup": metrics.get("speedup"),
-        "final_latency_p50_ms": metrics.get("latency_p50_ms"),
-        "baseline_latency_p50_ms": metrics.get("baseline_latency_p50_ms"),
-    }
-    emit(RunFinished(status="succeeded", duration_s=duration, summary=summary).to_dict())
-    return {
-        "status": "succeeded",
-        "trial_status": trial_status,
-        "gate": gate_reason,
-        "metrics": metrics,
-        "parity_summary": report.summary(),
-        "cache": cache.stats.to_dict() if cache is not None else None,
-        "reused_steps": start,
-        "run_dir": str(run_dir),
-        "duration_s": duration,
-    }
+        metrics.update(comparison.metrics())
+        p50 = metrics.get("latency_p50_ms")
+        metrics["throughput"] = _batch_size(self.inputs) * 1000.0 / p50 if p50 else None
+        self.last_details["timing"] = comparison.timing_details()
+        metrics["size_bytes"] = _model_bytes(self.current) or metrics.get("size_bytes")
+
+    def _record(
+        self,
+        report: Any,
+        metrics: dict[str, float | None],
+        gate_reason: str | None,
+        trial_status: str,
+    ) -> dict[str, Any]:
+        """The last step's StepFinished (parity, timing), RunFinished and the trial's result."""
+        steps = self.steps
+        if steps:
+            last = len(steps) - 1
+            self.emit(
+                StepFinished(
+                    index=last,
+                    pass_name=steps[last]["pass"],
+                    status="succeeded" if trial_status == "ok" else "gate_failed",
+                    duration_s=time.perf_counter() - self.t_last,
+                    metrics=metrics,
+                    parity=report.to_dict(),
+                    artifacts=self.last_artifacts,
+                    details=self.last_details,
+                ).to_dict()
+            )
+        duration = time.perf_counter() - self.t_start
+        summary = {
+            "steps": len(steps),
+            "final_speedup": metrics.get("speedup"),
+            "final_latency_p50_ms": metrics.get("latency_p50_ms"),
+            "baseline_latency_p50_ms": metrics.get("baseline_latency_p50_ms"),
+        }
+        self.emit(RunFinished(status="succeeded", duration_s=duration, summary=summary).to_dict())
+        return {
+            "status": "succeeded",
+            "trial_status": trial_status,
+            "gate": gate_reason,
+            "metrics": metrics,
+            "parity_summary": report.summary(),
+            "cache": self.cache.stats.to_dict() if self.cache is not None else None,
+            "reused_steps": self.start,
+            "run_dir": str(self.run_dir),
+            "duration_s": duration,
+        }
 
 
 def _cancelled(emit: Emit, run_dir: Path, t_start: float) -> dict[str, Any]:
