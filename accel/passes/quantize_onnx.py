@@ -12,7 +12,11 @@ import contextlib
 import inspect
 import io
 import logging
+import os
+import tempfile
 import textwrap
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -43,27 +47,6 @@ _QTYPES = {"int8": "QInt8", "uint8": "QUInt8", "int16": "QInt16", "uint16": "QUI
 _CALIB = {"minmax": "MinMax", "percentile": "Percentile", "entropy": "Entropy"}
 
 ExtraValue = bool | int | float | str
-
-# ONNX Runtime's symbolic shape inference saves "sym_shape_infer_temp.onnx" (and a <uuid>
-# external data file) into the current folder when it cannot infer every shape.
-_SCRATCH_LOCK = __import__("threading").Lock()
-
-
-@contextlib.contextmanager
-def _scratch_cwd(work: Path):
-    """Run the block with a scratch folder under ``work`` as the current folder, removed
-    afterwards, so a library that writes into the current folder leaves nothing behind
-    (the process's folder is shared: one block at a time)."""
-    import shutil
-    import tempfile
-
-    with _SCRATCH_LOCK:
-        scratch = Path(tempfile.mkdtemp(prefix="scratch-", dir=work))
-        try:
-            with contextlib.chdir(scratch):
-                yield
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
 
 
 class _CommonConfig(PassConfig):
@@ -149,6 +132,131 @@ def _op_types(config: _CommonConfig, mode: str) -> list[str] | None:
     return [t for t in base if t not in set(config.exclude_op_types)]
 
 
+_CWD_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _scratch_cwd(parent: Path) -> Iterator[Path]:
+    """A fresh folder under ``parent`` as working directory, removed afterwards.
+
+    ORT's quantization tools write temporary files into the current directory (symbolic shape
+    inference saves ``sym_shape_infer_temp.onnx`` and ``<uuid>.data`` files when it cannot
+    infer every shape). The working directory is process-wide, hence the lock; every path
+    handed to ORT inside is absolute.
+    """
+    with _CWD_LOCK, tempfile.TemporaryDirectory(prefix="ort_tmp_", dir=parent) as tmp:
+        old = os.getcwd()
+        os.chdir(tmp)
+        try:
+            yield Path(tmp)
+        finally:
+            os.chdir(old)
+
+
+def _preprocess(src: Path, work: Path, ctx: PassContext) -> Path:
+    """quant_pre_process into the work folder; without symbolic shape inference if that is incomplete."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    from accel.errors import PassError
+
+    ctx.progress(0.02, "pre-processing (shape inference)")
+    pre = work / "model_preprocessed.onnx"
+    try:
+        try:
+            with _scratch_cwd(work):
+                quant_pre_process(str(src), str(pre))
+        except Exception as exc:  # noqa: BLE001 - ORT raises a plain Exception here
+            if "Incomplete symbolic shape inference" not in str(exc):
+                raise
+            # Models with ops ORT's symbolic shape inference does not know (e.g. rotary
+            # embeddings, some attention reshapes): ONNX's own shape inference still runs.
+            ctx.details["preprocess"] = (
+                "symbolic shape inference incomplete for this model; pre-processed without it "
+                "(ONNX shape inference and graph optimization only)"
+            )
+            with _scratch_cwd(work):
+                quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
+    except Exception as exc:  # noqa: BLE001 - ORT/onnx raise many types here
+        raise PassError(
+            f"quant_pre_process (shape inference) failed on this model: {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}. Set preprocess: false to quantize without it."
+        ) from None
+    return pre
+
+
+def _run_dynamic(
+    src: Path,
+    out: Path,
+    config: Any,
+    op_types: list[str] | None,
+    exclude: list[str],
+    ctx: PassContext,
+) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    ctx.progress(0.2, "quantizing weights")
+    quantize_dynamic(
+        str(src),
+        str(out),
+        op_types_to_quantize=op_types,
+        per_channel=config.per_channel,
+        reduce_range=config.reduce_range,
+        weight_type=getattr(QuantType, _QTYPES[config.weight_type]),
+        nodes_to_exclude=exclude,
+        extra_options=dict(config.extra_options),
+    )
+
+
+def _calibration_reader(src: Path, model: LoadedModel, config: Any, ctx: PassContext) -> Any:
+    """ORT calibration reader over the context's calibration batches, reporting each batch."""
+    from accel.errors import PassError
+    from accel.passes import _onnx_quant_helpers as h
+
+    n = config.calibration_batches
+    batches = [model.prepare_inputs(b) for b in ctx.calibration_batches(n)]
+    if not batches:
+        raise PassError("no calibration batches: check the recipe's data.calibration source")
+
+    def on_batch(i: int, total: int) -> None:
+        ctx.check_cancelled()
+        ctx.progress(0.1 + 0.8 * i / max(total, 1), f"calibration batch {i}/{total}")
+
+    ctx.details.update(
+        {
+            "calibration_method": config.calibration_method,
+            "calibration_batches": len(batches),
+            "quant_format": config.quant_format,
+        }
+    )
+    return h.BatchCalibrationReader(src, batches, on_batch)
+
+
+def _run_static(
+    src: Path,
+    out: Path,
+    reader: Any,
+    config: Any,
+    op_types: list[str] | None,
+    exclude: list[str],
+) -> None:
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    quantize_static(
+        str(src),
+        str(out),
+        reader,
+        quant_format=getattr(QuantFormat, "QDQ" if config.quant_format == "qdq" else "QOperator"),
+        op_types_to_quantize=op_types,
+        per_channel=config.per_channel,
+        reduce_range=config.reduce_range,
+        activation_type=getattr(QuantType, _QTYPES[config.activation_type]),
+        weight_type=getattr(QuantType, _QTYPES[config.weight_type]),
+        nodes_to_exclude=exclude,
+        calibrate_method=getattr(CalibrationMethod, _CALIB[config.calibration_method]),
+        extra_options=dict(config.extra_options),
+    )
+
+
 class _QuantizeOnnx(Pass):
     category = "quantize"
     requires = Requirements(model_kinds=("onnx",), libraries=("onnxruntime", "onnx"))
@@ -158,35 +266,38 @@ class _QuantizeOnnx(Pass):
         return f"model_int8_{self.mode}.onnx"
 
     def apply(self, model: LoadedModel, config: Any, ctx: PassContext) -> LoadedModel:
-        from onnxruntime.quantization import (
-            CalibrationMethod,
-            QuantFormat,
-            QuantType,
-            quantize_dynamic,
-            quantize_static,
-        )
-
-        from accel.errors import AccelError, PassError
-        from accel.models import load_model
         from accel.passes import _onnx_quant_helpers as h
 
-        work = Path(ctx.work_dir)
+        work = Path(ctx.work_dir).resolve()
         work.mkdir(parents=True, exist_ok=True)
-        src = Path(model.onnx_path)
+        src = Path(model.onnx_path).resolve()
         if config.preprocess:
-            from onnxruntime.quantization.shape_inference import quant_pre_process
+            src = _preprocess(src, work, ctx)
+        exclude = self._exclude_nodes(src, model, config)
+        histogram = h.onnx_op_histogram(src)
+        op_types = _op_types(config, self.mode)
+        ctx.details.update(
+            {
+                "backend": "onnxruntime.quantization",
+                "mode": self.mode,
+                "excluded_nodes": exclude,
+                "op_types": op_types,
+            }
+        )
+        out = work / self._out_name(config)
+        ctx.check_cancelled()
+        self._quantize(src, out, model, config, op_types, exclude, ctx)
+        counts = h.quantized_op_counts(out)
+        ctx.details["quantized_ops"] = counts
+        if not counts:
+            self._warn_nothing_quantized(histogram, op_types, ctx)
+        return self._result(model, out, counts, ctx)
 
-            ctx.progress(0.02, "pre-processing (shape inference)")
-            pre = work / "model_preprocessed.onnx"
-            try:
-                with _scratch_cwd(work):
-                    quant_pre_process(str(src.resolve()), str(pre.resolve()))
-            except Exception as exc:  # noqa: BLE001 - ORT/onnx raise many types here
-                raise PassError(
-                    f"quant_pre_process (shape inference) failed on this model: {type(exc).__name__}: "
-                    f"{str(exc).splitlines()[0] if str(exc) else ''}. Set preprocess: false to quantize without it."
-                ) from None
-            src = pre
+    def _exclude_nodes(self, src: Path, model: LoadedModel, config: Any) -> list[str]:
+        """Node names matched by config.exclude (a clear error for a pattern matching none)."""
+        from accel.errors import PassError
+        from accel.passes import _onnx_quant_helpers as h
+
         exclude, unmatched = h.onnx_nodes_matching(src, config.exclude, model.onnx_path)
         if unmatched:
             import onnx
@@ -203,77 +314,35 @@ class _QuantizeOnnx(Pass):
         if self.mode == "dynamic":
             # The dynamic quantizer rewrites Gemm as MatMul + Add named "<gemm>_MatMul"; exclude both names.
             exclude = exclude + [f"{n}_MatMul" for n in exclude]
-        histogram = h.onnx_op_histogram(src)
-        present = sorted(histogram)
-        op_types = _op_types(config, self.mode)
-        ctx.details.update(
-            {
-                "backend": "onnxruntime.quantization",
-                "mode": self.mode,
-                "excluded_nodes": exclude,
-                "op_types": op_types,
-            }
-        )
-        out = work / self._out_name(config)
-        extra = dict(config.extra_options)
-        ctx.check_cancelled()
+        return exclude
+
+    def _quantize(
+        self,
+        src: Path,
+        out: Path,
+        model: LoadedModel,
+        config: Any,
+        op_types: list[str] | None,
+        exclude: list[str],
+        ctx: PassContext,
+    ) -> None:
+        """Run ORT's quantizer; its failures become a PassError that says what to change."""
+        from accel.errors import AccelError, PassError
+
         # The quantizer prints progress (entropy histograms...) to stdout, which a worker may use
-        # for its protocol; keep it in the log instead.
+        # for its protocol; keep it in the log instead. It runs in a scratch folder as working
+        # directory: ORT writes some temporary files (external data) to the current directory.
         captured = io.StringIO()
         try:
-            with contextlib.redirect_stdout(captured):
-                if self.mode == "dynamic":
-                    ctx.progress(0.2, "quantizing weights")
-                    quantize_dynamic(
-                        str(src),
-                        str(out),
-                        op_types_to_quantize=op_types,
-                        per_channel=config.per_channel,
-                        reduce_range=config.reduce_range,
-                        weight_type=getattr(QuantType, _QTYPES[config.weight_type]),
-                        nodes_to_exclude=exclude,
-                        extra_options=extra,
-                    )
+            # Calibration data is read before: a recipe's data paths may be relative.
+            reader = (
+                None if self.mode == "dynamic" else _calibration_reader(src, model, config, ctx)
+            )
+            with contextlib.redirect_stdout(captured), _scratch_cwd(out.parent):
+                if reader is None:
+                    _run_dynamic(src, out, config, op_types, exclude, ctx)
                 else:
-                    n = config.calibration_batches
-                    batches = [model.prepare_inputs(b) for b in ctx.calibration_batches(n)]
-                    if not batches:
-                        raise PassError(
-                            "no calibration batches: check the recipe's data.calibration source"
-                        )
-
-                    def on_batch(i: int, total: int) -> None:
-                        ctx.check_cancelled()
-                        ctx.progress(
-                            0.1 + 0.8 * i / max(total, 1), f"calibration batch {i}/{total}"
-                        )
-
-                    reader = h.BatchCalibrationReader(src, batches, on_batch)
-                    ctx.details.update(
-                        {
-                            "calibration_method": config.calibration_method,
-                            "calibration_batches": len(batches),
-                            "quant_format": config.quant_format,
-                        }
-                    )
-                    quantize_static(
-                        str(src),
-                        str(out),
-                        reader,
-                        quant_format=getattr(
-                            QuantFormat, "QDQ" if config.quant_format == "qdq" else "QOperator"
-                        ),
-                        op_types_to_quantize=op_types,
-                        per_channel=config.per_channel,
-                        reduce_range=config.reduce_range,
-                        activation_type=getattr(QuantType, _QTYPES[config.activation_type]),
-                        weight_type=getattr(QuantType, _QTYPES[config.weight_type]),
-                        nodes_to_exclude=exclude,
-                        calibrate_method=getattr(
-                            CalibrationMethod, _CALIB[config.calibration_method]
-                        ),
-                        extra_options=extra,
-                    )
+                    _run_static(src, out, reader, config, op_types, exclude)
         except AccelError:
             raise
         except Exception as exc:  # noqa: BLE001 - report the quantizer's failure with what to change
@@ -285,19 +354,24 @@ class _QuantizeOnnx(Pass):
         finally:
             if captured.getvalue().strip():
                 log.debug("quantizer output:\n%s", captured.getvalue())
-        counts = h.quantized_op_counts(out)
-        ctx.details["quantized_ops"] = counts
-        if not counts:
-            hint = "Check op_types / exclude."
-            if self.mode == "dynamic" and {"Conv", "ConvTranspose"} & set(present):
-                hint = (
-                    "Dynamic quantization covers MatMul/Attention/LSTM; use quantize_onnx_static "
-                    "for Conv."
-                )
-            ctx.warn(
-                f"0 of {sum(histogram.values())} ops quantized (op types tried: "
-                f"{op_types or 'quantizer default'}; the model has {present}). {hint}"
-            )
+
+    def _warn_nothing_quantized(
+        self, histogram: dict[str, int], op_types: list[str] | None, ctx: PassContext
+    ) -> None:
+        present = sorted(histogram)
+        hint = "Check op_types / exclude."
+        if self.mode == "dynamic" and {"Conv", "ConvTranspose"} & set(present):
+            hint = "Dynamic quantization covers MatMul/Attention/LSTM; use quantize_onnx_static for Conv."
+        ctx.warn(
+            f"0 of {sum(histogram.values())} ops quantized (op types tried: "
+            f"{op_types or 'quantizer default'}; the model has {present}). {hint}"
+        )
+
+    def _result(
+        self, model: LoadedModel, out: Path, counts: dict[str, int], ctx: PassContext
+    ) -> LoadedModel:
+        from accel.models import load_model
+
         ctx.add_artifact(out, "onnx")
         ctx.progress(0.95, "loading the quantized model")
         q = load_model(str(out), model.input_spec, device=model.device)
@@ -327,16 +401,28 @@ class _QuantizeOnnx(Pass):
         lines = ["src_path = onnx_path"]
         if config.preprocess:
             imports += [
-                "import contextlib",
-                "from pathlib import Path",
+                "import os",
+                "import tempfile",
                 "from onnxruntime.quantization.shape_inference import quant_pre_process",
             ]
             lines += [
                 "# Shape inference and graph cleanup, as ONNX Runtime recommends before quantizing.",
-                "# (in step_dir: ONNX Runtime may write temporary files into the current folder)",
-                "with contextlib.chdir(step_dir):",
-                '    quant_pre_process(str(Path(src_path).resolve()), "model_preprocessed.onnx")',
-                'src_path = step_dir / "model_preprocessed.onnx"',
+                "# ORT may write temporary files to the working directory: run it in a scratch folder.",
+                'pre_path = (step_dir / "model_preprocessed.onnx").resolve()',
+                "cwd = os.getcwd()",
+                "with tempfile.TemporaryDirectory(dir=step_dir) as scratch:",
+                "    os.chdir(scratch)",
+                "    try:",
+                "        quant_pre_process(str(Path(src_path).resolve()), str(pre_path))",
+                "    except Exception as exc:",
+                '        if "Incomplete symbolic shape inference" not in str(exc):',
+                "            raise",
+                "        quant_pre_process(",
+                "            str(Path(src_path).resolve()), str(pre_path), skip_symbolic_shape=True",
+                "        )",
+                "    finally:",
+                "        os.chdir(cwd)",
+                "src_path = pre_path",
             ]
         lines.append(
             f"exclude = onnx_nodes_matching(src_path, {list(config.exclude)!r}, onnx_path)[0]  # kept in float"

@@ -324,3 +324,69 @@ def test_preprocessing_leaves_the_current_folder_clean(onnx_models, tmp_path, mo
     _run(onnx_models, "mlp", [{"pass": "quantize_onnx_dynamic"}], tmp_path)
     assert list(cwd.iterdir()) == []
     assert not list((tmp_path / "run").rglob("sym_shape_infer_temp.onnx"))
+
+
+@pytest.mark.parametrize("name", ["mlp", "transformer"])
+@pytest.mark.parametrize("pass_name", ["quantize_onnx_dynamic", "quantize_onnx_static"])
+def test_leaves_no_files_in_the_working_directory(
+    onnx_models, tmp_path, monkeypatch, name, pass_name
+):
+    path, spec = onnx_models[name]
+    model = load_model(path, spec)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    work = tmp_path / "work"
+    ctx = PassContext(inputs=model.example_inputs(), work_dir=work, original=model)
+    cls = get_pass(pass_name)
+    config = {"calibration_batches": 2} if pass_name.endswith("static") else {}
+    out = cls().apply(model, cls.parse_config(config), ctx)
+    assert list(cwd.iterdir()) == []
+    assert not [p for p in work.iterdir() if p.name.startswith("ort_tmp_")]
+    assert out.onnx_path.parent == work.resolve()
+
+
+def _model_with_an_op_unknown_to_symbolic_shape_inference(path):
+    """Relu -> a custom-domain op: ORT's symbolic shape inference stops there (incomplete)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(torch.randn(64, 64).numpy(), "w")  # > 1 KB: external data
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+            helper.make_node("Foo", ["h"], ["y"], name="foo", domain="com.example"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[w],
+    )
+    proto = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)],
+        ir_version=8,
+    )
+    onnx.save(proto, str(path))
+    return path
+
+
+def test_incomplete_symbolic_shape_inference_writes_nothing_to_the_working_directory(
+    tmp_path, monkeypatch
+):
+    """ORT saves sym_shape_infer_temp.onnx + <uuid>.data to the cwd before raising; the pass
+    keeps them in a scratch folder and retries without symbolic shape inference."""
+    from types import SimpleNamespace
+
+    from accel.passes.quantize_onnx import _preprocess
+
+    src = _model_with_an_op_unknown_to_symbolic_shape_inference(tmp_path / "m.onnx")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    work = tmp_path / "work"
+    work.mkdir()
+    ctx = SimpleNamespace(details={}, progress=lambda *a: None)
+    pre = _preprocess(src.resolve(), work.resolve(), ctx)
+    assert "symbolic shape inference incomplete" in ctx.details["preprocess"]
+    assert list(cwd.iterdir()) == []
+    assert sorted(p.name for p in work.iterdir()) == [pre.name]
