@@ -574,6 +574,61 @@ def _median(xs: Sequence[float]) -> float:
     return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
 
 
+def _first_and_warmup(
+    call: Callable[[], Any],
+    first: Callable[[], Any],
+    warm: int,
+    sync: Callable[[], None],
+    check: Callable[[Any], None] | None,
+) -> Side:
+    """A side after its first call (timed alone, never counted) and ``warm`` warm-up calls,
+    timed one by one: the fastest tells whether to batch (at least one is made for that, so
+    a warm-up of 0 still calibrates)."""
+    side = Side()
+    t = CLOCK()
+    out = first()
+    sync()
+    if check is not None:
+        check(out)
+    side.first_call_ms = (CLOCK() - t) * 1000.0
+    fastest = math.inf
+    for _ in range(max(warm, 1)):
+        t = CLOCK()
+        call()
+        sync()
+        fastest = min(fastest, CLOCK() - t)
+    side.batch = _batch_for(fastest)
+    return side
+
+
+def _time_round(side: Side, call: Callable[[], Any], per_round: int, sync: Callable) -> float:
+    """One round of ``per_round`` samples into ``side``; the seconds it timed."""
+    samples = [_sample_ms(call, side.batch, sync) for _ in range(per_round)]
+    side.samples_ms.extend(samples)
+    side.round_ms.append(_median(samples))
+    return sum(samples) * side.batch / 1000.0
+
+
+def _more_rounds(settings: TimingSettings, rounds: int, timed_s: float) -> bool:
+    return rounds < settings.base_rounds or (
+        timed_s < settings.min_time_s and rounds < max(MAX_ROUNDS, settings.base_rounds)
+    )
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """No garbage collection while timing: a collection inside a sample would land in one
+    side only."""
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def run_rounds(
     reference: Callable[[], Any],
     candidate: Callable[[], Any],
@@ -599,57 +654,31 @@ def run_rounds(
     so it gets one warm-up call instead of ``settings.warmup``."""
     from accel.errors import Cancelled
 
-    sides = {"reference": Side(), "candidate": Side()}
     calls = {"reference": reference, "candidate": candidate}
+    sides = {}
     for name, call in calls.items():
-        t = CLOCK()
-        out = (first or {}).get(name, call)()
-        sync()
-        if check_output is not None:
-            check_output(out, name)
-        sides[name].first_call_ms = (CLOCK() - t) * 1000.0
-        # Warm-up calls, timed one by one: the fastest tells whether to batch (at least one
-        # is made for that, so a warm-up of 0 still calibrates).
         warm = (
             min(1, settings.warmup) if reference_warm and name == "reference" else settings.warmup
         )
-        fastest = math.inf
-        for _ in range(max(warm, 1)):
-            t = CLOCK()
-            call()
-            sync()
-            fastest = min(fastest, CLOCK() - t)
-        sides[name].batch = _batch_for(fastest)
+        check = None if check_output is None else (lambda out, n=name: check_output(out, n))
+        sides[name] = _first_and_warmup(call, (first or {}).get(name, call), warm, sync, check)
 
-    gc_was_enabled = gc.isenabled()
-    gc.collect()
-    gc.disable()  # a collection inside a sample would land in one side only
     if monitor is not None:
         monitor.start()
     timed_s = 0.0
     rounds = 0
     order = ("reference", "candidate")
-    try:
-        while rounds < settings.base_rounds or (
-            timed_s < settings.min_time_s and rounds < max(MAX_ROUNDS, settings.base_rounds)
-        ):
+    with _gc_paused():
+        while _more_rounds(settings, rounds, timed_s):
             if cancel is not None and cancel():
                 raise Cancelled("timing cancelled")
             for name in order if rounds % 2 == 0 else order[::-1]:
-                side = sides[name]
-                call = calls[name]
-                samples = [_sample_ms(call, side.batch, sync) for _ in range(settings.per_round)]
-                side.samples_ms.extend(samples)
-                side.round_ms.append(_median(samples))
-                timed_s += sum(samples) * side.batch / 1000.0
+                timed_s += _time_round(sides[name], calls[name], settings.per_round, sync)
             rounds += 1
             if monitor is not None:
                 monitor.tick()
             if progress is not None:
                 progress(min(1.0, rounds / settings.base_rounds), f"timing round {rounds}")
-    finally:
-        if gc_was_enabled:
-            gc.enable()
     noise = monitor.stop() if monitor is not None else None
     ref, cand = sides["reference"], sides["candidate"]
     interval = ratio_interval(ref.round_ms, cand.round_ms, seed=seed)
@@ -810,3 +839,90 @@ def _compare_pinned(
             check_output=_check_finite,
             reference_warm=reference_warm,
         )
+
+
+# --------------------------------------------------------------------------- memory
+
+# The original and a step's model are timed side by side only when together they take at
+# most this share of the free memory (RAM, or VRAM on CUDA).
+MEMORY_SHARE = 0.5
+
+
+def free_memory_bytes(device: str = "cpu") -> int | None:
+    """Free memory for models on ``device``: CUDA: ``torch.cuda.mem_get_info``; otherwise
+    the RAM available to new allocations (psutil). None where unknown."""
+    try:
+        if str(device).startswith("cuda"):
+            import torch
+
+            return int(torch.cuda.mem_get_info(torch.device(device))[0])
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except Exception:  # noqa: BLE001 - no probe on this platform: assume they fit
+        return None
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**27 else f"{n / 2**20:.0f} MiB"
+
+
+def side_by_side_problem(
+    reference_bytes: float | None, candidate_bytes: float | None, device: str = "cpu"
+) -> str | None:
+    """Why the original and a step's model should not be timed side by side (None: they
+    fit): together they take more than ``MEMORY_SHARE`` of the free RAM (VRAM on CUDA)."""
+    free = free_memory_bytes(device)
+    if not free or not reference_bytes or not candidate_bytes:
+        return None
+    need = float(reference_bytes) + float(candidate_bytes)
+    if need <= MEMORY_SHARE * free:
+        return None
+    where = "VRAM" if str(device).startswith("cuda") else "RAM"
+    return (
+        f"the original ({_gib(float(reference_bytes))}) and the step's model "
+        f"({_gib(float(candidate_bytes))}) take more than half of the free {where} "
+        f"({_gib(free)})"
+    )
+
+
+def time_alone(
+    model: Any,
+    inputs: Any,
+    settings: TimingSettings | Mapping[str, Any] | None = None,
+    *,
+    device: str = "cpu",
+    cancel: Callable[[], bool] | None = None,
+    name: str = "model",
+) -> Side:
+    """Time one model on its own (the fallback when two do not fit in memory side by side):
+    the same first call, warm-up, rounds and samples as ``run_rounds``, one side only."""
+    import sys
+
+    from accel.bench import _prepare
+    from accel.errors import Cancelled
+
+    settings = TimingSettings.from_any(settings)
+    device = str(device)
+    placement = choose_cpus(settings.threads, device)
+    threads = placement.threads
+    torch = sys.modules.get("torch")
+    cuda = device.startswith("cuda") and torch is not None
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    grad = torch.inference_mode() if torch is not None else contextlib.nullcontext()
+    with placement.pinned(), torch_threads(threads), grad:
+        prepared = _prepare(with_threads(model, threads), inputs, device, threads)
+        check = lambda out: _check_finite(out, name)  # noqa: E731
+        side = _first_and_warmup(prepared.call, prepared.first, settings.warmup, sync, check)
+        rounds, timed_s = 0, 0.0
+        with _gc_paused():
+            while _more_rounds(settings, rounds, 2 * timed_s):
+                if cancel is not None and cancel():
+                    raise Cancelled("timing cancelled")
+                timed_s += _time_round(side, prepared.call, settings.per_round, sync)
+                rounds += 1
+    return side

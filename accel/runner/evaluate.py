@@ -71,6 +71,78 @@ def measure_against(
     return metrics, cmp.timing_details()
 
 
+@dataclass
+class OriginalAlone:
+    """The original timed on its own right before a step (memory fallback): its timings and
+    why the two models were not timed side by side."""
+
+    side: Any  # accel.measure.Side
+    reason: str
+
+
+def retime_original(
+    original: Any, current: Any, inputs: dict[str, Any], recipe: Recipe, device: str
+) -> OriginalAlone | None:
+    """When the original and the step's model (estimated by the model the step starts from)
+    do not both fit in memory, time the original alone now, right before the step; None
+    when they fit (they are then timed in alternating rounds after the step)."""
+    from accel.measure import side_by_side_problem, time_alone
+
+    reason = side_by_side_problem(
+        getattr(original, "size_bytes", None), getattr(current, "size_bytes", None), device
+    )
+    if reason is None:
+        return None
+    side = time_alone(original, inputs, recipe.benchmark, device=device, name="original")
+    return OriginalAlone(side, reason)
+
+
+def measure_apart(
+    alone: OriginalAlone,
+    model: Any,
+    inputs: dict[str, Any],
+    recipe: Recipe,
+    device: str,
+    cancel: Callable[[], bool] | None = None,
+) -> tuple[dict[str, float | None], dict[str, Any]]:
+    """The step's model timed on its own after the original was (``retime_original``): the
+    speedup is the ratio of their median rounds, with no interval (the rounds are not paired)."""
+    from accel.measure import TimingSettings, median_interval, time_alone
+
+    cand = time_alone(model, inputs, recipe.benchmark, device=device, cancel=cancel)
+    ref_ms = median_interval(alone.side.round_ms).value
+    cand_iv = median_interval(cand.round_ms)
+    metrics: dict[str, float | None] = dict(cand.stats())
+    metrics.update(
+        first_call_ms=cand.first_call_ms,
+        speedup=ref_ms / cand_iv.value,
+        speedup_low=None,
+        speedup_high=None,
+        latency_low_ms=cand_iv.low,
+        latency_high_ms=cand_iv.high,
+        baseline_latency_p50_ms=alone.side.stats()["latency_p50_ms"],
+        timing_rounds=float(len(cand.round_ms)),
+        noisy=0.0,
+        size_bytes=float(getattr(model, "size_bytes", 0) or 0) or None,
+        num_params=float(getattr(model, "num_params", 0) or 0) or None,
+    )
+    settings = TimingSettings.from_any(recipe.benchmark)
+    details = {
+        "mode": "sequential",
+        "sequential_reason": alone.reason,
+        "note": f"timed apart, not side by side: {alone.reason}; the original was re-timed "
+        "right before the step (no interval)",
+        "rounds": {"reference": len(alone.side.round_ms), "candidate": len(cand.round_ms)},
+        "iters_per_round": settings.per_round,
+        "warmup": settings.warmup,
+        "threads": settings.resolved_threads,
+        "batch": {"reference": alone.side.batch, "candidate": cand.batch},
+        "noisy": False,
+        "noise_reason": None,
+    }
+    return metrics, details
+
+
 def accuracy(model: Any, data: dict[str, Any], recipe: Recipe) -> float | None:
     """The model's accuracy on the recipe's eval data (None when the recipe has none)."""
     if data.get("eval") is None:
@@ -152,10 +224,13 @@ def evaluate_step(
     pass_metrics: dict[str, float | None],
     progress: Progress,
     cancel: Callable[[], bool],
+    original_alone: OriginalAlone | None = None,
 ) -> StepEvaluation:
     """Parity against the reference (outputs.pt, parity.json in ``step_dir``), timing against
     the original, then accuracy with its gate. ``pass_metrics`` (what the pass reported)
-    override the timing's keys; accuracy comes last."""
+    override the timing's keys; accuracy comes last. ``original_alone``: the original was
+    timed on its own before the step (memory fallback); the step's model is then timed
+    alone too."""
     import torch
 
     progress(0.9, "checking parity")
@@ -165,17 +240,20 @@ def evaluate_step(
     report = compare(baseline.reference, outputs, tolerances(gates))
     write_json(step_dir / "parity.json", report.to_dict())
     progress(0.92, "timing against the original")
-    # The original and this step's model, timed in alternating rounds in this process:
-    # a change of load during the run hits both alike and cancels in the ratio.
-    metrics, timing = measure_against(
-        original,
-        model,
-        inputs,
-        recipe,
-        device,
-        progress=lambda f, m: progress(0.92 + 0.06 * f, m),
-        cancel=cancel,
-    )
+    if original_alone is not None:  # too big for both side by side: timed apart
+        metrics, timing = measure_apart(original_alone, model, inputs, recipe, device, cancel)
+    else:
+        # The original and this step's model, timed in alternating rounds in this process:
+        # a change of load during the run hits both alike and cancels in the ratio.
+        metrics, timing = measure_against(
+            original,
+            model,
+            inputs,
+            recipe,
+            device,
+            progress=lambda f, m: progress(0.92 + 0.06 * f, m),
+            cancel=cancel,
+        )
     metrics.update(pass_metrics)
     ev = StepEvaluation("succeeded" if report.passed else "gate_failed", metrics, report, timing)
     if data.get("eval") is not None:

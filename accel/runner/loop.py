@@ -24,7 +24,7 @@ from accel.events import (
 from accel.plan import PlanError, plan
 from accel.recipe import Recipe, Step
 from accel.runner.artifacts import save_step_model, step_artifacts
-from accel.runner.evaluate import Baseline, evaluate_baseline, evaluate_step
+from accel.runner.evaluate import Baseline, evaluate_baseline, evaluate_step, retime_original
 from accel.runner.prepare import Original, RunSetup, load_original, prepare_run
 from accel.runner.results import RunResult, StepResult, jsonable, run_summary
 from accel.runner.steps import apply_step, copy_model, make_context, preflight, step_error
@@ -199,11 +199,12 @@ class _Run:
             index, step_dir, self.recipe, orig, self.device, progress, self.is_cancelled
         )
         try:
+            alone = retime_original(orig.model, current, orig.inputs, self.recipe, self.device)
             new_model = apply_step(step, current, ctx, self.recipe.seed)
             ev = evaluate_step(
                 orig.model, new_model, orig.inputs, baseline, recipe=self.recipe, step=step,
                 data=orig.data, device=self.device, step_dir=step_dir, pass_metrics=ctx.metrics,
-                progress=progress, cancel=self.is_cancelled,
+                progress=progress, cancel=self.is_cancelled, original_alone=alone,
             )  # fmt: skip
             ctx.details["timing"] = ev.timing
             for w in ev.warnings:

@@ -63,9 +63,12 @@ class RunPrinter:
                 f"{e['index'] + 1:>3}  {e['pass_name']:<22} {fmt_ms(m.get('latency_p50_ms')):>9} ms"
                 f"  {fmt_speedup(m):>18}  {verdict:<5} {_worst(parity)}"
             )
-            reason = ((e.get("details") or {}).get("timing") or {}).get("noise_reason")
+            timing = (e.get("details") or {}).get("timing") or {}
+            reason = timing.get("noise_reason")
             if is_noisy(m) and reason:
                 line += f"\n     noisy timing: {reason}"
+            if timing.get("mode") == "sequential":
+                line += f"\n     {timing.get('note')}"
             if e.get("error"):
                 line += f"\n     {e['error']}"
             self._line(line)
@@ -110,7 +113,7 @@ class RunPrinter:
             rows,
             "rlrrrrll",
         )
-        return table + noise_line(self.rows)
+        return table + noise_line(self.rows) + apart_line(self.rows)
 
     def _line(self, text: str) -> None:
         if self._bar_shown:
@@ -118,6 +121,24 @@ class RunPrinter:
             self._bar_shown = False
         self.out.write(text + "\n")
         self.out.flush()
+
+
+def apart_line(step_events: list[dict[str, Any]]) -> str:
+    """One line under a run's table when some steps were timed apart from the original
+    (memory fallback: no interval) ("" if none)."""
+    apart = [
+        e
+        for e in step_events
+        if ((e.get("details") or {}).get("timing") or {}).get("mode") == "sequential"
+    ]
+    if not apart:
+        return ""
+    steps = ", ".join(str(e["index"] + 1) for e in apart)
+    why = apart[0]["details"]["timing"].get("sequential_reason") or "memory"
+    return (
+        f"\nstep(s) {steps} timed apart from the original, not side by side ({why}): "
+        "the original was re-timed right before each; no interval"
+    )
 
 
 def noise_line(step_events: list[dict[str, Any]]) -> str:

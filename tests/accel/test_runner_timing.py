@@ -114,6 +114,8 @@ def _recipe(tmp_path, *steps, **bench):
 
 def test_a_load_change_halfway_through_the_timing_cancels(tmp_path, clock, monkeypatch):
     monkeypatch.setattr(measure, "NoiseMonitor", QuietMonitor)
+    # as on a quiet machine: no CPU left out for other processes' use (choose_cpus)
+    monkeypatch.setattr(measure, "per_cpu_busy", lambda *a, **k: None)
 
     def on_event(e):
         # Halfway through the step's rounds, the machine becomes 3x slower.
@@ -168,3 +170,52 @@ def test_model_returning_nan_fails_the_step_without_a_result(tmp_path, clock, mo
 def test_bad_benchmark_settings_name_the_setting(tmp_path):
     with pytest.raises(RecipeError, match=r"benchmark\.rounds"):
         run_recipe(_recipe(tmp_path, {}, rounds=0), out_dir=tmp_path / "r", **TRUST)
+
+
+def test_low_memory_times_the_original_again_right_before_the_step(tmp_path, clock, monkeypatch):
+    """Where the original and the step's model do not both fit (more than half of the free
+    memory), the original is re-timed right before the step and the step's model after it,
+    each alone; the details and the CLI say so, and there is no interval."""
+    from studio.commands._runprint import apart_line
+
+    monkeypatch.setattr(measure, "NoiseMonitor", QuietMonitor)
+    monkeypatch.setattr(measure, "free_memory_bytes", lambda device="cpu": 100)
+    events = []
+
+    def on_event(e):
+        events.append(e)
+        # The machine becomes 3x slower after the baseline: the run-start baseline would
+        # make the step look 3x slower; the re-timed original sees the same load.
+        if e.kind == "step_started":
+            clock.load = 3.0
+
+    res = run_recipe(
+        _recipe(tmp_path, {"cost": 0.004}), on_event=on_event, out_dir=tmp_path / "r", **TRUST
+    )
+    assert res.status == "succeeded", res.error
+    (step,) = res.steps
+    m = step.metrics
+    assert m["speedup"] == pytest.approx(2.5)
+    assert m["speedup_low"] is None and m["speedup_high"] is None
+    assert m["baseline_latency_p50_ms"] == pytest.approx(30.0)
+    t = step.details["timing"]
+    assert t["mode"] == "sequential"
+    assert "more than half of the free RAM" in t["sequential_reason"]
+    assert "re-timed right before the step" in t["note"]
+    finished = [e.to_dict() for e in events if e.kind == "step_finished"]
+    assert "step(s) 1 timed apart from the original" in apart_line(finished)
+
+
+def test_enough_memory_keeps_the_interleaved_comparison(tmp_path, clock, monkeypatch):
+    monkeypatch.setattr(measure, "NoiseMonitor", QuietMonitor)
+    monkeypatch.setattr(measure, "free_memory_bytes", lambda device="cpu": 2**40)
+    res = run_recipe(_recipe(tmp_path, {"cost": 0.004}), out_dir=tmp_path / "r", **TRUST)
+    (step,) = res.steps
+    assert step.details["timing"]["mode"] == "interleaved"
+    assert measure.side_by_side_problem(2**30, 2**30) is None
+    monkeypatch.setattr(measure, "free_memory_bytes", lambda device="cpu": 3 * 2**30)
+    why = measure.side_by_side_problem(2**30, 2**30, "cuda:0")
+    assert why == (
+        "the original (1.00 GiB) and the step's model (1.00 GiB) take more than half of the "
+        "free VRAM (3.00 GiB)"
+    )
