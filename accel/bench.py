@@ -546,73 +546,129 @@ def benchmark(
         torch.set_num_threads(threads)
     grad_ctx = torch.inference_mode() if torch is not None else contextlib.nullcontext()
     gc_was_enabled = gc.isenabled()
-    samples: list[float] = []
-    host_peak = _HostPeak()
-    peak_mem: int | None = None
-    peak_kind: str | None = None
     try:
         with grad_ctx:
-            if cuda_timing:
-                torch.cuda.synchronize(device)
-                torch.cuda.reset_peak_memory_stats(device)
-            elif not on_cuda:
-                host_peak.start()
-
-            t0 = time.perf_counter()
-            prepared.first()
-            if cuda_timing:
-                torch.cuda.synchronize(device)
-            first_call_ms = (time.perf_counter() - t0) * 1000.0
-
-            for _ in range(warmup):
-                prepared.call()
-            if cuda_timing:
-                torch.cuda.synchronize(device)
-
-            gc.collect()
-            gc.disable()  # a collection inside the loop would land in one random sample
-            call = prepared.call
-            measured_s = 0.0
-            while True:
-                if cuda_timing:
-                    start = torch.cuda.Event(enable_timing=True)
-                    end = torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    call()
-                    end.record()
-                    end.synchronize()
-                    ms = float(start.elapsed_time(end))
-                else:
-                    t = time.perf_counter()
-                    call()
-                    ms = (time.perf_counter() - t) * 1000.0
-                samples.append(ms)
-                measured_s += ms / 1000.0
-                if len(samples) >= iters and (
-                    min_time_s is None or measured_s >= min_time_s or len(samples) >= MAX_ITERS
-                ):
-                    break
-
-            if cuda_timing:
-                peak_mem = int(torch.cuda.max_memory_allocated(device))
-                peak_kind = "cuda_max_allocated"
-            elif not on_cuda:
-                peak_mem = host_peak.stop()
-                peak_kind = host_peak.kind
+            run = _timed_run(
+                prepared,
+                device,
+                warmup,
+                iters,
+                min_time_s,
+                cuda_torch=torch if cuda_timing else None,
+                host_memory=not on_cuda,
+            )
     finally:
         if gc_was_enabled:
             gc.enable()
         if old_threads is not None:
             torch.set_num_threads(old_threads)
+    used_threads = _used_threads(prepared, torch, threads)
+    return _result(run, prepared, inputs, device, warmup, used_threads)
 
-    used_threads: int | None
+
+@dataclass
+class _TimedRun:
+    samples: list[float]  # ms per timed call
+    first_call_ms: float
+    peak_mem: int | None
+    peak_kind: str | None
+
+
+def _timed_run(
+    prepared: _Prepared,
+    device: str,
+    warmup: int,
+    iters: int,
+    min_time_s: float | None,
+    *,
+    cuda_torch: Any,
+    host_memory: bool,
+) -> _TimedRun:
+    """The first call (timed apart), the warm-up, the timed calls (garbage collection off:
+    a collection inside the loop would land in one random sample) and the memory peak.
+    ``cuda_torch``: torch when the calls are timed with CUDA events, else None; the caller
+    turns garbage collection back on."""
+    host_peak = _HostPeak()
+    peak_mem: int | None = None
+    peak_kind: str | None = None
+    if cuda_torch is not None:
+        cuda_torch.cuda.synchronize(device)
+        cuda_torch.cuda.reset_peak_memory_stats(device)
+    elif host_memory:
+        host_peak.start()
+
+    t0 = time.perf_counter()
+    prepared.first()
+    if cuda_torch is not None:
+        cuda_torch.cuda.synchronize(device)
+    first_call_ms = (time.perf_counter() - t0) * 1000.0
+
+    for _ in range(warmup):
+        prepared.call()
+    if cuda_torch is not None:
+        cuda_torch.cuda.synchronize(device)
+
+    gc.collect()
+    gc.disable()
+    samples = _samples(prepared.call, iters, min_time_s, cuda_torch)
+
+    if cuda_torch is not None:
+        peak_mem = int(cuda_torch.cuda.max_memory_allocated(device))
+        peak_kind = "cuda_max_allocated"
+    elif host_memory:
+        peak_mem = host_peak.stop()
+        peak_kind = host_peak.kind
+    return _TimedRun(samples, first_call_ms, peak_mem, peak_kind)
+
+
+def _samples(
+    call: Callable[[], Any], iters: int, min_time_s: float | None, cuda_torch: Any
+) -> list[float]:
+    """ms per call: at least ``iters`` calls and ``min_time_s`` seconds (capped at
+    MAX_ITERS calls); CUDA events when ``cuda_torch`` is given, else perf_counter."""
+    samples: list[float] = []
+    measured_s = 0.0
+    while True:
+        if cuda_torch is not None:
+            start = cuda_torch.cuda.Event(enable_timing=True)
+            end = cuda_torch.cuda.Event(enable_timing=True)
+            start.record()
+            call()
+            end.record()
+            end.synchronize()
+            ms = float(start.elapsed_time(end))
+        else:
+            t = time.perf_counter()
+            call()
+            ms = (time.perf_counter() - t) * 1000.0
+        samples.append(ms)
+        measured_s += ms / 1000.0
+        if len(samples) >= iters and (
+            min_time_s is None or measured_s >= min_time_s or len(samples) >= MAX_ITERS
+        ):
+            break
+    return samples
+
+
+def _used_threads(prepared: _Prepared, torch: Any, threads: int | None) -> int | None:
+    """The intra-op threads the timed calls ran with."""
     if prepared.runner == "onnxruntime":
-        used_threads = prepared.threads()
-    elif torch is not None:
-        used_threads = threads if threads is not None else torch.get_num_threads()
-    else:
-        used_threads = threads
+        return prepared.threads()
+    if torch is not None:
+        return threads if threads is not None else torch.get_num_threads()
+    return threads
 
+
+def _result(
+    run: _TimedRun,
+    prepared: _Prepared,
+    inputs: Any,
+    device: str,
+    warmup: int,
+    used_threads: int | None,
+) -> BenchResult:
+    """Latency statistics of the timed calls."""
+    samples = run.samples
     ordered = sorted(samples)
     median = _percentile(ordered, 50)
     batch = _batch_size(inputs)
@@ -630,9 +686,9 @@ def benchmark(
         min_ms=ordered[0],
         max_ms=ordered[-1],
         throughput=batch / (median / 1000.0) if median > 0 else math.inf,
-        first_call_ms=first_call_ms,
-        peak_mem_bytes=peak_mem,
-        peak_mem_kind=peak_kind,
+        first_call_ms=run.first_call_ms,
+        peak_mem_bytes=run.peak_mem,
+        peak_mem_kind=run.peak_kind,
         size_bytes=prepared.size_bytes,
         runner=prepared.runner,
         samples_ms=tuple(samples),

@@ -25,9 +25,6 @@ ALLOWED: dict[str, int] = {
     "accel/codegen.py::recipe_to_script": 122,
     "accel/codegen.py::_model_code": 82,
     # not split yet
-    "accel/search/engine.py::run_search": 138,
-    "accel/bench.py::benchmark": 138,
-    "accel/passes/onnx_export.py::ExportOnnx.apply": 135,
     "accel/backends/openvino_backend.py::OpenVinoBackend.profile": 124,
     "accel/graph/from_onnx.py::graph_from_onnx": 119,
     "accel/graph/from_torch.py::_from_export": 116,

@@ -256,6 +256,125 @@ def rename_dims(proto: Any, axes: dict[str, dict[int, str]]) -> int:
     return n
 
 
+def _checked_opset(config: ExportOnnxConfig) -> int:
+    """The opset to write; one the chosen exporter cannot write is an error saying the range."""
+    from accel.errors import PassError
+
+    opset = config.opset or DEFAULT_OPSET[config.exporter]
+    lo, hi = opset_range(config.exporter)
+    if not lo <= opset <= hi:
+        other = "torchscript" if config.exporter == "dynamo" else "dynamo"
+        olo, ohi = opset_range(other)
+        raise PassError(
+            f"opset {opset} is not possible with the {config.exporter} exporter: it writes opsets "
+            f"{lo} to {hi} (the {other} exporter: {olo} to {ohi}). Set opset in that range."
+        )
+    return opset
+
+
+def _float_for_ort(model: LoadedModel, module: Any, ctx: PassContext) -> tuple[LoadedModel, Any]:
+    """The model and module to export: a float32 copy when the weights are in a precision
+    ONNX Runtime cannot run on the device (bf16 anywhere, fp16 on CPU), else unchanged."""
+    import torch
+
+    low = {
+        p.dtype
+        for p in module.parameters()
+        if p.is_floating_point() and p.dtype in (torch.bfloat16, torch.float16)
+    }
+    upcast = torch.bfloat16 in low or (low and not str(ctx.device).startswith("cuda"))
+    if not upcast:
+        return model, module
+    # ONNX Runtime has no bf16 (and on CPU hardly any fp16) kernels for Gemm/Conv/MatMul.
+    # Export in float32: the weights keep their low-precision rounding (the upcast is
+    # exact), the compute is fp32. onnx_fp16 is the way to fp16 in ONNX Runtime.
+    import copy
+
+    names_low = ", ".join(sorted(str(d).replace("torch.", "") for d in low))
+    ctx.warn(
+        f"the model has {names_low} weights, which ONNX Runtime cannot run on {ctx.device}; "
+        "exported in float32 (weights keep their rounding). Use onnx_fp16 after export for fp16 in ONNX Runtime."
+    )
+    ctx.details["upcast_to_float32"] = names_low
+    return model.replace(input_casts={}), copy.deepcopy(module).float()
+
+
+def _run_exporter(
+    module: Any,
+    args: tuple[Any, ...],
+    path: Path,
+    names: list[str],
+    out_names: list[str],
+    axes: dict[str, dict[int, str]],
+    config: ExportOnnxConfig,
+    opset: int,
+    external: bool,
+    ctx: PassContext,
+) -> None:
+    """Write ``path`` with the chosen exporter; its failures become a PassError that
+    explains them, values the tracer froze become warnings."""
+    from accel.errors import PassError
+
+    t0 = time.perf_counter()
+    try:
+        traced = _export(module, args, path, names, out_names, axes, config, opset, external)
+    except PassError:
+        raise
+    except Exception as exc:  # the exporters raise many types; all mean "cannot export"
+        log.debug("ONNX export failed", exc_info=True)
+        raise PassError(explain_export_error(exc, config.exporter, opset)) from None
+    ctx.metrics["export_time_s"] = time.perf_counter() - t0
+    for msg in traced[:3]:
+        ctx.warn(
+            f"the tracer froze a Python value computed from a tensor ({msg}); the graph follows "
+            "the example inputs' path there. Check parity on other inputs or use exporter: dynamo."
+        )
+
+
+def _checked_graph(
+    path: Path,
+    axes: dict[str, dict[int, str]],
+    config: ExportOnnxConfig,
+    external: bool,
+    before: set[Path],
+    ctx: PassContext,
+) -> tuple[Any, bool, int, int]:
+    """The exported graph with named dynamic dims, simplified (``simplify``), saved again
+    (one external data file at most) and passed through onnx.checker. Returns the graph,
+    whether its weights are in external data, its node count before simplifying and the
+    number of dims renamed."""
+    import onnx
+
+    from accel.errors import PassError
+
+    proto = onnx.load(str(path))
+    nodes_before = len(proto.graph.node)
+    renamed = rename_dims(proto, axes)
+    if config.simplify:
+        ctx.progress(0.7, "simplifying with onnxslim")
+        import onnxslim
+
+        try:
+            proto = onnxslim.slim(proto)
+        except Exception as exc:  # noqa: BLE001 - keep the unsimplified graph
+            ctx.warn(
+                f"onnxslim could not simplify the graph ({type(exc).__name__}: {exc}); kept it as exported"
+            )
+    external = save_onnx(proto, path, True if external else config.external_data)
+    # Exporters may write big weights as one file per tensor; they now live in model.onnx.data.
+    for f in set(ctx.work_dir.iterdir()) - before:
+        if f.name not in (path.name, path.name + ".data") and f.is_file():
+            f.unlink()
+    try:
+        onnx.checker.check_model(str(path), full_check=True)
+    except Exception as exc:  # onnx raises ValidationError / InferenceError
+        raise PassError(
+            f"the exported ONNX model does not pass onnx.checker: {str(exc).splitlines()[0][:400]}. "
+            f"Try the other exporter or another opset."
+        ) from None
+    return proto, external, nodes_before, renamed
+
+
 @register_pass
 class ExportOnnx(Pass):
     name = "export_onnx"
@@ -271,42 +390,12 @@ class ExportOnnx(Pass):
     output_kind = "onnx"
 
     def apply(self, model: LoadedModel, config: ExportOnnxConfig, ctx: PassContext) -> LoadedModel:
-        import onnx
         import torch
 
-        from accel.errors import PassError
         from accel.models import load_model
 
-        opset = config.opset or DEFAULT_OPSET[config.exporter]
-        lo, hi = opset_range(config.exporter)
-        if not lo <= opset <= hi:
-            other = "torchscript" if config.exporter == "dynamo" else "dynamo"
-            olo, ohi = opset_range(other)
-            raise PassError(
-                f"opset {opset} is not possible with the {config.exporter} exporter: it writes opsets "
-                f"{lo} to {hi} (the {other} exporter: {olo} to {ohi}). Set opset in that range."
-            )
-        module = _unwrap(model.module)
-        low = {
-            p.dtype
-            for p in module.parameters()
-            if p.is_floating_point() and p.dtype in (torch.bfloat16, torch.float16)
-        }
-        upcast = torch.bfloat16 in low or (low and not str(ctx.device).startswith("cuda"))
-        if upcast:
-            # ONNX Runtime has no bf16 (and on CPU hardly any fp16) kernels for Gemm/Conv/MatMul.
-            # Export in float32: the weights keep their low-precision rounding (the upcast is
-            # exact), the compute is fp32. onnx_fp16 is the way to fp16 in ONNX Runtime.
-            import copy
-
-            names_low = ", ".join(sorted(str(d).replace("torch.", "") for d in low))
-            ctx.warn(
-                f"the model has {names_low} weights, which ONNX Runtime cannot run on {ctx.device}; "
-                "exported in float32 (weights keep their rounding). Use onnx_fp16 after export for fp16 in ONNX Runtime."
-            )
-            module = copy.deepcopy(module).float()
-            model = model.replace(input_casts={})
-            ctx.details["upcast_to_float32"] = names_low
+        opset = _checked_opset(config)
+        model, module = _float_for_ort(model, _unwrap(model.module), ctx)
         inputs = model.prepare_inputs(ctx.inputs)
         names = list(inputs)
         args = tuple(inputs.values())
@@ -325,49 +414,13 @@ class ExportOnnx(Pass):
                 if isinstance(t, torch.Tensor)
             )
             external = weights > EXTERNAL_DATA_THRESHOLD
-        t0 = time.perf_counter()
-        try:
-            traced = _export(module, args, path, names, out_names, axes, config, opset, external)
-        except PassError:
-            raise
-        except Exception as exc:  # the exporters raise many types; all mean "cannot export"
-            log.debug("ONNX export failed", exc_info=True)
-            raise PassError(explain_export_error(exc, config.exporter, opset)) from None
-        ctx.metrics["export_time_s"] = time.perf_counter() - t0
-        for msg in traced[:3]:
-            ctx.warn(
-                f"the tracer froze a Python value computed from a tensor ({msg}); the graph follows "
-                "the example inputs' path there. Check parity on other inputs or use exporter: dynamo."
-            )
+        _run_exporter(module, args, path, names, out_names, axes, config, opset, external, ctx)
         ctx.check_cancelled()
 
         ctx.progress(0.6, "checking the ONNX graph")
-        proto = onnx.load(str(path))
-        nodes_before = len(proto.graph.node)
-        renamed = rename_dims(proto, axes)
-        if config.simplify:
-            ctx.progress(0.7, "simplifying with onnxslim")
-            import onnxslim
-
-            try:
-                proto = onnxslim.slim(proto)
-            except Exception as exc:  # noqa: BLE001 - keep the unsimplified graph
-                ctx.warn(
-                    f"onnxslim could not simplify the graph ({type(exc).__name__}: {exc}); kept it as exported"
-                )
-        external = save_onnx(proto, path, True if external else config.external_data)
-        # Exporters may write big weights as one file per tensor; they now live in model.onnx.data.
-        for f in set(ctx.work_dir.iterdir()) - before:
-            if f.name not in (path.name, path.name + ".data") and f.is_file():
-                f.unlink()
-        try:
-            onnx.checker.check_model(str(path), full_check=True)
-        except Exception as exc:  # onnx raises ValidationError / InferenceError
-            raise PassError(
-                f"the exported ONNX model does not pass onnx.checker: {str(exc).splitlines()[0][:400]}. "
-                f"Try the other exporter or another opset."
-            ) from None
-
+        proto, external, nodes_before, renamed = _checked_graph(
+            path, axes, config, external, before, ctx
+        )
         loaded = load_model(str(path), model.input_spec, device=model.device)
         ctx.add_artifact(path, "onnx")
         if external:

@@ -470,12 +470,53 @@ def run_search(
     """Search (see module docstring). ``on_trial`` is called when a trial is submitted
     (status ``running``) and when it ends; ``cancel()`` True stops after cancelling the
     running trials (finished ones are kept)."""
-    import optuna
-    from optuna.trial import TrialState
-
     config.validate()
     is_cancelled = cancel or (lambda: False)
     t0 = time.monotonic()
+    kind, layers, space, sensitivity = _search_space(config, model_info, is_cancelled, t0)
+    study, seeds = _study(config, space, layers)
+    loop = _TrialLoop(config, space, study, executor, len(seeds), on_trial or (lambda t: None))
+    status, reason = loop.run(is_cancelled, t0)
+    executor.close()
+    trials = loop.trials
+    ok = {
+        t.number: v
+        for t in trials
+        if t.status == "ok" and (v := objective_vector(config, t.metrics))
+    }
+    # The original model is the reference, not an answer: the best is a trial with steps.
+    candidates = [n for n in ok if trials[n].chain]
+    best = min(candidates, key=lambda n: (ok[n][0], n)) if candidates else None
+    if status != "cancelled":
+        status, reason = _verdict(config, trials, best, len(seeds), status, reason)
+    return SearchResult(
+        status=status,
+        config=config,
+        trials=trials,
+        front=pareto_front(ok),
+        best=best,
+        reason=reason,
+        wall_s=time.monotonic() - t0,
+        space={
+            "chains": len(space.chains),
+            "passes": sorted(space.passes),
+            "excluded": space.excluded,
+            "seeds": [space.chain_key(c) for c in seeds],
+            **({"sensitivity": sensitivity} if sensitivity is not None else {}),
+        },
+        cache=loop.cache_total,
+        model_kind=kind,
+    )
+
+
+def _search_space(
+    config: SearchConfig,
+    model_info: tuple[Any, ...] | None,
+    is_cancelled: Callable[[], bool],
+    t0: float,
+) -> tuple[str, frozenset[str], SearchSpace, dict[str, Any] | None]:
+    """The model's kind and layer types, the space of chains for it, and (--allow
+    sensitivity) the sensitivity analysis the exclude sets came from."""
     kind, layers, *rest = model_info or inspect_model(config)
     not_applicable: dict[str, str] = rest[0] if rest else {}
     space = build_space(
@@ -492,8 +533,15 @@ def run_search(
     sensitivity: dict[str, Any] | None = None
     if SENSITIVITY in config.allow:
         space, sensitivity = _exclude_sets(space, config, is_cancelled, t0)
-    chain_keys = [space.chain_key(c) for c in space.chains]
-    notify = on_trial or (lambda t: None)
+    return kind, layers, space, sensitivity
+
+
+def _study(
+    config: SearchConfig, space: SearchSpace, layers: frozenset[str]
+) -> tuple[Any, list[tuple[str, ...]]]:
+    """An Optuna study (TPE) over the objectives, with the known-good chains enqueued first."""
+    import optuna
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     directions = ["minimize", "minimize"] if config.objective == "size" else ["minimize"] * 3
     directions[0] = _PRIMARY[config.objective][1]
@@ -502,101 +550,108 @@ def run_search(
     seeds = seed_chains(space, model_family(layers)) if config.use_seeds else [()]
     for chain in seeds:
         study.enqueue_trial(_seed_params(space, chain), skip_if_exists=True)
-    n_seeds = len(seeds)
-    trials: list[TrialRecord] = []
-    tried: dict[str, TrialRecord] = {}
-    status, reason = "finished", ""
-    duplicates = 0
-    cache_total = {"hits": 0, "misses": 0, "stored": 0, "evicted": 0, "reused_steps": 0}
+    return study, seeds
 
-    def remaining_s() -> float | None:
-        return None if config.budget_s is None else config.budget_s - (time.monotonic() - t0)
 
-    while True:
-        if is_cancelled():
-            status, reason = "cancelled", "cancelled by the user"
-            break
-        if config.max_trials is not None and len(trials) >= config.max_trials:
-            break
-        left = remaining_s()
-        if left is not None and left <= 0:
-            break
+class _TrialLoop:
+    """Ask the study for a batch of trials (one per executor slot), run them, tell the
+    outcomes; until cancelled, out of trials or budget, or out of new chains."""
+
+    def __init__(
+        self,
+        config: SearchConfig,
+        space: SearchSpace,
+        study: Any,
+        executor: Executor,
+        n_seeds: int,
+        notify: Callable[[TrialRecord], None],
+    ) -> None:
+        from optuna.trial import TrialState
+
+        self.config, self.space, self.study, self.executor = config, space, study, executor
+        self.n_seeds, self.notify, self.TrialState = n_seeds, notify, TrialState
+        self.chain_keys = [space.chain_key(c) for c in space.chains]
+        self.trials: list[TrialRecord] = []
+        self.tried: dict[str, TrialRecord] = {}
+        self.duplicates = 0
+        self.cache_total = {"hits": 0, "misses": 0, "stored": 0, "evicted": 0, "reused_steps": 0}
+
+    def run(self, is_cancelled: Callable[[], bool], t0: float) -> tuple[str, str]:
+        """Status and reason of how the loop ended."""
+        config = self.config
+        while True:
+            if is_cancelled():
+                return "cancelled", "cancelled by the user"
+            if config.max_trials is not None and len(self.trials) >= config.max_trials:
+                return "finished", ""
+            if config.budget_s is not None and config.budget_s - (time.monotonic() - t0) <= 0:
+                return "finished", ""
+            batch = self._submit_batch()
+            if not batch:
+                return "finished", "every chain in the space was tried"
+            for ot, rec, handle in batch:
+                self._finish(ot, rec, _wait(handle, is_cancelled))
+            if is_cancelled():
+                return "cancelled", "cancelled by the user"
+
+    def _submit_batch(self) -> list[tuple[Any, TrialRecord, TrialHandle]]:
+        """New chains for the free slots; a chain measured before is told again, not run."""
+        config, space = self.config, self.space
         batch: list[tuple[Any, TrialRecord, TrialHandle]] = []
-        want = executor.slots
+        want = self.executor.slots
         if config.max_trials is not None:
-            want = min(want, config.max_trials - len(trials))
-        while len(batch) < want and duplicates < MAX_DUPLICATES:
-            ot = study.ask()
-            chain, values = _suggest(ot, space, chain_keys)
+            want = min(want, config.max_trials - len(self.trials))
+        while len(batch) < want and self.duplicates < MAX_DUPLICATES:
+            ot = self.study.ask()
+            chain, values = _suggest(ot, space, self.chain_keys)
             steps = steps_for(space, chain, values)
             key = repr((chain, steps))
-            if key in tried:  # already measured: tell the same outcome, run nothing
-                duplicates += 1
-                _tell(study, ot, tried[key], config, TrialState)
+            if key in self.tried:  # already measured: tell the same outcome, run nothing
+                self.duplicates += 1
+                _tell(self.study, ot, self.tried[key], config, self.TrialState)
                 continue
-            duplicates = 0
-            origin = "seed" if ot.number < n_seeds else "optuna"
-            rec = TrialRecord(len(trials), chain, steps, origin, status="running")
-            tried[key] = rec
-            trials.append(rec)
+            self.duplicates = 0
+            origin = "seed" if ot.number < self.n_seeds else "optuna"
+            rec = TrialRecord(len(self.trials), chain, steps, origin, status="running")
+            self.tried[key] = rec
+            self.trials.append(rec)
             spec = trial_spec(config, rec.number, steps)
             if config.trial_timeout_s is not None:
                 spec["timeout_s"] = config.trial_timeout_s
-            batch.append((ot, rec, executor.submit(rec.number, spec)))
-            notify(rec)
-        if not batch:
-            reason = "every chain in the space was tried"
-            break
-        for ot, rec, handle in batch:
-            outcome = _wait(handle, is_cancelled)
-            _record(rec, outcome)
-            trial_cache = (outcome.get("result") or {}).get("cache") or {}
-            for k in cache_total:
-                cache_total[k] += int(trial_cache.get(k) or 0)
-            _tell(study, ot, rec, config, TrialState)
-            notify(rec)
-        if is_cancelled():
-            status, reason = "cancelled", "cancelled by the user"
-            break
-    executor.close()
-    ok = {
-        t.number: v
-        for t in trials
-        if t.status == "ok" and (v := objective_vector(config, t.metrics))
-    }
-    front = pareto_front(ok)
-    # The original model is the reference, not an answer: the best is a trial with steps.
-    candidates = [n for n in ok if trials[n].chain]
-    best = min(candidates, key=lambda n: (ok[n][0], n)) if candidates else None
+            batch.append((ot, rec, self.executor.submit(rec.number, spec)))
+            self.notify(rec)
+        return batch
+
+    def _finish(self, ot: Any, rec: TrialRecord, outcome: dict[str, Any]) -> None:
+        _record(rec, outcome)
+        trial_cache = (outcome.get("result") or {}).get("cache") or {}
+        for k in self.cache_total:
+            self.cache_total[k] += int(trial_cache.get(k) or 0)
+        _tell(self.study, ot, rec, self.config, self.TrialState)
+        self.notify(rec)
+
+
+def _verdict(
+    config: SearchConfig,
+    trials: list[TrialRecord],
+    best: int | None,
+    n_seeds: int,
+    status: str,
+    reason: str,
+) -> tuple[str, str]:
+    """A search that was not cancelled: no feasible trial, or too small a budget for the
+    seeds, is said in the status and reason."""
+    if best is None:
+        status = "no_feasible"
+        reason = _no_feasible_reason(config, trials)
     done_seeds = sum(1 for t in trials if t.origin == "seed" and t.status != "cancelled")
-    if status != "cancelled":
-        if best is None:
-            status = "no_feasible"
-            reason = _no_feasible_reason(config, trials)
-        if done_seeds < n_seeds and (config.max_trials is None or config.max_trials >= n_seeds):
-            short = (
-                f"the budget was too small for the seeds: {done_seeds} of {n_seeds} known-good "
-                f"stacks ran; give a larger --budget"
-            )
-            reason = f"{reason}\n{short}" if reason else short
-    return SearchResult(
-        status=status,
-        config=config,
-        trials=trials,
-        front=front,
-        best=best,
-        reason=reason,
-        wall_s=time.monotonic() - t0,
-        space={
-            "chains": len(space.chains),
-            "passes": sorted(space.passes),
-            "excluded": space.excluded,
-            "seeds": [space.chain_key(c) for c in seeds],
-            **({"sensitivity": sensitivity} if sensitivity is not None else {}),
-        },
-        cache=cache_total,
-        model_kind=kind,
-    )
+    if done_seeds < n_seeds and (config.max_trials is None or config.max_trials >= n_seeds):
+        short = (
+            f"the budget was too small for the seeds: {done_seeds} of {n_seeds} known-good "
+            f"stacks ran; give a larger --budget"
+        )
+        reason = f"{reason}\n{short}" if reason else short
+    return status, reason
 
 
 def _exclude_sets(
