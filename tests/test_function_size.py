@@ -25,10 +25,7 @@ ALLOWED: dict[str, int] = {
     "accel/codegen.py::recipe_to_script": 122,
     "accel/codegen.py::_model_code": 82,
     # not split yet
-    "accel/backends/openvino_backend.py::OpenVinoBackend.profile": 124,
-    "accel/graph/from_onnx.py::graph_from_onnx": 119,
     "accel/graph/from_torch.py::_from_export": 116,
-    "accel/backends/openvino_backend.py::graph_from_ov": 107,
     "accel/passes/prune.py::PruneChannels.apply": 103,
     "accel/data.py::_batches_source": 100,
     "accel/corpus_check.py::check_model": 95,

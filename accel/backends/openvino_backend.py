@@ -12,6 +12,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
 from typing import TYPE_CHECKING, Any
@@ -167,6 +168,112 @@ def outputs_as_torch(compiled: Any, result: Any) -> tuple:
     return tuple(torch.from_numpy(np.array(result[o])) for o in compiled.outputs)
 
 
+@dataclass
+class _CounterRuns:
+    """Timed runs of the plain and the counting request, and the counters of each run."""
+
+    plain: list[float] = field(default_factory=list)  # ms per plain infer
+    walls: list[float] = field(default_factory=list)  # ms per infer with counters
+    per_run: list[dict[str, float]] = field(default_factory=list)  # op -> ms, per run
+    meta: dict[str, tuple[str, str]] = field(default_factory=dict)  # op -> (type, kernel)
+    order: dict[str, int] = field(default_factory=dict)  # op -> first-seen position
+
+
+def _counter_runs(
+    plain_c: Any,
+    prof_c: Any,
+    fed: Mapping[str, Any],
+    warmup: int,
+    n: int,
+    progress: Callable[[float, str], None] | None,
+    cancel: Callable[[], bool] | None,
+) -> _CounterRuns:
+    """Warm up both compiled models, then ``n`` alternating runs: plain, then with counters
+    (the executed ops' real times)."""
+    from accel.errors import Cancelled
+
+    plain_r, prof_r = plain_c.create_infer_request(), prof_c.create_infer_request()
+    plain_f, prof_f = to_numpy_feed(plain_c, fed), to_numpy_feed(prof_c, fed)
+    for _ in range(max(1, warmup)):
+        plain_r.infer(plain_f)
+        prof_r.infer(prof_f)
+    out = _CounterRuns()
+    for i in range(n):
+        if cancel is not None and cancel():
+            raise Cancelled("profile cancelled")
+        t0 = time.perf_counter()
+        plain_r.infer(plain_f)
+        out.plain.append((time.perf_counter() - t0) * 1e3)
+        t0 = time.perf_counter()
+        prof_r.infer(prof_f)
+        out.walls.append((time.perf_counter() - t0) * 1e3)
+        run: dict[str, float] = {}
+        for info in prof_r.get_profiling_info():
+            if info.status != info.Status.EXECUTED:
+                continue
+            ms = info.real_time.total_seconds() * 1e3
+            run[info.node_name] = run.get(info.node_name, 0.0) + ms
+            out.meta.setdefault(info.node_name, (info.node_type, info.exec_type))
+            out.order.setdefault(info.node_name, len(out.order))
+        out.per_run.append(run)
+        if progress is not None:
+            progress((i + 1) / n, f"profiled {i + 1}/{n}")
+    return out
+
+
+def _counter_rows(runs: _CounterRuns) -> tuple[list[Any], float]:
+    """One row per executed op (median over the runs) under a root row whose self time is
+    the infer call's overhead; shares of the whole. Returns the rows and the ops' sum."""
+    from accel.profile.results import LayerProfile
+
+    rows: list[LayerProfile] = []
+    for name in sorted(runs.meta, key=runs.order.__getitem__):
+        ms = median([r.get(name, 0.0) for r in runs.per_run])
+        rows.append(
+            LayerProfile(
+                name=name,
+                type=runs.meta[name][0],
+                depth=1,
+                parent="",
+                inclusive_ms=ms,
+                self_ms=ms,
+                calls=1,
+            )
+        )
+    node_sum = sum(r.self_ms for r in rows)
+    root = LayerProfile(
+        name="",
+        type="Model",
+        depth=0,
+        parent=None,
+        inclusive_ms=median(runs.walls),
+        self_ms=max(0.0, median(runs.walls) - node_sum),  # infer call overhead
+        calls=1,
+    )
+    rows.insert(0, root)
+    sum_self = sum(r.self_ms for r in rows)
+    for r in rows:
+        r.share = r.self_ms / sum_self if sum_self > 0 else 0.0
+        r.inclusive_share = r.inclusive_ms / sum_self if sum_self > 0 else 0.0
+    return rows, node_sum
+
+
+def _op_rows_by_type(rows: list[Any], node_sum: float) -> list[Any]:
+    """The op rows summed per op type, largest first."""
+    from accel.profile.results import OpRow
+
+    by_op: dict[str, OpRow] = {}
+    for r in rows[1:]:
+        o = by_op.setdefault(r.type, OpRow(name=r.type))
+        o.calls += 1
+        o.cpu_ms += r.self_ms
+        o.self_cpu_ms += r.self_ms
+    op_rows = sorted(by_op.values(), key=lambda o: o.self_cpu_ms, reverse=True)
+    for o in op_rows:
+        o.share = o.self_cpu_ms / node_sum if node_sum > 0 else 0.0
+    return op_rows
+
+
 class OpenVinoBackend(Backend):
     kind = "openvino"
     label = "OpenVINO"
@@ -303,94 +410,26 @@ class OpenVinoBackend(Backend):
         with plain runs of the same compiled model without counters."""
         import openvino as ov
 
-        from accel.errors import Cancelled
-        from accel.profile.results import LayerProfile, ModelProfile, OpRow
+        from accel.profile.results import ModelProfile
 
         over = {"threads": int(threads)} if threads else {}
         plain_c = self.compile(model, **over)
         prof_c = self.compile(model, perf_count=True, **over)
         fed = self.prepare_inputs(model, inputs)
-        plain_r, prof_r = plain_c.create_infer_request(), prof_c.create_infer_request()
-        plain_f, prof_f = to_numpy_feed(plain_c, fed), to_numpy_feed(prof_c, fed)
-        for _ in range(max(1, warmup)):
-            plain_r.infer(plain_f)
-            prof_r.infer(prof_f)
-        plain, walls = [], []
-        per_run: list[dict[str, float]] = []
-        meta: dict[str, tuple[str, str]] = {}
-        order: dict[str, int] = {}
         n = max(1, iters)
-        for i in range(n):
-            if cancel is not None and cancel():
-                raise Cancelled("profile cancelled")
-            t0 = time.perf_counter()
-            plain_r.infer(plain_f)
-            plain.append((time.perf_counter() - t0) * 1e3)
-            t0 = time.perf_counter()
-            prof_r.infer(prof_f)
-            walls.append((time.perf_counter() - t0) * 1e3)
-            run: dict[str, float] = {}
-            for info in prof_r.get_profiling_info():
-                if info.status != info.Status.EXECUTED:
-                    continue
-                ms = info.real_time.total_seconds() * 1e3
-                run[info.node_name] = run.get(info.node_name, 0.0) + ms
-                meta.setdefault(info.node_name, (info.node_type, info.exec_type))
-                order.setdefault(info.node_name, len(order))
-            per_run.append(run)
-            if progress is not None:
-                progress((i + 1) / n, f"profiled {i + 1}/{n}")
-        rows: list[LayerProfile] = []
-        for name in sorted(meta, key=order.__getitem__):
-            ms = median([r.get(name, 0.0) for r in per_run])
-            rows.append(
-                LayerProfile(
-                    name=name,
-                    type=meta[name][0],
-                    depth=1,
-                    parent="",
-                    inclusive_ms=ms,
-                    self_ms=ms,
-                    calls=1,
-                )
-            )
-        total_ms = median([sum(r.values()) for r in per_run]) if per_run else 0.0
+        runs = _counter_runs(plain_c, prof_c, fed, warmup, n, progress, cancel)
+        plain, walls, per_run = runs.plain, runs.walls, runs.per_run
+        rows, node_sum = _counter_rows(runs)
         plain_ms = median(plain)
-        node_sum = sum(r.self_ms for r in rows)
-        root = LayerProfile(
-            name="",
-            type="Model",
-            depth=0,
-            parent=None,
-            inclusive_ms=median(walls),
-            self_ms=max(0.0, median(walls) - node_sum),  # infer call overhead
-            calls=1,
-        )
-        rows.insert(0, root)
-        sum_self = sum(r.self_ms for r in rows)
-        for r in rows:
-            r.share = r.self_ms / sum_self if sum_self > 0 else 0.0
-            r.inclusive_share = r.inclusive_ms / sum_self if sum_self > 0 else 0.0
-        op_rows: list[OpRow] = []
-        if ops:
-            by_op: dict[str, OpRow] = {}
-            for r in rows[1:]:
-                o = by_op.setdefault(r.type, OpRow(name=r.type))
-                o.calls += 1
-                o.cpu_ms += r.self_ms
-                o.self_cpu_ms += r.self_ms
-            op_rows = sorted(by_op.values(), key=lambda o: o.self_cpu_ms, reverse=True)
-            for o in op_rows:
-                o.share = o.self_cpu_ms / node_sum if node_sum > 0 else 0.0
         hint = prof_c.get_property("INFERENCE_PRECISION_HINT")
         precision = hint.get_type_name() if hasattr(hint, "get_type_name") else str(hint)
-        kernels = sorted({m[1] for m in meta.values()})[:8]
+        kernels = sorted({m[1] for m in runs.meta.values()})[:8]
         return ModelProfile(
             kind=self.kind,
             device=device,
             rows=rows,
-            ops=op_rows,
-            total_ms=total_ms,
+            ops=_op_rows_by_type(rows, node_sum) if ops else [],
+            total_ms=median([sum(r.values()) for r in per_run]) if per_run else 0.0,
             plain_forward_ms=plain_ms,
             hooked_forward_ms=median(walls),
             overhead_ratio=median([w / p for w, p in zip(walls, plain) if p > 0]),
@@ -506,10 +545,37 @@ def graph_from_ov(ov_model: Any, *, name: str = "") -> Any:
     """Graph of an ``ov.Model``: its ops (constant subgraphs folded into their consumers as
     parameters), module paths from the op names (ops without one join the module of the
     op they feed)."""
-    from accel.graph.model import Edge, Graph, Node, parent_path
+    from accel.graph.model import Graph
 
     graph = Graph(name=name or ov_model.get_friendly_name() or "openvino", source="openvino")
     ops = list(ov_model.get_ordered_ops())
+    const, numel = _ov_constants(ops)
+    paths = _ov_module_paths(ops, const)
+    for op in ops:
+        nm = op.get_friendly_name()
+        if nm in const:
+            continue
+        if op.get_type_name() == "Parameter":
+            node = _ov_input_node(op)
+            graph.nodes.append(node)
+            graph.inputs.append(node.id)
+        else:
+            _add_ov_op(graph, op, const, numel, paths)
+    graph.build_groups()
+    return graph
+
+
+def _ov_shape(port: Any) -> list[int | str]:
+    return [d.get_length() if d.is_static else "?" for d in port.get_partial_shape()]
+
+
+def _ov_dtype(port: Any) -> str:
+    return _OV_DTYPES.get(port.get_element_type().get_type_name(), str(port.get_element_type()))
+
+
+def _ov_constants(ops: list[Any]) -> tuple[set[str], dict[str, int]]:
+    """Names of the constant ops (constants and ops computed from constants only, such as
+    weight decompression) and their element counts (0 for non-float constants)."""
     const: set[str] = set()
     numel: dict[str, int] = {}
     for op in ops:
@@ -535,15 +601,14 @@ def graph_from_ov(ov_model: Any, *, name: str = "") -> Any:
                 numel.get(i.get_source_output().get_node().get_friendly_name(), 0)
                 for i in op.inputs()
             )
+    return const, numel
 
-    def shape_of(port: Any) -> list[int | str]:
-        return [d.get_length() if d.is_static else "?" for d in port.get_partial_shape()]
 
-    def dtype_of(port: Any) -> str:
-        return _OV_DTYPES.get(port.get_element_type().get_type_name(), str(port.get_element_type()))
+def _ov_module_paths(ops: list[Any], const: set[str]) -> dict[str, str]:
+    """Module paths: named ops carry one; unnamed ones take the module of their first named
+    consumer's parent (a fused conv feeding "layer1.0.bn1" belongs in "layer1.0")."""
+    from accel.graph.model import parent_path
 
-    # Module paths: named ops carry one; unnamed ones take the module of their first named
-    # consumer's parent (a fused conv feeding "layer1.0.bn1" belongs in "layer1.0").
     paths = {op.get_friendly_name(): module_path_of(op.get_friendly_name()) for op in ops}
     for op in reversed(ops):
         nm = op.get_friendly_name()
@@ -558,57 +623,64 @@ def graph_from_ov(ov_model: Any, *, name: str = "") -> Any:
                     break
             if paths[nm]:
                 break
+    return paths
 
-    for op in ops:
-        nm = op.get_friendly_name()
-        t = op.get_type_name()
-        if nm in const:
+
+def _ov_input_node(op: Any) -> Any:
+    """The graph's input node for a Parameter op."""
+    from accel.graph.model import Node
+
+    out = op.output(0)
+    label = out.get_any_name() if out.get_names() else op.get_friendly_name()
+    return Node(
+        f"input:{label}",
+        "input",
+        label,
+        outputs=[f"{op.get_friendly_name()}:0"],
+        output_shapes=[_ov_shape(out)],
+        output_dtypes=[_ov_dtype(out)],
+    )
+
+
+def _add_ov_op(
+    graph: Any, op: Any, const: set[str], numel: dict[str, int], paths: dict[str, str]
+) -> None:
+    """An op's node (a Result: an output node) and its incoming edges; constant inputs
+    become the node's parameters."""
+    from accel.graph.model import Edge, Node
+
+    nm = op.get_friendly_name()
+    is_result = op.get_type_name() == "Result"
+    node = Node(
+        f"output:{nm}" if is_result else nm, "output" if is_result else op.get_type_name(), nm
+    )
+    node.module_path = "" if is_result else paths.get(nm, "")
+    for inp in op.inputs():
+        src = inp.get_source_output()
+        sname = src.get_node().get_friendly_name()
+        if sname in const:
+            node.params.append(sname)
+            node.num_params += numel.get(sname, 0)
             continue
-        if t == "Parameter":
-            out = op.output(0)
-            label = out.get_any_name() if out.get_names() else nm
-            node = Node(
-                f"input:{label}",
-                "input",
-                label,
-                outputs=[f"{nm}:0"],
-                output_shapes=[shape_of(out)],
-                output_dtypes=[dtype_of(out)],
-            )
-            graph.nodes.append(node)
-            graph.inputs.append(node.id)
-            continue
-        is_result = t == "Result"
-        node = Node(f"output:{nm}" if is_result else nm, "output" if is_result else t, nm)
-        node.module_path = "" if is_result else paths.get(nm, "")
-        for inp in op.inputs():
-            src = inp.get_source_output()
-            sname = src.get_node().get_friendly_name()
-            if sname in const:
-                node.params.append(sname)
-                node.num_params += numel.get(sname, 0)
-                continue
-            tensor = f"{sname}:{src.get_index()}"
-            node.inputs.append(tensor)
-            node.input_shapes.append(shape_of(src))
-            node.input_dtypes.append(dtype_of(src))
-            src_node = src.get_node()
-            src_id = (
-                f"input:{src.get_any_name() if src.get_names() else sname}"
-                if src_node.get_type_name() == "Parameter"
-                else sname
-            )
-            graph.edges.append(Edge(src_id, node.id, tensor, shape_of(src), dtype_of(src)))
-        if not is_result:
-            for out in op.outputs():
-                node.outputs.append(f"{nm}:{out.get_index()}")
-                node.output_shapes.append(shape_of(out))
-                node.output_dtypes.append(dtype_of(out))
-        graph.nodes.append(node)
-        if is_result:
-            graph.outputs.append(node.id)
-    graph.build_groups()
-    return graph
+        tensor = f"{sname}:{src.get_index()}"
+        node.inputs.append(tensor)
+        node.input_shapes.append(_ov_shape(src))
+        node.input_dtypes.append(_ov_dtype(src))
+        src_node = src.get_node()
+        src_id = (
+            f"input:{src.get_any_name() if src.get_names() else sname}"
+            if src_node.get_type_name() == "Parameter"
+            else sname
+        )
+        graph.edges.append(Edge(src_id, node.id, tensor, _ov_shape(src), _ov_dtype(src)))
+    if not is_result:
+        for out in op.outputs():
+            node.outputs.append(f"{nm}:{out.get_index()}")
+            node.output_shapes.append(_ov_shape(out))
+            node.output_dtypes.append(_ov_dtype(out))
+    graph.nodes.append(node)
+    if is_result:
+        graph.outputs.append(node.id)
 
 
 def bf16_supported(device: str = "CPU") -> bool:

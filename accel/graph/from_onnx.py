@@ -103,6 +103,33 @@ def _attr_plain(a: Any) -> Any:
 
 def graph_from_onnx(model: Any, *, name: str = "", infer_shapes: bool = True) -> Graph:
     """Graph of an ONNX model: a path, an ``onnx.ModelProto`` or an onnx-kind ``LoadedModel``."""
+    proto, name = _read_proto(model, name, infer_shapes)
+    g = proto.graph
+    graph = Graph(name=name or g.name or "onnx", source="onnx")
+    if not infer_shapes:
+        graph.notes.append("shape inference skipped")
+    build = _Builder(graph, g)
+    build.add_inputs(g)
+    used_ids: set[str] = {n.id for n in graph.nodes}
+    for i, onode in enumerate(g.node):
+        if onode.op_type == "Constant" and not onode.input:
+            build.constants.update(onode.output)
+            continue
+        nid = onode.name or f"{onode.op_type}_{i}"
+        if nid in used_ids:
+            nid = f"{nid}#{i}"
+        used_ids.add(nid)
+        build.add_op(onode, nid)
+    build.add_outputs(g)
+    if any(n.op != "Constant" and n.op in {"If", "Loop", "Scan"} for n in graph.nodes):
+        graph.notes.append("control-flow subgraphs (If/Loop/Scan) are shown as single nodes")
+    graph.build_groups()
+    return graph
+
+
+def _read_proto(model: Any, name: str, infer_shapes: bool) -> tuple[Any, str]:
+    """The ModelProto (external data not loaded: structure needs only initializer shapes),
+    shapes inferred when asked (they are optional), and the name for the graph."""
     import onnx
 
     if hasattr(model, "onnx_path") and getattr(model, "onnx_path", None) is not None:
@@ -110,7 +137,6 @@ def graph_from_onnx(model: Any, *, name: str = "", infer_shapes: bool = True) ->
     if isinstance(model, str | Path):
         path = Path(model)
         name = name or path.stem
-        # External data is not needed for structure; only initializer shapes.
         try:
             proto = onnx.load(str(path), load_external_data=False)
         except Exception as exc:
@@ -127,47 +153,47 @@ def graph_from_onnx(model: Any, *, name: str = "", infer_shapes: bool = True) ->
             proto = onnx.shape_inference.infer_shapes(proto)
         except Exception as exc:  # shapes are optional
             log.info("ONNX shape inference failed: %s", exc)
-    g = proto.graph
-    graph = Graph(name=name or g.name or "onnx", source="onnx")
-    if not infer_shapes:
-        graph.notes.append("shape inference skipped")
-    info: dict[str, tuple[list | None, str | None]] = {}
-    for vi in [*g.input, *g.value_info, *g.output]:
-        info[vi.name] = _value_info(vi)
-    init_numel: dict[str, int] = {}
-    for t in g.initializer:
-        n = 1
-        for d in t.dims:
-            n *= int(d)
-        init_numel[t.name] = n
-        info.setdefault(t.name, (list(t.dims), _dtype_name(t.data_type)))
-    constants: set[str] = set()
-    producer: dict[str, str] = {}
-    for vi in g.input:
-        if vi.name in init_numel:
-            continue
-        shape, dtype = info.get(vi.name, (None, None))
-        node = Node(
-            f"input:{vi.name}",
-            "input",
-            vi.name,
-            outputs=[vi.name],
-            output_shapes=[shape],
-            output_dtypes=[dtype],
-        )
-        graph.nodes.append(node)
-        graph.inputs.append(node.id)
-        producer[vi.name] = node.id
-    used_ids: set[str] = {n.id for n in graph.nodes}
-    counted: set[str] = set()
-    for i, onode in enumerate(g.node):
-        if onode.op_type == "Constant" and not onode.input:
-            constants.update(onode.output)
-            continue
-        nid = onode.name or f"{onode.op_type}_{i}"
-        if nid in used_ids:
-            nid = f"{nid}#{i}"
-        used_ids.add(nid)
+    return proto, name
+
+
+class _Builder:
+    """Adds an ONNX graph's inputs, ops and outputs to ``graph``; knows every tensor's shape
+    and dtype, the initializers (parameters) and which node produced each tensor."""
+
+    def __init__(self, graph: Graph, g: Any) -> None:
+        self.graph = graph
+        self.info: dict[str, tuple[list | None, str | None]] = {}
+        for vi in [*g.input, *g.value_info, *g.output]:
+            self.info[vi.name] = _value_info(vi)
+        self.init_numel: dict[str, int] = {}
+        for t in g.initializer:
+            n = 1
+            for d in t.dims:
+                n *= int(d)
+            self.init_numel[t.name] = n
+            self.info.setdefault(t.name, (list(t.dims), _dtype_name(t.data_type)))
+        self.constants: set[str] = set()  # outputs of Constant nodes (not drawn)
+        self.producer: dict[str, str] = {}  # tensor -> id of the node that makes it
+        self.counted: set[str] = set()  # initializers already counted as parameters
+
+    def add_inputs(self, g: Any) -> None:
+        for vi in g.input:
+            if vi.name in self.init_numel:
+                continue
+            shape, dtype = self.info.get(vi.name, (None, None))
+            node = Node(
+                f"input:{vi.name}",
+                "input",
+                vi.name,
+                outputs=[vi.name],
+                output_shapes=[shape],
+                output_dtypes=[dtype],
+            )
+            self.graph.nodes.append(node)
+            self.graph.inputs.append(node.id)
+            self.producer[vi.name] = node.id
+
+    def add_op(self, onode: Any, nid: str) -> None:
         node = Node(
             nid,
             onode.op_type if not onode.domain else f"{onode.domain}.{onode.op_type}",
@@ -179,44 +205,44 @@ def graph_from_onnx(model: Any, *, name: str = "", infer_shapes: bool = True) ->
         for t in onode.input:
             if not t:
                 continue
-            if t in init_numel:
+            if t in self.init_numel:
                 node.params.append(t)
-                if t not in counted:  # a shared initializer counts once
-                    counted.add(t)
-                    node.num_params += init_numel[t]
+                if t not in self.counted:  # a shared initializer counts once
+                    self.counted.add(t)
+                    node.num_params += self.init_numel[t]
                 continue
-            if t in constants:
+            if t in self.constants:
                 continue
-            shape, dtype = info.get(t, (None, None))
+            shape, dtype = self.info.get(t, (None, None))
             node.inputs.append(t)
             node.input_shapes.append(shape)
             node.input_dtypes.append(dtype)
-            if t in producer:
-                graph.edges.append(Edge(producer[t], nid, t, shape, dtype))
+            if t in self.producer:
+                self.graph.edges.append(Edge(self.producer[t], nid, t, shape, dtype))
         for t in onode.output:
             if not t:
                 continue
-            shape, dtype = info.get(t, (None, None))
+            shape, dtype = self.info.get(t, (None, None))
             node.outputs.append(t)
             node.output_shapes.append(shape)
             node.output_dtypes.append(dtype)
-            producer[t] = nid
-        graph.nodes.append(node)
-    for vi in g.output:
-        shape, dtype = info.get(vi.name, (None, None))
-        node = Node(
-            f"output:{vi.name}",
-            "output",
-            vi.name,
-            inputs=[vi.name],
-            input_shapes=[shape],
-            input_dtypes=[dtype],
-        )
-        if vi.name in producer:
-            graph.edges.append(Edge(producer[vi.name], node.id, vi.name, shape, dtype))
-        graph.nodes.append(node)
-        graph.outputs.append(node.id)
-    if any(n.op != "Constant" and n.op in {"If", "Loop", "Scan"} for n in graph.nodes):
-        graph.notes.append("control-flow subgraphs (If/Loop/Scan) are shown as single nodes")
-    graph.build_groups()
-    return graph
+            self.producer[t] = nid
+        self.graph.nodes.append(node)
+
+    def add_outputs(self, g: Any) -> None:
+        for vi in g.output:
+            shape, dtype = self.info.get(vi.name, (None, None))
+            node = Node(
+                f"output:{vi.name}",
+                "output",
+                vi.name,
+                inputs=[vi.name],
+                input_shapes=[shape],
+                input_dtypes=[dtype],
+            )
+            if vi.name in self.producer:
+                self.graph.edges.append(
+                    Edge(self.producer[vi.name], node.id, vi.name, shape, dtype)
+                )
+            self.graph.nodes.append(node)
+            self.graph.outputs.append(node.id)
