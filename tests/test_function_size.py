@@ -25,12 +25,10 @@ ALLOWED: dict[str, int] = {
     "accel/codegen.py::recipe_to_script": 122,
     "accel/codegen.py::_model_code": 82,
     # not split yet
-    "accel/graph/from_torch.py::_from_export": 116,
     "accel/passes/prune.py::PruneChannels.apply": 103,
     "accel/data.py::_batches_source": 100,
     "accel/corpus_check.py::check_model": 95,
     "accel/search/space.py::build_space": 94,
-    "accel/graph/from_torch.py::_from_hooks": 94,
     "accel/graph/model.py::aggregate_by_module": 92,
     "accel/search/sensitivity_space.py::add_exclude_sets": 89,
     "accel/profile/torch_profile.py::_op_table": 89,
