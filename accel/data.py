@@ -482,56 +482,95 @@ def _batches_source(spec: str | None, input_spec: InputSpec, seed: int, labels: 
     else:
         head, doc_end = "def calibration_batches(limit=8):\n", " (labels dropped)"
     if m:
-        opts = _parse_opts(m.group("opts"), spec)
-        if not labels and not opts and seed == 0:
-            return None  # the script's default: make_inputs(seed=1000 + i), 8 batches
-        dims = batch_dims(input_spec, opts.get("batch"))
-        base = SYNTHETIC_SEED_BASE + 10000 * seed
-        n = opts.get("batches", 8)
-        item = f"make_inputs(seed={base} + i, dims={dims!r})"
-        return (
-            head
-            + f'    """Inputs of {spec_doc} (seeds {base}, {base + 1}, ...)."""\n'
-            + (
-                f"    return [({item}, None) for i in range({n})]\n"
-                if labels
-                else f"    return [{item} for i in range(min(limit, {n}))]\n"
-            )
-        )
+        return _synthetic_batches_source(m, spec, spec_doc, head, input_spec, seed, labels)
     if Path(spec).suffix.lower() in (".npz", ".pt", ".pth"):
-        first = input_spec.inputs[0].shape
-        n_hint = f"len(arrays[{names[0]!r}])"
-        if first and isinstance(first[0], int):
-            batch = f"{first[0]}"
-        elif first:
-            batch = f"max(1, min(32, {input_spec.dims[first[0]].max}, {n_hint}))"
-        else:
-            batch = n_hint
-        ret = (
-            "    return [({k: arrays[k][i : i + step] for k in names}, None if labels is None else labels[i : i + step])\n"
-            "            for i in range(0, n, step)]\n"
+        return _file_batches_source(spec, spec_doc, head, doc_end, input_spec, labels)
+    return _code_batches_source(spec, spec_doc, head, doc_end, names, labels)
+
+
+def _synthetic_batches_source(
+    m: re.Match[str],
+    spec: str,
+    spec_doc: str,
+    head: str,
+    input_spec: InputSpec,
+    seed: int,
+    labels: bool,
+) -> str | None:
+    """Batches made by make_inputs with the synthetic spec's seeds and dims (None: the
+    script's default ones)."""
+    opts = _parse_opts(m.group("opts"), spec)
+    if not labels and not opts and seed == 0:
+        return None  # the script's default: make_inputs(seed=1000 + i), 8 batches
+    dims = batch_dims(input_spec, opts.get("batch"))
+    base = SYNTHETIC_SEED_BASE + 10000 * seed
+    n = opts.get("batches", 8)
+    item = f"make_inputs(seed={base} + i, dims={dims!r})"
+    return (
+        head
+        + f'    """Inputs of {spec_doc} (seeds {base}, {base + 1}, ...)."""\n'
+        + (
+            f"    return [({item}, None) for i in range({n})]\n"
             if labels
-            else "    return [{k: arrays[k][i : i + step] for k in names} for i in range(0, n, step)][:limit]\n"
+            else f"    return [{item} for i in range(min(limit, {n}))]\n"
         )
-        return (
-            head + f'    """Batches of {spec_doc}, cut as the studio cuts them{doc_end}."""\n'
-            f"    path = Path({str(Path(spec).resolve())!r})\n"
-            '    if path.suffix.lower() == ".npz":\n'
-            "        with np.load(path, allow_pickle=False) as z:\n"
-            "            arrays = {k: torch.from_numpy(np.array(z[k])) for k in z.files}\n"
-            "    else:\n"
-            '        arrays = torch.load(path, map_location="cpu", weights_only=True)\n'
-            "        if isinstance(arrays, torch.Tensor):\n"
-            '            arrays = {"input": arrays}\n'
-            "        elif isinstance(arrays, (list, tuple)):\n"
-            '            arrays = {f"input{i}": t for i, t in enumerate(arrays)}\n'
-            f"    labels = arrays.pop({LABELS_KEY!r}, None)\n"
-            f"    names = {names!r}\n"
-            "    if len(names) == 1 and names[0] not in arrays:\n"
-            "        arrays = {names[0]: next(iter(arrays.values()))}\n"
-            f"    step = {batch}\n"
-            f"    n = len(arrays[{names[0]!r}])\n" + ret
-        )
+    )
+
+
+def _file_batches_source(
+    spec: str,
+    spec_doc: str,
+    head: str,
+    doc_end: str,
+    input_spec: InputSpec,
+    labels: bool,
+) -> str:
+    """Batches cut from an .npz / .pt file the way the studio cuts them."""
+    names = input_spec.names
+    first = input_spec.inputs[0].shape
+    n_hint = f"len(arrays[{names[0]!r}])"
+    if first and isinstance(first[0], int):
+        batch = f"{first[0]}"
+    elif first:
+        batch = f"max(1, min(32, {input_spec.dims[first[0]].max}, {n_hint}))"
+    else:
+        batch = n_hint
+    ret = (
+        "    return [({k: arrays[k][i : i + step] for k in names}, None if labels is None else labels[i : i + step])\n"
+        "            for i in range(0, n, step)]\n"
+        if labels
+        else "    return [{k: arrays[k][i : i + step] for k in names} for i in range(0, n, step)][:limit]\n"
+    )
+    return (
+        head + f'    """Batches of {spec_doc}, cut as the studio cuts them{doc_end}."""\n'
+        f"    path = Path({str(Path(spec).resolve())!r})\n"
+        '    if path.suffix.lower() == ".npz":\n'
+        "        with np.load(path, allow_pickle=False) as z:\n"
+        "            arrays = {k: torch.from_numpy(np.array(z[k])) for k in z.files}\n"
+        "    else:\n"
+        '        arrays = torch.load(path, map_location="cpu", weights_only=True)\n'
+        "        if isinstance(arrays, torch.Tensor):\n"
+        '            arrays = {"input": arrays}\n'
+        "        elif isinstance(arrays, (list, tuple)):\n"
+        '            arrays = {f"input{i}": t for i, t in enumerate(arrays)}\n'
+        f"    labels = arrays.pop({LABELS_KEY!r}, None)\n"
+        f"    names = {names!r}\n"
+        "    if len(names) == 1 and names[0] not in arrays:\n"
+        "        arrays = {names[0]: next(iter(arrays.values()))}\n"
+        f"    step = {batch}\n"
+        f"    n = len(arrays[{names[0]!r}])\n" + ret
+    )
+
+
+def _code_batches_source(
+    spec: str,
+    spec_doc: str,
+    head: str,
+    doc_end: str,
+    names: list[str],
+    labels: bool,
+) -> str:
+    """Batches from a user function (``module:function`` or ``file.py:function``)."""
     from accel.errors import UntrustedCodeError
     from accel.trust import is_file_ref, split_code_ref
 

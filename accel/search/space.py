@@ -165,49 +165,81 @@ def build_space(
     known = set()
     for cls in list_passes(include_test=True):
         known.add(cls.name)
-        spec = cls.search
-        if spec is None:
+        if cls.search is None:
             continue
-        why = None
-        if include_set is not None and cls.name not in include_set:
-            why = "not among the passes asked for"
-        elif cls.name in exclude_set:
-            why = "excluded"
-        elif fam not in spec.devices:
-            why = f"not worth trying on {fam}"
-        elif spec.opt_in and spec.opt_in not in allow:
-            why = f"changes the weights; allow it with --allow {spec.opt_in}"
-        elif cls.requires.cuda and fam != "cuda":
-            why = "needs CUDA"
-        elif layers is not None and spec.when and not (layers & set(spec.when)):
-            why = f"the model has no {' / '.join(spec.when)} layers"
-        else:
-            missing = [lib for lib in cls.requires.libraries if not _have(lib)]
-            if missing:
-                why = f"needs {', '.join(missing)} (not installed)"
+        why = _why_not_searched(cls, include_set, exclude_set, fam, allow, layers)
         if why:
             excluded[cls.name] = why
-            continue
-        defaults = {
-            k: f.get_default(call_default_factory=True)
-            for k, f in cls.Config.model_fields.items()
-            if not f.is_required()
-        }
-        passes[cls.name] = SearchPass(
-            name=cls.name,
-            stage=spec.stage,
-            accepts=tuple(cls.requires.model_kinds),
-            produces=cls.output_kind,
-            params=dict(spec.params),
-            fixed=dict(spec.fixed),
-            defaults=defaults,
-            exportable=spec.exportable,
-        )
+        else:
+            passes[cls.name] = _search_pass(cls)
     unknown = sorted((set(include_set or ()) | exclude_set) - known)
     if unknown:
         raise SearchError(
             f"unknown pass(es) {', '.join(unknown)}; see `studio passes` for the names"
         )
+    return SearchSpace(
+        model_kind=model_kind,
+        device=device,
+        passes=passes,
+        chains=_valid_chains(passes, model_kind, device, max_steps),
+        layer_types=layers or frozenset(),
+        excluded=excluded,
+    )
+
+
+def _why_not_searched(
+    cls: Any,
+    include_set: set[str] | None,
+    exclude_set: set[str],
+    fam: str,
+    allow: set[str],
+    layers: frozenset[str] | None,
+) -> str | None:
+    """Why a pass with a search spec stays out of this space (None: it is in)."""
+    spec = cls.search
+    if include_set is not None and cls.name not in include_set:
+        return "not among the passes asked for"
+    if cls.name in exclude_set:
+        return "excluded"
+    if fam not in spec.devices:
+        return f"not worth trying on {fam}"
+    if spec.opt_in and spec.opt_in not in allow:
+        return f"changes the weights; allow it with --allow {spec.opt_in}"
+    if cls.requires.cuda and fam != "cuda":
+        return "needs CUDA"
+    if layers is not None and spec.when and not (layers & set(spec.when)):
+        return f"the model has no {' / '.join(spec.when)} layers"
+    missing = [lib for lib in cls.requires.libraries if not _have(lib)]
+    if missing:
+        return f"needs {', '.join(missing)} (not installed)"
+    return None
+
+
+def _search_pass(cls: Any) -> SearchPass:
+    """The search's view of a pass: stage, model kinds, parameter ranges and defaults."""
+    spec = cls.search
+    defaults = {
+        k: f.get_default(call_default_factory=True)
+        for k, f in cls.Config.model_fields.items()
+        if not f.is_required()
+    }
+    return SearchPass(
+        name=cls.name,
+        stage=spec.stage,
+        accepts=tuple(cls.requires.model_kinds),
+        produces=cls.output_kind,
+        params=dict(spec.params),
+        fixed=dict(spec.fixed),
+        defaults=defaults,
+        exportable=spec.exportable,
+    )
+
+
+def _valid_chains(
+    passes: dict[str, SearchPass], model_kind: str, device: str, max_steps: int
+) -> tuple[tuple[str, ...], ...]:
+    """Chains in stage order (each pass once), each accepting the model kind the chain
+    before it produces and passing the plan's check; the empty chain first."""
     ordered = sorted(passes.values(), key=lambda p: (p.stage, p.name))
     chains: list[tuple[str, ...]] = [()]
 
@@ -225,14 +257,7 @@ def build_space(
                 extend(new, p.produces or kind, p.stage, exportable and p.exportable)
 
     extend((), model_kind, -1, True)
-    return SearchSpace(
-        model_kind=model_kind,
-        device=device,
-        passes=passes,
-        chains=tuple(chains),
-        layer_types=layers or frozenset(),
-        excluded=excluded,
-    )
+    return tuple(chains)
 
 
 def steps_for(space: SearchSpace, chain: Sequence[str], values: dict[str, Any]) -> list[dict]:
