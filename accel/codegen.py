@@ -127,17 +127,97 @@ def calibration_batches(limit=8):
     return [make_inputs(seed=1000 + i) for i in range(limit)]
 
 
+# What run() reads: the current model. A state is saved once for the original and swapped in
+# for its timing rounds, so each step is timed against the original round by round.
+STATE_NAMES = ("model", "session", "kind", "input_casts", "compiled", "request", "onnx_path")
+
+
+def current_state():
+    g = globals()
+    return {k: g.get(k) for k in STATE_NAMES}
+
+
+def saved_state():
+    """A copy of the current model's state that later steps do not change."""
+    import copy
+
+    state = current_state()
+    if state["kind"] == "torch":
+        state["model"] = copy.deepcopy(state["model"])
+    state["input_casts"] = dict(state["input_casts"] or {})
+    return state
+
+
+def sync():
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def sample_ms(batch):
+    t0 = time.perf_counter()
+    for _ in range(batch):
+        run(inputs)
+    sync()
+    return (time.perf_counter() - t0) * 1e3 / batch
+
+
+def warm_up(state, warmup):
+    """First call and warm-up of a state; calls per sample (tiny models: several)."""
+    globals().update(state)
+    run(inputs)
+    sync()
+    fastest = float("inf")
+    for _ in range(max(warmup, 1)):
+        t0 = time.perf_counter()
+        run(inputs)
+        sync()
+        fastest = min(fastest, time.perf_counter() - t0)
+    return 1 if fastest >= TINY_CALL_S else int(min(MAX_BATCH, max(2, np.ceil(TARGET_SAMPLE_S / max(fastest, 1e-7)))))
+
+
+def time_rounds(reference, candidate):
+    """Per-round median latencies (ms) of two states timed in alternating rounds (A B, B A, ...)."""
+    base_rounds = min(ROUNDS, ITERS)
+    per_round = max(1, -(-ITERS // base_rounds))
+    states = (reference, candidate)
+    batches = [warm_up(st, WARMUP) for st in states]
+    medians = ([], [])
+    rounds, timed_s = 0, 0.0
+    while rounds < base_rounds or (timed_s < MIN_TIME_S and rounds < max(MAX_ROUNDS, base_rounds)):
+        for i in ((0, 1) if rounds % 2 == 0 else (1, 0)):
+            globals().update(states[i])
+            samples = [sample_ms(batches[i]) for _ in range(per_round)]
+            medians[i].append(statistics.median(samples))
+            timed_s += sum(samples) * batches[i] / 1e3
+        rounds += 1
+    globals().update(candidate)
+    return medians
+
+
+def ratio_interval(reference, candidate, confidence=0.95, resamples=2000, seed=SEED):
+    """Median of the per-round ratios reference/candidate with a percentile bootstrap interval."""
+    ratios = np.asarray(reference, dtype=float) / np.asarray(candidate, dtype=float)
+    value = float(np.median(ratios))
+    if len(ratios) == 1:
+        return value, value, value
+    rng = np.random.default_rng(seed)
+    medians = np.median(ratios[rng.integers(0, len(ratios), size=(resamples, len(ratios)))], axis=1)
+    low, high = np.quantile(medians, [(1 - confidence) / 2, 1 - (1 - confidence) / 2])
+    return value, min(float(low), value), max(float(high), value)
+
+
 def report(label, index, gates=None):
-    global baseline_ms
     outputs = as_float(run(inputs))
     torch.save(outputs, step_dir / "outputs.pt")
     p = parity(reference, outputs, gates)
-    bench = benchmark()
-    speedup = baseline_ms / bench["p50_ms"]
+    ref_rounds, cand_rounds = time_rounds(original, current_state())
+    speedup, low, high = ratio_interval(ref_rounds, cand_rounds)
+    p50 = statistics.median(cand_rounds)
     verdict = "pass" if p["passed"] else "FAIL"
-    print(f"{index + 1:>3}  {label:<22} {bench['p50_ms']:>9.3f} ms  {speedup:>6.2f}x  "
+    print(f"{index + 1:>3}  {label:<22} {p50:>9.3f} ms  {speedup:>6.2f}x [{low:.2f}-{high:.2f}]  "
           f"{verdict:<4}  max_abs={p['max_abs']:.3g} cosine={p['cosine']:.6f}")
-    results.append({"index": index, "step": label, "latency_p50_ms": bench["p50_ms"], "speedup": speedup, **p})
+    results.append({"index": index, "step": label, "latency_p50_ms": p50, "speedup": speedup,
+                    "speedup_low": low, "speedup_high": high, **p})
 '''
 
 
@@ -196,6 +276,68 @@ def _dynamic_axes(spec: InputSpec) -> dict[str, dict[int, str]]:
     return {k: v for k, v in axes.items() if v}
 
 
+def _zoo_model_code(name: str, kw: str) -> tuple[str, list[str]]:
+    """(class definitions, statements) building a zoo model as the studio does."""
+    from accel.models import zoo
+
+    if name not in _ZOO_CLASSES:
+        raise RecipeError(f"unknown zoo model {name!r}")
+    classes = "\n\n".join(inspect.getsource(getattr(zoo, c)) for c in _ZOO_CLASSES[name])
+    cls = _ZOO_CLASSES[name][-1]
+    has_bn = name == "resnet"
+    defs = classes
+    if has_bn:
+        # The studio warms BatchNorm with the zoo model's own input spec, whatever the recipe's.
+        defs += "\n\n\n" + _spec_code(
+            InputSpec.parse(zoo.ZOO[name].input_spec), "make_warmup_inputs"
+        )
+    stmt = [
+        "# The studio's demo model, built with its fixed seed.",
+        "with torch.random.fork_rng(devices=[]):",
+        "    torch.manual_seed(0)",
+        f"    model = {cls}({kw})",
+    ]
+    if has_bn:
+        stmt += [
+            "    # Give BatchNorm non-trivial running statistics, as the studio does.",
+            "    model.train()",
+            "    with torch.no_grad():",
+            "        for i in range(4):",
+            "            model(*make_warmup_inputs(seed=100 + i, dims={'batch': 8}).values())",
+        ]
+    stmt += ["model = model.eval()", 'kind = "torch"']
+    return defs, stmt
+
+
+def _factory_model_code(target: str, src: str, kw: str, imports: list[str]) -> list[str]:
+    """Statements calling the user's model factory (its import appended to ``imports``)."""
+    from accel.errors import UntrustedCodeError
+    from accel.trust import is_file_ref, split_code_ref
+
+    try:
+        mod, fn = split_code_ref(target, src)  # identifiers only: they are written as code
+    except UntrustedCodeError as exc:
+        raise RecipeError(str(exc)) from None
+    if not is_file_ref(mod) and mod.split(".")[0] in sys.stdlib_module_names:
+        raise RecipeError(
+            f"{src!r} is not a model factory: the standard library has none, and the "
+            "script would call it. Name your own factory (my_model.py:build)."
+        )
+    if is_file_ref(mod):
+        imports.append("import importlib.util")
+        stmt = [
+            f"_spec = importlib.util.spec_from_file_location('user_model', {mod!r})",
+            "_mod = importlib.util.module_from_spec(_spec)",
+            "_spec.loader.exec_module(_mod)",
+            f"model = _mod.{fn}({kw}).eval()",
+        ]
+    else:
+        imports.append(f"from {mod} import {fn}")
+        stmt = [f"model = {fn}({kw}).eval()"]
+    stmt.append('kind = "torch"')
+    return stmt
+
+
 def _model_code(recipe: Recipe, spec: InputSpec) -> tuple[list[str], str, str]:
     """(imports, definitions, statements that set `model`/`kind`/`onnx_path`/`session`)."""
     from accel.backends import backend_for_file
@@ -210,35 +352,7 @@ def _model_code(recipe: Recipe, spec: InputSpec) -> tuple[list[str], str, str]:
     imports: list[str] = []
     defs = ""
     if target.startswith("zoo:"):
-        from accel.models import zoo
-
-        name = target[4:]
-        if name not in _ZOO_CLASSES:
-            raise RecipeError(f"unknown zoo model {name!r}")
-        classes = "\n\n".join(inspect.getsource(getattr(zoo, c)) for c in _ZOO_CLASSES[name])
-        cls = _ZOO_CLASSES[name][-1]
-        has_bn = name == "resnet"
-        defs = classes
-        if has_bn:
-            # The studio warms BatchNorm with the zoo model's own input spec, whatever the recipe's.
-            defs += "\n\n\n" + _spec_code(
-                InputSpec.parse(zoo.ZOO[name].input_spec), "make_warmup_inputs"
-            )
-        stmt = [
-            "# The studio's demo model, built with its fixed seed.",
-            "with torch.random.fork_rng(devices=[]):",
-            "    torch.manual_seed(0)",
-            f"    model = {cls}({kw})",
-        ]
-        if has_bn:
-            stmt += [
-                "    # Give BatchNorm non-trivial running statistics, as the studio does.",
-                "    model.train()",
-                "    with torch.no_grad():",
-                "        for i in range(4):",
-                "            model(*make_warmup_inputs(seed=100 + i, dims={'batch': 8}).values())",
-            ]
-        stmt += ["model = model.eval()", 'kind = "torch"']
+        defs, stmt = _zoo_model_code(target[4:], kw)
     elif target.lower().endswith(".pt2"):
         stmt = [f"model = torch.export.load({target!r}).module()", 'kind = "torch"']
     elif target.lower().endswith((".pt", ".ts", ".jit", ".pth")) and ":" not in target:
@@ -248,30 +362,7 @@ def _model_code(recipe: Recipe, spec: InputSpec) -> tuple[list[str], str, str]:
         imports += [i for i in runtime.imports if i not in imports]
         stmt = [f"model_file = Path({target!r})", runtime.load]
     else:
-        from accel.errors import UntrustedCodeError
-        from accel.trust import is_file_ref, split_code_ref
-
-        try:
-            mod, fn = split_code_ref(target, src)  # identifiers only: they are written as code
-        except UntrustedCodeError as exc:
-            raise RecipeError(str(exc)) from None
-        if not is_file_ref(mod) and mod.split(".")[0] in sys.stdlib_module_names:
-            raise RecipeError(
-                f"{src!r} is not a model factory: the standard library has none, and the "
-                "script would call it. Name your own factory (my_model.py:build)."
-            )
-        if is_file_ref(mod):
-            imports.append("import importlib.util")
-            stmt = [
-                f"_spec = importlib.util.spec_from_file_location('user_model', {mod!r})",
-                "_mod = importlib.util.module_from_spec(_spec)",
-                "_spec.loader.exec_module(_mod)",
-                f"model = _mod.{fn}({kw}).eval()",
-            ]
-        else:
-            imports.append(f"from {mod} import {fn}")
-            stmt = [f"model = {fn}({kw}).eval()"]
-        stmt.append('kind = "torch"')
+        stmt = _factory_model_code(target, src, kw, imports)
     if weights:
         stmt.append(
             f"model.load_state_dict(torch.load({weights!r}, map_location='cpu', weights_only=True))"
@@ -341,21 +432,14 @@ def _step_gates(step: Any) -> str:
     return "" if g is None else f", gates=({g.rtol!r}, {g.atol!r}, {g.min_cosine!r})"
 
 
-def recipe_to_script(recipe: Recipe | dict[str, Any] | str) -> str:
-    """The whole script as text (see module docstring). Reads and writes text only: the
-    model source is never imported or run, and every recipe value enters as a literal."""
-    from accel.models.sources import _SOURCE_RE
+def _steps_code(
+    recipe: Recipe, imports: list[str], helpers: list[str], kinds: list[str]
+) -> list[str]:
+    """Each enabled step's code block; its imports, helpers and output kind are added to
+    ``imports``, ``helpers`` and ``kinds``."""
     from accel.passes import get_pass
 
-    recipe = load_recipe(recipe)
-    spec = InputSpec.coerce(recipe.model.input_spec)
-    if spec is None:
-        spec = _source_spec(recipe.model.source)
-    model_imports, model_defs, model_stmt = _model_code(recipe, spec)
-    imports = list(_BASE_IMPORTS) + model_imports
-    helpers: list[str] = []
     steps_code: list[str] = []
-    kinds = [_source_kind(_SOURCE_RE.match(recipe.model.source).group("target").strip())]
     for index, step in recipe.enabled_steps():
         cls = get_pass(step.pass_name)
         if cls.output_kind and cls.output_kind not in kinds:
@@ -382,6 +466,67 @@ def recipe_to_script(recipe: Recipe | dict[str, Any] | str) -> str:
             f"{textwrap.dedent(snippet.code).strip()}\n"
             f"report({step.label!r}, {index}{_step_gates(step)})\n"
         )
+    return steps_code
+
+
+def _timing_constants(b: Any) -> list[str]:
+    """The studio's comparison settings (accel.measure) as literals for the script."""
+    from accel import measure
+
+    t = measure.TimingSettings.from_any(b)
+    return [
+        f"ROUNDS, MIN_TIME_S = {t.rounds!r}, {t.min_time_s!r}",
+        f"TINY_CALL_S, TARGET_SAMPLE_S = {measure.TINY_CALL_S!r}, {measure.TARGET_SAMPLE_S!r}",
+        f"MAX_BATCH, MAX_ROUNDS = {measure.MAX_BATCH!r}, {measure.MAX_ROUNDS!r}",
+    ]
+
+
+def _script_header(recipe: Recipe, spec: InputSpec, imports: list[str]) -> list[str]:
+    """The script's docstring, imports and the recipe's settings as literals."""
+    g = recipe.gates
+    b = recipe.benchmark
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    seed = recipe.seed
+    return [
+        "#!/usr/bin/env python",
+        f'"""Recipe {doc_text(recipe.name)} on {doc_text(recipe.model.source)}, exported by '
+        f"Accel Studio on {stamp}.",
+        "",
+        "Reproduces the recipe with public libraries only: builds the model, applies each step,",
+        "saves every step's outputs and artifacts under --out and prints latency, speedup and",
+        "parity against the original model. Each step is timed against the original in",
+        "alternating rounds; its speedup is the median of the per-round ratios [95% interval].",
+        "",
+        "    python this_script.py --out results/",
+        '"""',
+        "",
+        "\n".join(imports),
+        "",
+        f"RTOL, ATOL, MIN_COSINE = {g.rtol!r}, {g.atol!r}, {g.min_cosine!r}",
+        f"WARMUP, ITERS, THREADS = {b.warmup!r}, {b.iters!r}, {b.threads!r}",
+        *_timing_constants(b),
+        f"SEED = {seed!r}",
+        "# Symbolic dims of the inputs ({input: {axis: name}}), kept dynamic by ONNX export.",
+        f"DYNAMIC_AXES = {_dynamic_axes(spec)!r}",
+        "# Range of each symbolic dim: name -> (min, max, default); torch.export uses min/max.",
+        f"DIMS = { ({k: (d.min, d.max, d.default) for k, d in spec.dims.items()})!r}",
+    ]
+
+
+def recipe_to_script(recipe: Recipe | dict[str, Any] | str) -> str:
+    """The whole script as text (see module docstring). Reads and writes text only: the
+    model source is never imported or run, and every recipe value enters as a literal."""
+    from accel.models.sources import _SOURCE_RE
+
+    recipe = load_recipe(recipe)
+    spec = InputSpec.coerce(recipe.model.input_spec)
+    if spec is None:
+        spec = _source_spec(recipe.model.source)
+    model_imports, model_defs, model_stmt = _model_code(recipe, spec)
+    imports = list(_BASE_IMPORTS) + model_imports
+    helpers: list[str] = []
+    kinds = [_source_kind(_SOURCE_RE.match(recipe.model.source).group("target").strip())]
+    steps_code = _steps_code(recipe, imports, helpers, kinds)
     # The recipe's calibration data (a file, a function, synthetic options): the script's
     # calibration_batches() yields the studio's batches (defined after the default, so it wins).
     from accel.data import calibration_script_helper, train_script_helper
@@ -392,32 +537,9 @@ def recipe_to_script(recipe: Recipe | dict[str, Any] | str) -> str:
     train = train_script_helper(recipe.data.train, spec, recipe.seed)
     if train:  # training steps (qat) use train_batches() when the script defines it
         helpers.append(train.strip())
-    g = recipe.gates
-    b = recipe.benchmark
-    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    seed = recipe.seed
-    dims = dict(b.dims)
+    dims = dict(recipe.benchmark.dims)
     parts = [
-        "#!/usr/bin/env python",
-        f'"""Recipe {doc_text(recipe.name)} on {doc_text(recipe.model.source)}, exported by '
-        f"Accel Studio on {stamp}.",
-        "",
-        "Reproduces the recipe with public libraries only: builds the model, applies each step,",
-        "saves every step's outputs and artifacts under --out and prints latency, speedup and",
-        "parity against the original model.",
-        "",
-        "    python this_script.py --out results/",
-        '"""',
-        "",
-        "\n".join(imports),
-        "",
-        f"RTOL, ATOL, MIN_COSINE = {g.rtol!r}, {g.atol!r}, {g.min_cosine!r}",
-        f"WARMUP, ITERS, THREADS = {b.warmup!r}, {b.iters!r}, {b.threads!r}",
-        f"SEED = {seed!r}",
-        "# Symbolic dims of the inputs ({input: {axis: name}}), kept dynamic by ONNX export.",
-        f"DYNAMIC_AXES = {_dynamic_axes(spec)!r}",
-        "# Range of each symbolic dim: name -> (min, max, default); torch.export uses min/max.",
-        f"DIMS = { ({k: (d.min, d.max, d.default) for k, d in spec.dims.items()})!r}",
+        *_script_header(recipe, spec, imports),
         "",
         "",
         _spec_code(spec),
@@ -456,6 +578,7 @@ def recipe_to_script(recipe: Recipe | dict[str, Any] | str) -> str:
         "torch.save(reference, OUT / 'reference_outputs.pt')",
         "baseline_ms = benchmark()['p50_ms']",
         "print(f\"  0  {'original':<22} {baseline_ms:>9.3f} ms    1.00x\")",
+        "original = saved_state()  # each step is timed against it in alternating rounds",
         "torch.manual_seed(SEED)",
         "",
         "\n".join(steps_code),

@@ -161,3 +161,47 @@ def test_cuda_graphs_script_reproduces_runner(tmp_path):
         "cuda:0",
     )
     _check_script_matches_runner(recipe, tmp_path)
+
+
+def test_script_times_each_step_against_the_original_in_alternating_rounds(tmp_path):
+    """The script prints and records each step's speedup with its interval, computed like the
+    studio's (median of per-round ratios, bootstrap interval), from plain code in the script."""
+    import ast
+    import json
+
+    import numpy as np
+
+    from accel.measure import ratio_interval
+
+    recipe = _recipe("resnet", RESNET, RESNET_SPEC, [{"pass": "fold_batchnorm"}])
+    recipe["benchmark"] = {"warmup": 1, "iters": 4, "rounds": 4, "min_time_s": 0}
+    text = recipe_to_script(recipe)
+    assert "accel" not in text.replace("Accel Studio", "")
+    assert "ROUNDS, MIN_TIME_S = 4, 0.0" in text  # recipe values as literals
+    script = tmp_path / "recipe.py"
+    script.write_text(text)
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = json.loads((out / "results.json").read_text())
+    assert 0 < row["speedup_low"] <= row["speedup"] <= row["speedup_high"]
+    line = next(ln for ln in proc.stdout.splitlines() if "fold_batchnorm" in ln)
+    assert f"{row['speedup']:.2f}x [{row['speedup_low']:.2f}-{row['speedup_high']:.2f}]" in line
+    # The script's interval is the studio's on the same rounds.
+    fn = next(
+        n
+        for n in ast.parse(text).body
+        if isinstance(n, ast.FunctionDef) and n.name == "ratio_interval"
+    )
+    env = {"np": np, "SEED": 0}
+    exec(compile(ast.Module([fn], []), "script", "exec"), env)
+    ref, cand = [10.0, 12.0, 30.0, 11.0, 10.5], [5.0, 6.5, 14.0, 5.0, 5.5]
+    want = ratio_interval(ref, cand, seed=0)
+    assert env["ratio_interval"](ref, cand, seed=0) == pytest.approx(
+        (want.value, want.low, want.high)
+    )
