@@ -98,6 +98,7 @@ class RecipeEditsMixin:
             "name": self.name_edit.text().strip() or "untitled",
             "device": self.device_combo.currentText(),
             "on_gate_fail": self.gate_combo.currentText(),
+            "on_step_error": "skip" if self.skip_check.isChecked() else "stop",
         }
         if any(getattr(r, k) != v for k, v in update.items()):
             self.state.set_recipe(r.model_copy(update=update), self.state.recipe_path)

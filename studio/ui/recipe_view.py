@@ -16,6 +16,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QCheckBox,
     QComboBox,
     QFormLayout,
     QHBoxLayout,
@@ -199,9 +200,17 @@ class RecipeView(RecipeEditsMixin, QWidget):
             "when a step fails its parity gate: warn and go on, or stop the run"
         )
         self.gate_combo.currentIndexChanged.connect(self._settings_changed)
+        self.skip_check = QCheckBox("skip a step that fails and continue")
+        self.skip_check.setObjectName("skipFailingSteps")
+        self.skip_check.setToolTip(
+            "on_step_error: skip. A step that cannot apply or raises is recorded as skipped "
+            "and the run goes on with the model from before it (off: the run stops there)"
+        )
+        self.skip_check.toggled.connect(self._settings_changed)
         fl.addRow("name", self.name_edit)
         fl.addRow("device", self.device_combo)
         fl.addRow("on gate failure", self.gate_combo)
+        fl.addRow("on step error", self.skip_check)
         self.tabs.addTab(settings_tab, "Recipe")
 
         # -- toolbar ---------------------------------------------------------------------
@@ -312,6 +321,7 @@ class RecipeView(RecipeEditsMixin, QWidget):
             self.name_edit.setText(recipe.name)
             self.device_combo.setCurrentText(recipe.device)
             self.gate_combo.setCurrentText(recipe.on_gate_fail)
+            self.skip_check.setChecked(recipe.on_step_error == "skip")
             self.gates_form.set_values(recipe.gates.model_dump())
             self.bench_form.set_values(recipe.benchmark.model_dump())
             self._update_palette(kinds[-1])

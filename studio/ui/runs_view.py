@@ -58,6 +58,7 @@ class RunEntry:
     steps: list[dict[str, Any]] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
     recipe: dict[str, Any] | None = None
+    failed_step: int | None = None  # the step a failed run stopped at
     started: float = field(default_factory=time.time)
     item: QTreeWidgetItem | None = None
     job_bar: QProgressBar | None = None
@@ -97,12 +98,18 @@ class RunsView(QWidget):
 
         self.btn_cancel = QPushButton("Cancel")
         self.btn_rerun = QPushButton("Re-run")
+        self.btn_rerun_skip = QPushButton("Re-run, skipping failing steps")
+        self.btn_rerun_skip.setObjectName("rerunSkip")
+        self.btn_rerun_skip.setToolTip(
+            "the run stopped at a failing step: run the recipe again with on_step_error: skip"
+        )
         self.btn_folder = QPushButton("Open run folder")
         on_click(self.btn_cancel.clicked, self.cancel_selected)
         on_click(self.btn_rerun.clicked, self.rerun_selected)
+        on_click(self.btn_rerun_skip.clicked, self.rerun_skipping)
         on_click(self.btn_folder.clicked, self.open_folder)
         buttons = QHBoxLayout()
-        for b in (self.btn_cancel, self.btn_rerun, self.btn_folder):
+        for b in (self.btn_cancel, self.btn_rerun, self.btn_rerun_skip, self.btn_folder):
             buttons.addWidget(b)
         buttons.addStretch(1)
         self.empty = QLabel(
@@ -252,6 +259,7 @@ class RunsView(QWidget):
         elif kind == "run_finished" and (ev.get("summary") or {}).get("noise"):
             self._append(e, f"noisy timing: {ev['summary']['noise']}")
         elif kind == "run_failed":
+            e.failed_step = ev.get("index")
             self._append(e, f"run failed: {ev.get('error')}")
         self._render(e)
 
@@ -396,6 +404,13 @@ class RunsView(QWidget):
         self.btn_rerun.setEnabled(
             e is not None and e.recipe is not None and e.status not in ("queued", "running")
         )
+        self.btn_rerun_skip.setEnabled(
+            e is not None
+            and e.recipe is not None
+            and e.status == "failed"
+            and e.failed_step is not None
+            and e.recipe.get("on_step_error") != "skip"
+        )
         self.btn_folder.setEnabled(bool(e and e.run_dir))
 
     # -- actions ---------------------------------------------------------------------------
@@ -411,6 +426,14 @@ class RunsView(QWidget):
             return
         kwargs = {"parent_run_id": e.run_id} if e.run_id else {}
         self.services.run_recipe(e.recipe, **kwargs)
+
+    def rerun_skipping(self) -> None:
+        """Run a recipe that stopped at a failing step again, skipping such steps."""
+        e = self._selected()
+        if e is None or e.recipe is None:
+            return
+        kwargs = {"parent_run_id": e.run_id} if e.run_id else {}
+        self.services.run_recipe({**e.recipe, "on_step_error": "skip"}, **kwargs)
 
     def open_folder(self) -> None:
         e = self._selected()
