@@ -63,8 +63,10 @@ class TorchScript(Pass):
             warnings.simplefilter("always")
             try:
                 if config.method == "trace":
+                    # strict=False: models returning a dict (Hugging Face ModelOutput) trace
+                    # too; the saved model returns a plain dict with the same keys.
                     with torch.no_grad():
-                        jit = torch.jit.trace(module, args, check_trace=False)
+                        jit = torch.jit.trace(module, args, check_trace=False, strict=False)
                 else:
                     jit = torch.jit.script(module)
             except Exception as exc:
@@ -155,7 +157,7 @@ class TorchScript(Pass):
         if config.method == "trace":
             make = (
                 "with torch.no_grad():\n"
-                "    scripted = torch.jit.trace(model.eval(), tuple(prepared_args(inputs, input_casts, device)), check_trace=False)\n"
+                "    scripted = torch.jit.trace(model.eval(), tuple(prepared_args(inputs, input_casts, device)), check_trace=False, strict=False)\n"
             )
         else:
             make = "scripted = torch.jit.script(model.eval())\n"

@@ -415,6 +415,42 @@ def test_torchscript_trace_check_catches_shape_branch(tmp_path_factory, branchy_
     assert any("branchy.py:13" in w for w in warnings)
 
 
+DICT_OUT = """
+import torch
+
+
+class DictOut(torch.nn.Module):
+    # returns a dict, like a Hugging Face ModelOutput
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = self.fc(x)
+        return {"logits": h, "hidden": torch.relu(h)}
+
+
+def build():
+    torch.manual_seed(0)
+    return DictOut().eval()
+"""
+
+
+def test_torchscript_traces_a_model_with_dict_outputs(tmp_path_factory):
+    path = tmp_path_factory.mktemp("dictout") / "dictout.py"
+    path.write_text(DICT_OUT)
+    res = run(
+        tmp_path_factory,
+        f"{path}:build",
+        "x:float32[batch,8]; batch=1..8:2",
+        [{"pass": "torchscript"}],
+    )
+    assert res.ok, res.error
+    assert worst(res.steps[0])["max_abs"] < 1e-6
+    out = res.model.module(torch.randn(3, 8))
+    assert isinstance(out, dict) and list(out) == ["logits", "hidden"]
+
+
 def test_torchscript_script_method_frozen(tmp_path_factory):
     steps = [{"pass": "torchscript", "params": {"method": "script", "freeze": True}}]
     res = run(tmp_path_factory, MLP, MLP_SPEC, steps)
