@@ -384,6 +384,28 @@ def _fmt(x: float) -> str:
     return f"{x:.3g}" if abs(x) < 1e-3 or abs(x) >= 1e4 else f"{x:.4g}"
 
 
+def _finite_errors(
+    rf: np.ndarray, cf: np.ndarray, size: int
+) -> tuple[float, float, float, float | None]:
+    """Max / mean absolute error, max relative error and cosine similarity over the
+    positions where both outputs are finite (``size``: all positions of the output)."""
+    diff = np.abs(cf - rf)
+    if not diff.size:
+        return 0.0, 0.0, 0.0, None if size == 0 else 1.0  # all non-finite and equal
+    max_abs = float(diff.max())
+    mean_abs = float(diff.mean())
+    max_rel = float((diff / (np.abs(rf) + REL_EPS)).max())
+    ref_norm, cand_norm = float(np.linalg.norm(rf)), float(np.linalg.norm(cf))
+    if ref_norm == 0.0 and cand_norm == 0.0:
+        cosine = 1.0
+    elif ref_norm == 0.0 or cand_norm == 0.0:
+        cosine = 0.0
+    else:
+        # Normalise first so the dot product cannot overflow for huge values.
+        cosine = float(np.clip(np.dot(rf / ref_norm, cf / cand_norm), -1.0, 1.0))
+    return max_abs, mean_abs, max_rel, cosine
+
+
 def _compare_leaf(name: str, ref: Any, cand: Any, tol: Tolerances) -> OutputParity:
     try:
         ra, ca = _to_array(ref), _to_array(cand)
@@ -425,23 +447,9 @@ def _compare_leaf(name: str, ref: Any, cand: Any, tol: Tolerances) -> OutputPari
     same_nonfinite = (r_nan & c_nan) | (r_inf & c_inf & (r64 == c64))
     mismatched_nonfinite = int(np.count_nonzero(~both_finite & ~same_nonfinite))
 
-    rf, cf = r64[both_finite], c64[both_finite]
-    diff = np.abs(cf - rf)
-    if diff.size:
-        max_abs = float(diff.max())
-        mean_abs = float(diff.mean())
-        max_rel = float((diff / (np.abs(rf) + REL_EPS)).max())
-        ref_norm, cand_norm = float(np.linalg.norm(rf)), float(np.linalg.norm(cf))
-        if ref_norm == 0.0 and cand_norm == 0.0:
-            cosine = 1.0
-        elif ref_norm == 0.0 or cand_norm == 0.0:
-            cosine = 0.0
-        else:
-            # Normalise first so the dot product cannot overflow for huge values.
-            cosine = float(np.clip(np.dot(rf / ref_norm, cf / cand_norm), -1.0, 1.0))
-    else:
-        max_abs = mean_abs = max_rel = 0.0
-        cosine = None if r64.size == 0 else 1.0  # all positions non-finite and equal
+    max_abs, mean_abs, max_rel, cosine = _finite_errors(
+        r64[both_finite], c64[both_finite], r64.size
+    )
     close = bool(np.allclose(c64, r64, rtol=tol.rtol, atol=tol.atol, equal_nan=True))
 
     top1 = topk = k = None

@@ -25,13 +25,9 @@ ALLOWED: dict[str, int] = {
     # not split yet
     "accel/passes/prune.py::PruneChannels.apply": 103,
     "accel/corpus_check.py::check_model": 95,
-    "accel/graph/model.py::aggregate_by_module": 92,
     "accel/search/sensitivity_space.py::add_exclude_sets": 89,
-    "accel/profile/torch_profile.py::_op_table": 89,
     "accel/sensitivity.py::analyze_sensitivity": 86,
-    "accel/passes/onnx_runtime.py::OnnxFp16.apply": 85,
     "accel/passes/_torch_helpers.py::fold_batchnorm": 81,
-    "accel/parity.py::_compare_leaf": 81,
 }
 
 

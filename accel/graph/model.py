@@ -409,34 +409,11 @@ def aggregate_by_module(
     """
     if how not in ("sum", "max", "mean"):
         raise ValueError(f"how must be 'sum', 'max' or 'mean', not {how!r}")
-    # The most specific value wins for a node: visit the deepest module paths first.
+    tree = _ModuleTree(graph)
     per_node: dict[str, float] = {}
-    by_path: dict[str, list[Node]] = {}
-    for n in graph.nodes:
-        if n.op not in ("input", "output"):
-            by_path.setdefault(n.module_path, []).append(n)
-    # Paths below each module, from the group tree (O(subtree), not O(all paths)).
-    children: dict[str, list[str]] = {}
-    for p in by_path:
-        for a, b in zip(ancestors(p), ancestors(p)[1:]):
-            lst = children.setdefault(a, [])
-            if not lst or lst[-1] != b:
-                lst.append(b)
-    for k in children:
-        children[k] = list(dict.fromkeys(children[k]))
-
-    def subtree(path: str) -> list[Node]:
-        out: list[Node] = []
-        stack = [path]
-        while stack:
-            q = stack.pop()
-            out.extend(by_path.get(q, ()))
-            stack.extend(children.get(q, ()))
-        return out
-
     module_keys = []
     for key, v in values.items():
-        if key in by_path or key in graph.groups:
+        if key in tree.by_path or key in graph.groups:
             module_keys.append(key)
             continue
         nid = graph.resolve_node(key)
@@ -447,11 +424,58 @@ def aggregate_by_module(
             per_node[nid] = per_node.get(nid, 0.0) + float(v)
         else:
             per_node[nid] = max(per_node.get(nid, -math.inf), float(v))
+    _spread_module_values(tree, values, module_keys, per_node, how)
+    per_group = _group_values(graph, per_node, how)
+    if how != "sum":
+        for path in module_keys:
+            v = values[path]
+            if path in graph.groups:
+                per_group[path] = float(v)
+    return per_node, per_group
+
+
+class _ModuleTree:
+    """The graph's nodes by module path (inputs and outputs left out), and the paths below
+    each module from the group tree (O(subtree), not O(all paths))."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.by_path: dict[str, list[Node]] = {}
+        for n in graph.nodes:
+            if n.op not in ("input", "output"):
+                self.by_path.setdefault(n.module_path, []).append(n)
+        children: dict[str, list[str]] = {}
+        for p in self.by_path:
+            for a, b in zip(ancestors(p), ancestors(p)[1:]):
+                lst = children.setdefault(a, [])
+                if not lst or lst[-1] != b:
+                    lst.append(b)
+        self.children = {k: list(dict.fromkeys(v)) for k, v in children.items()}
+
+    def subtree(self, path: str) -> list[Node]:
+        """The nodes of module ``path`` and of every module below it."""
+        out: list[Node] = []
+        stack = [path]
+        while stack:
+            q = stack.pop()
+            out.extend(self.by_path.get(q, ()))
+            stack.extend(self.children.get(q, ()))
+        return out
+
+
+def _spread_module_values(
+    tree: _ModuleTree,
+    values: Mapping[str, float],
+    module_keys: list[str],
+    per_node: dict[str, float],
+    how: str,
+) -> None:
+    """Give each module's value to its nodes that no deeper key claimed. The most specific
+    value wins for a node: the deepest module paths go first."""
     for path in sorted(module_keys, key=lambda p: -(p.count(".") + (p != ROOT))):
         v = float(values[path])
         if math.isnan(v):
             continue
-        members = subtree(path)
+        members = tree.subtree(path)
         free = [n for n in members if n.id not in per_node]
         if not free:
             continue
@@ -465,6 +489,10 @@ def aggregate_by_module(
         else:
             for n in free:
                 per_node[n.id] = v
+
+
+def _group_values(graph: Graph, per_node: dict[str, float], how: str) -> dict[str, float]:
+    """Each group's sum (or max, or mean) over its nodes' values."""
     per_group: dict[str, float] = {}
     counts: dict[str, int] = {}
     for nid, v in per_node.items():
@@ -476,12 +504,7 @@ def aggregate_by_module(
             counts[g] = counts.get(g, 0) + 1
     if how == "mean":
         per_group = {g: s / counts[g] for g, s in per_group.items()}
-    if how != "sum":
-        for path in module_keys:
-            v = values[path]
-            if path in graph.groups:
-                per_group[path] = float(v)
-    return per_node, per_group
+    return per_group
 
 
 def paint(view: Graph, graph: Graph, values: Mapping[str, float], how: str = "sum") -> dict:

@@ -312,6 +312,49 @@ def ops_without_fp16_cpu_kernel(proto, work_dir):
     return sorted({n.op_type for n in graph.node if any(i in to_float for i in n.input)})
 
 
+def _convert_for_device(
+    model: LoadedModel, proto: Any, config: OnnxFp16Config, ctx: PassContext, on_cpu: bool
+) -> tuple[Any, list[str]]:
+    """The float16 graph and the op types kept in float32: the block list asked for, or the
+    default one plus (on CPU) the ops ONNX Runtime has no fp16 CPU kernel for."""
+    import onnx
+
+    from accel.errors import PassError
+
+    block = default_block_list() if config.op_block_list is None else list(config.op_block_list)
+    ctx.progress(0.2, "converting to float16")
+    try:
+        fp16 = convert_fp16(proto, config.keep_io_types, block, config.node_block_list)
+        if config.op_block_list is None and on_cpu:
+            ctx.progress(0.5, "finding ops with no fp16 CPU kernel")
+            ctx.work_dir.mkdir(parents=True, exist_ok=True)
+            extra = [
+                op for op in ops_without_fp16_cpu_kernel(fp16, ctx.work_dir) if op not in block
+            ]
+            if extra:
+                ctx.details["blocked_for_cpu"] = extra
+                ctx.warn(
+                    f"kept in float32 on CPU, as ONNX Runtime has no fp16 CPU kernel for them: "
+                    f"{', '.join(extra)}. Set op_block_list (e.g. []) to convert them too; "
+                    "ORT then casts around them at run time"
+                )
+                block += extra
+                fp16 = convert_fp16(
+                    onnx.load(str(model.onnx_path)),
+                    config.keep_io_types,
+                    block,
+                    config.node_block_list,
+                )
+    except PassError:
+        raise
+    except Exception as exc:  # converter / ORT errors
+        raise PassError(
+            f"fp16 conversion failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}. "
+            "Add the op named there to op_block_list, or skip this step."
+        ) from None
+    return fp16, block
+
+
 @register_pass
 class OnnxFp16(Pass):
     name = "onnx_fp16"
@@ -335,37 +378,7 @@ class OnnxFp16(Pass):
         ):
             raise PassError("the ONNX model is already float16; remove the onnx_fp16 step")
         on_cpu = not str(ctx.device).startswith("cuda")
-        block = default_block_list() if config.op_block_list is None else list(config.op_block_list)
-        ctx.progress(0.2, "converting to float16")
-        try:
-            fp16 = convert_fp16(proto, config.keep_io_types, block, config.node_block_list)
-            if config.op_block_list is None and on_cpu:
-                ctx.progress(0.5, "finding ops with no fp16 CPU kernel")
-                ctx.work_dir.mkdir(parents=True, exist_ok=True)
-                extra = [
-                    op for op in ops_without_fp16_cpu_kernel(fp16, ctx.work_dir) if op not in block
-                ]
-                if extra:
-                    ctx.details["blocked_for_cpu"] = extra
-                    ctx.warn(
-                        f"kept in float32 on CPU, as ONNX Runtime has no fp16 CPU kernel for them: "
-                        f"{', '.join(extra)}. Set op_block_list (e.g. []) to convert them too; "
-                        "ORT then casts around them at run time"
-                    )
-                    block += extra
-                    fp16 = convert_fp16(
-                        onnx.load(str(model.onnx_path)),
-                        config.keep_io_types,
-                        block,
-                        config.node_block_list,
-                    )
-        except PassError:
-            raise
-        except Exception as exc:  # converter / ORT errors
-            raise PassError(
-                f"fp16 conversion failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}. "
-                "Add the op named there to op_block_list, or skip this step."
-            ) from None
+        fp16, block = _convert_for_device(model, proto, config, ctx, on_cpu)
         if on_cpu:
             ctx.warn(
                 "fp16 on CPU: ONNX Runtime has few fp16 CPU kernels and runs the rest through "

@@ -212,6 +212,41 @@ def _scope_names(root: nn.Module) -> dict[nn.Module, str]:
     return {m: f"{p or '<root>'} [{_type_name(m)}]" for m, p in module_paths(root).items()}
 
 
+def _op_rows_by_scope(
+    events: Any, scope_to_path: dict[str, str], iters: int
+) -> tuple[list[OpRow], dict[str, float]]:
+    """Profiler events summed per (op, innermost module, input shapes), and each module
+    scope's self time outside its ops and child scopes (ms per forward)."""
+    rows: dict[tuple[str, str | None, str], OpRow] = {}
+    scope_self: dict[str, float] = {}
+    for evt in events:
+        if evt.name in scope_to_path and evt.device_type == torch.autograd.DeviceType.CPU:
+            path = scope_to_path[evt.name]
+            scope_self[path] = scope_self.get(path, 0.0) + evt.self_cpu_time_total / 1e3 / iters
+        if (
+            evt.name in scope_to_path
+            or evt.name.startswith("ProfilerStep")
+            or evt.device_type != torch.autograd.DeviceType.CPU
+        ):
+            continue  # scopes are modules / steps, not ops; kernels count in their launching op
+        parent = evt.cpu_parent
+        while parent is not None and parent.name not in scope_to_path:
+            parent = parent.cpu_parent
+        module = None if parent is None else scope_to_path[parent.name]
+        shapes = str(evt.input_shapes) if evt.input_shapes else ""
+        key = (evt.name, module, shapes)
+        row = rows.get(key)
+        if row is None:
+            row = rows[key] = OpRow(name=evt.name, module=module, input_shapes=shapes)
+        row.calls += evt.count
+        row.cpu_ms += evt.cpu_time_total / 1e3
+        row.self_cpu_ms += evt.self_cpu_time_total / 1e3
+        row.device_ms += getattr(evt, "device_time_total", 0.0) / 1e3
+        row.self_device_ms += getattr(evt, "self_device_time_total", 0.0) / 1e3
+    out = list(rows.values())
+    return out, scope_self
+
+
 def _op_table(
     root: nn.Module,
     call: Callable[[], Any],
@@ -257,33 +292,7 @@ def _op_table(
                 _sync(device)
                 prof.step()
                 steps.report((i + 1) / (iters + 1), "operator profile")
-    rows: dict[tuple[str, str | None, str], OpRow] = {}
-    scope_self: dict[str, float] = {}
-    for evt in prof.events():
-        if evt.name in scope_to_path and evt.device_type == torch.autograd.DeviceType.CPU:
-            path = scope_to_path[evt.name]
-            scope_self[path] = scope_self.get(path, 0.0) + evt.self_cpu_time_total / 1e3 / iters
-        if (
-            evt.name in scope_to_path
-            or evt.name.startswith("ProfilerStep")
-            or evt.device_type != torch.autograd.DeviceType.CPU
-        ):
-            continue  # scopes are modules / steps, not ops; kernels count in their launching op
-        parent = evt.cpu_parent
-        while parent is not None and parent.name not in scope_to_path:
-            parent = parent.cpu_parent
-        module = None if parent is None else scope_to_path[parent.name]
-        shapes = str(evt.input_shapes) if evt.input_shapes else ""
-        key = (evt.name, module, shapes)
-        row = rows.get(key)
-        if row is None:
-            row = rows[key] = OpRow(name=evt.name, module=module, input_shapes=shapes)
-        row.calls += evt.count
-        row.cpu_ms += evt.cpu_time_total / 1e3
-        row.self_cpu_ms += evt.self_cpu_time_total / 1e3
-        row.device_ms += getattr(evt, "device_time_total", 0.0) / 1e3
-        row.self_device_ms += getattr(evt, "self_device_time_total", 0.0) / 1e3
-    out = list(rows.values())
+    out, scope_self = _op_rows_by_scope(prof.events(), scope_to_path, iters)
     for r in out:  # totals over ``iters`` forwards -> per forward
         r.calls = max(1, round(r.calls / iters))
         r.cpu_ms /= iters
