@@ -303,6 +303,45 @@ def _fmt_eta(seconds: float) -> str:
     return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
+def _layer_by_layer(
+    ev: Any,
+    layers: list[tuple[str, Any]],
+    names: list[str],
+    sizes: dict[str, int],
+    use_local: bool,
+    report_progress: ProgressFn,
+) -> list[LayerSensitivity]:
+    """Quantize each layer alone (``use_local``: the layer on its own; else the pass with
+    every other layer excluded) and measure the output error; a layer the pass cannot
+    handle gets its error, the others go on."""
+    results = []
+    t_layers = time.perf_counter()
+    n = len(layers)
+    for i, (name, module) in enumerate(layers):
+        if ev.cancel():
+            raise Cancelled("sensitivity analysis cancelled")
+        eta = ""
+        if i:
+            eta = f", about {_fmt_eta((time.perf_counter() - t_layers) / i * (n - i))} left"
+        report_progress((i + 1) / (n + 1), f"layer {i + 1} of {n}: {name}{eta}")
+        entry = LayerSensitivity(name, type(module).__name__, sizes[name])
+        try:
+            m = (
+                ev.evaluate_local(name)
+                if use_local
+                else ev.evaluate([x for x in names if x != name])
+            )
+        except Cancelled:
+            raise
+        except AccelError as exc:
+            entry.error = str(exc)
+        else:
+            for k, v in m.items():
+                setattr(entry, k, v)
+        results.append(entry)
+    return results
+
+
 def analyze_sensitivity(
     model: Any,
     pass_name: str = "quantize_static_int8",
@@ -348,31 +387,7 @@ def analyze_sensitivity(
     sampled = f" (sample of {len(layers)} of {len(names)})" if skipped else ""
     report_progress(0.0, f"{len(layers)} layers{sampled}; quantizing all of them first")
     full = ev.evaluate([])
-    results = []
-    t_layers = time.perf_counter()
-    n = len(layers)
-    for i, (name, module) in enumerate(layers):
-        if is_cancelled():
-            raise Cancelled("sensitivity analysis cancelled")
-        eta = ""
-        if i:
-            eta = f", about {_fmt_eta((time.perf_counter() - t_layers) / i * (n - i))} left"
-        report_progress((i + 1) / (n + 1), f"layer {i + 1} of {n}: {name}{eta}")
-        entry = LayerSensitivity(name, type(module).__name__, dict(sizes)[name])
-        try:
-            m = (
-                ev.evaluate_local(name)
-                if use_local
-                else ev.evaluate([x for x in names if x != name])
-            )
-        except Cancelled:
-            raise
-        except AccelError as exc:
-            entry.error = str(exc)
-        else:
-            for k, v in m.items():
-                setattr(entry, k, v)
-        results.append(entry)
+    results = _layer_by_layer(ev, layers, names, dict(sizes), use_local, report_progress)
     results.sort(key=lambda e: e.score(), reverse=True)
     report_progress(1.0, "done")
     return SensitivityReport(

@@ -25,8 +25,6 @@ ALLOWED: dict[str, int] = {
     # not split yet
     "accel/passes/prune.py::PruneChannels.apply": 103,
     "accel/corpus_check.py::check_model": 95,
-    "accel/search/sensitivity_space.py::add_exclude_sets": 89,
-    "accel/sensitivity.py::analyze_sensitivity": 86,
     "accel/passes/_torch_helpers.py::fold_batchnorm": 81,
 }
 

@@ -67,24 +67,12 @@ def _analysis_pass(space: SearchSpace) -> str:
     return "quantize_dynamic_int8"
 
 
-def add_exclude_sets(
-    space: SearchSpace,
-    config: Any,
-    cancel: Callable[[], bool],
-    progress: Callable[[float, str], None] | None = None,
-) -> tuple[SearchSpace, dict[str, Any]]:
-    """The space with an ``exclude`` Choice on each torch quantization pass, and a summary
-    (the analysis, its time, the sets per pass, the passes left without sets and why)."""
-    from accel.errors import AccelError, Cancelled
-    from accel.models import load_model
+def _exclude_targets(space: SearchSpace, skipped: dict[str, str]) -> dict[str, tuple[str, ...]]:
+    """Pass -> the torch layer types it quantizes, for the passes in the space whose
+    exclude list takes torch module names (the others with an exclude list: in ``skipped``)."""
     from accel.passes import get_pass
-    from accel.passes._torch_quant_helpers import select_layers
-    from accel.sensitivity import analyze_sensitivity
 
-    t0 = time.monotonic()
-    summary: dict[str, Any] = {"sets": {}, "skipped": {}}
-    targets: dict[str, tuple[str, ...]] = {}  # pass -> torch layer types it quantizes
-    skipped = summary["skipped"]
+    targets: dict[str, tuple[str, ...]] = {}
     for name in sorted(space.passes):
         cls = get_pass(name)
         if "exclude" not in cls.Config.model_fields:
@@ -95,6 +83,62 @@ def add_exclude_sets(
             targets[name] = tuple(cls.module_layer_types)
         else:
             skipped[name] = "its exclude list does not say it takes torch module names"
+    return targets
+
+
+def _with_exclude_choices(
+    space: SearchSpace,
+    targets: dict[str, tuple[str, ...]],
+    model: Any,
+    report: Any,
+    summary: dict[str, Any],
+) -> dict[str, Any]:
+    """The space's passes with an ``exclude`` Choice of sets from the ranking (per pass:
+    the analysed layers of the types it quantizes); passes with fewer than two sets are
+    noted in ``summary["skipped"]``, the sets in ``summary["sets"]``."""
+    from accel.passes import get_pass
+    from accel.passes._torch_quant_helpers import select_layers
+    from accel.passes.base import Choice
+
+    types = {layer.name: layer.type for layer in report.layers}
+    passes = dict(space.passes)
+    for name, kinds in targets.items():
+        quantized, _, _ = select_layers(model.module, kinds, [])
+        ranking = [n for n in report.ranking() if types[n] in kinds]
+        sets = exclude_sets(ranking, len(quantized))
+        if len(sets) < 2:
+            summary["skipped"][name] = (
+                f"no set of analysed layers ({'/'.join(kinds)}) to keep in float "
+                f"leaves one of its {len(quantized)} layer(s) quantized"
+            )
+            continue
+        p = passes[name]
+        passes[name] = dataclasses.replace(
+            p,
+            params={**p.params, "exclude": Choice(tuple(sets))},
+            decode={**p.decode, "exclude": sets},
+            decode_lost_after=frozenset(getattr(get_pass(name), "module_names_lost_after", ())),
+        )
+        summary["sets"][name] = sets
+    return passes
+
+
+def add_exclude_sets(
+    space: SearchSpace,
+    config: Any,
+    cancel: Callable[[], bool],
+    progress: Callable[[float, str], None] | None = None,
+) -> tuple[SearchSpace, dict[str, Any]]:
+    """The space with an ``exclude`` Choice on each torch quantization pass, and a summary
+    (the analysis, its time, the sets per pass, the passes left without sets and why)."""
+    from accel.errors import AccelError, Cancelled
+    from accel.models import load_model
+    from accel.sensitivity import analyze_sensitivity
+
+    t0 = time.monotonic()
+    summary: dict[str, Any] = {"sets": {}, "skipped": {}}
+    skipped = summary["skipped"]
+    targets = _exclude_targets(space, skipped)
     if space.model_kind != "torch" or not targets:
         summary["reason"] = "no quantization pass in the space takes exclude sets of torch layers"
         return space, summary
@@ -126,28 +170,7 @@ def add_exclude_sets(
             "ranking": report.ranking(),
         }
     )
-    types = {layer.name: layer.type for layer in report.layers}
-    passes = dict(space.passes)
-    from accel.passes.base import Choice
-
-    for name, kinds in targets.items():
-        quantized, _, _ = select_layers(model.module, kinds, [])
-        ranking = [n for n in report.ranking() if types[n] in kinds]
-        sets = exclude_sets(ranking, len(quantized))
-        if len(sets) < 2:
-            skipped[name] = (
-                f"no set of analysed layers ({'/'.join(kinds)}) to keep in float "
-                f"leaves one of its {len(quantized)} layer(s) quantized"
-            )
-            continue
-        p = passes[name]
-        passes[name] = dataclasses.replace(
-            p,
-            params={**p.params, "exclude": Choice(tuple(sets))},
-            decode={**p.decode, "exclude": sets},
-            decode_lost_after=frozenset(getattr(get_pass(name), "module_names_lost_after", ())),
-        )
-        summary["sets"][name] = sets
+    passes = _with_exclude_choices(space, targets, model, report, summary)
     log.info(
         "sensitivity (%s, %d layers) took %.1f s; exclude sets for %s",
         analysis,
