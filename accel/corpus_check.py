@@ -86,73 +86,85 @@ def check_model(
     """Run each pass in ``passes`` (default: all registered) on ``source``; one Cell each.
 
     ``time_it=False`` leaves the speedup out (tests: outcomes and parity only)."""
-    import torch
-
-    from accel.measure import TimingSettings, compare_interleaved
-    from accel.models import load_model
-    from accel.parity import Tolerances, compare, normalize_outputs
-    from accel.passes import PassContext, get_pass, pass_names
+    from accel.measure import TimingSettings
+    from accel.passes import pass_names
 
     timing = TimingSettings.from_any(
         timing or {"rounds": 2, "iters": 4, "warmup": 1, "min_time_s": 0}
     )
+    run = _ModelCheck(source, input_spec, Path(work_dir), timing, device, time_it)
     params = {**MATRIX_PARAMS, **(params or {})}
-    work_dir = Path(work_dir)
-    work_dir.mkdir(parents=True, exist_ok=True)
-    original = load_model(source, input_spec, device=device)
-    inputs = original.input_spec.sample(seed=0)
-    with torch.no_grad():
-        reference = normalize_outputs(original.forward(inputs))
-    onnx_model: Any = None
-    onnx_error: str | None = None
     cells: list[Cell] = []
-
-    def ctx_for(name: str) -> Any:
-        d = work_dir / name
-        d.mkdir(parents=True, exist_ok=True)
-        return PassContext(inputs=inputs, device=device, work_dir=d, original=original)
-
     for name in list(passes) if passes is not None else pass_names():
+        cell = run.cell(name, params.get(name, {}))
+        cells.append(cell)
+        if on_cell is not None:
+            on_cell(cell)
+    return cells
+
+
+class _ModelCheck:
+    """One model of the corpus: its original, inputs and reference outputs, and (made once,
+    when an ONNX pass first needs it) its ONNX export."""
+
+    def __init__(
+        self,
+        source: str,
+        input_spec: str | None,
+        work_dir: Path,
+        timing: Any,
+        device: str,
+        time_it: bool,
+    ) -> None:
+        import torch
+
+        from accel.models import load_model
+        from accel.parity import normalize_outputs
+
+        self.source, self.work_dir, self.timing = source, work_dir, timing
+        self.device, self.time_it = device, time_it
+        work_dir.mkdir(parents=True, exist_ok=True)
+        self.original = load_model(source, input_spec, device=device)
+        self.inputs = self.original.input_spec.sample(seed=0)
+        with torch.no_grad():
+            self.reference = normalize_outputs(self.original.forward(self.inputs))
+        self.onnx_model: Any = None
+        self.onnx_error: str | None = None
+
+    def ctx_for(self, name: str) -> Any:
+        from accel.passes import PassContext
+
+        d = self.work_dir / name
+        d.mkdir(parents=True, exist_ok=True)
+        return PassContext(
+            inputs=self.inputs, device=self.device, work_dir=d, original=self.original
+        )
+
+    def onnx_base(self) -> Any:
+        """The ONNX export of the original (NotApplicable when the export failed)."""
+        from accel.passes import get_pass
+
+        if self.onnx_model is None and self.onnx_error is None:
+            try:
+                exp = get_pass("export_onnx")()
+                self.onnx_model = exp.apply(
+                    _fresh(self.original), exp.parse_config({}), self.ctx_for("_export_onnx")
+                )
+            except Exception as exc:  # noqa: BLE001 - recorded per ONNX pass
+                self.onnx_error = str(exc) or type(exc).__name__
+        if self.onnx_error is not None:
+            raise NotApplicable(f"needs the ONNX export, which failed: {self.onnx_error}")
+        return self.onnx_model
+
+    def cell(self, name: str, params: dict[str, Any]) -> Cell:
+        """One pass on the model: ok (parity, speedup), n/a, refused or crash."""
+        from accel.passes import get_pass
+
         cls = get_pass(name)
         p = cls()
-        cell = Cell(source, name, "ok", params=params.get(name, {}))
+        cell = Cell(self.source, name, "ok", params=params)
         try:
-            config = cls.parse_config(cell.params)
-            if cls.requires.cuda and not str(device).startswith("cuda"):
-                raise NotApplicable(f"{name} needs a CUDA GPU")
-            base = original
-            if original.kind not in cls.requires.model_kinds:
-                if onnx_model is None and onnx_error is None:
-                    try:
-                        exp = get_pass("export_onnx")()
-                        onnx_model = exp.apply(
-                            _fresh(original), exp.parse_config({}), ctx_for("_export_onnx")
-                        )
-                    except Exception as exc:  # noqa: BLE001 - recorded per ONNX pass
-                        onnx_error = str(exc) or type(exc).__name__
-                if onnx_error is not None:
-                    raise NotApplicable(f"needs the ONNX export, which failed: {onnx_error}")
-                base = onnx_model
-            p.check_requirements(base, device)
-            model = _fresh(base)
-            p.preflight(model, config)
-            ctx = ctx_for(name)
-            torch.manual_seed(0)
-            t0 = time.perf_counter()
-            new = p.apply(model, config, ctx)
-            cell.build_s = time.perf_counter() - t0
-            cell.details = _jsonable(
-                {k: v for k, v in ctx.details.items() if k not in ("quantized_layers",)}
-            )
-            with torch.no_grad():
-                out = normalize_outputs(new.forward(inputs))
-            report = compare(reference, out, Tolerances())
-            cell.parity_passed = bool(report.passed)
-            cell.parity = report.summary()
-            if time_it:
-                cmp = compare_interleaved(original, new, inputs, timing, device=device)
-                cell.speedup = cmp.speedup.value
-                cell.speedup_low, cell.speedup_high = cmp.speedup.low, cmp.speedup.high
+            self._build_and_check(name, cls, p, cell)
         except NotApplicable as exc:
             cell.outcome, cell.reason = "n/a", str(exc)
         except (PassError, AccelError) as exc:
@@ -162,7 +174,39 @@ def check_model(
             cell.reason = f"{type(exc).__name__}: {exc}"
             cell.traceback = traceback.format_exc()
         cell.reason = cell.reason.strip().splitlines()[0][:400] if cell.reason else ""
-        cells.append(cell)
-        if on_cell is not None:
-            on_cell(cell)
-    return cells
+        return cell
+
+    def _build_and_check(self, name: str, cls: Any, p: Any, cell: Cell) -> None:
+        import torch
+
+        from accel.measure import compare_interleaved
+        from accel.parity import Tolerances, compare, normalize_outputs
+
+        config = cls.parse_config(cell.params)
+        if cls.requires.cuda and not str(self.device).startswith("cuda"):
+            raise NotApplicable(f"{name} needs a CUDA GPU")
+        base = self.original
+        if self.original.kind not in cls.requires.model_kinds:
+            base = self.onnx_base()
+        p.check_requirements(base, self.device)
+        model = _fresh(base)
+        p.preflight(model, config)
+        ctx = self.ctx_for(name)
+        torch.manual_seed(0)
+        t0 = time.perf_counter()
+        new = p.apply(model, config, ctx)
+        cell.build_s = time.perf_counter() - t0
+        cell.details = _jsonable(
+            {k: v for k, v in ctx.details.items() if k not in ("quantized_layers",)}
+        )
+        with torch.no_grad():
+            out = normalize_outputs(new.forward(self.inputs))
+        report = compare(self.reference, out, Tolerances())
+        cell.parity_passed = bool(report.passed)
+        cell.parity = report.summary()
+        if self.time_it:
+            cmp = compare_interleaved(
+                self.original, new, self.inputs, self.timing, device=self.device
+            )
+            cell.speedup = cmp.speedup.value
+            cell.speedup_low, cell.speedup_high = cmp.speedup.low, cmp.speedup.high
