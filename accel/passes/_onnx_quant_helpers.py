@@ -11,6 +11,28 @@ from __future__ import annotations
 from onnxruntime.quantization import CalibrationDataReader
 
 
+def index_computing_nodes(model_path):
+    """Names of the nodes that compute the indices of a Gather (all their producers, up to
+    the graph inputs): integer positions, often computed in float (T5's relative-position
+    buckets take a log that is -inf at 0). Quantizing them breaks the indices, so static
+    quantization keeps them in float."""
+    import onnx
+
+    graph = onnx.load(str(model_path), load_external_data=False).graph
+    producer = {out: n for n in graph.node for out in n.output}
+    found, todo = {}, []
+    for n in graph.node:
+        if n.op_type in ("Gather", "GatherElements", "GatherND") and len(n.input) > 1:
+            todo.append(n.input[1])
+    while todo:
+        node = producer.get(todo.pop())
+        if node is None or node.name in found:
+            continue
+        found[node.name] = None
+        todo.extend(node.input)
+    return [name for name in found if name]
+
+
 def onnx_module_paths(graph):
     """Node name -> the torch module path it came from ("layer3.0.conv1"), "" when unknown.
 

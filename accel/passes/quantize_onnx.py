@@ -274,6 +274,11 @@ class _QuantizeOnnx(Pass):
         if config.preprocess:
             src = _preprocess(src, work, ctx)
         exclude = self._exclude_nodes(src, model, config)
+        # Static: nodes computing a Gather's indices stay float (quantized, they break the indices).
+        index_nodes = []
+        if self.mode == "static":
+            index_nodes = [n for n in h.index_computing_nodes(src) if n not in set(exclude)]
+            ctx.details["float_index_nodes"] = len(index_nodes)
         histogram = h.onnx_op_histogram(src)
         op_types = _op_types(config, self.mode)
         ctx.details.update(
@@ -286,7 +291,7 @@ class _QuantizeOnnx(Pass):
         )
         out = work / self._out_name(config)
         ctx.check_cancelled()
-        self._quantize(src, out, model, config, op_types, exclude, ctx)
+        self._quantize(src, out, model, config, op_types, exclude + index_nodes, ctx)
         counts = h.quantized_op_counts(out)
         ctx.details["quantized_ops"] = counts
         if not counts:
@@ -396,6 +401,7 @@ class _QuantizeOnnx(Pass):
         helpers = [
             inspect.getsource(h.onnx_module_paths),
             inspect.getsource(h.onnx_nodes_matching),
+            inspect.getsource(h.index_computing_nodes),
             inspect.getsource(h.BatchCalibrationReader),
         ]
         lines = ["src_path = onnx_path"]
@@ -430,6 +436,10 @@ class _QuantizeOnnx(Pass):
         if self.mode == "dynamic":
             lines.append(
                 'exclude += [f"{n}_MatMul" for n in exclude]  # quantize_dynamic renames Gemm to <name>_MatMul'
+            )
+        else:
+            lines.append(
+                "exclude += [n for n in index_computing_nodes(src_path) if n not in set(exclude)]"
             )
         op_types = _op_types(config, self.mode)
         out = self._out_name(config)

@@ -390,3 +390,32 @@ def test_incomplete_symbolic_shape_inference_writes_nothing_to_the_working_direc
     assert "symbolic shape inference incomplete" in ctx.details["preprocess"]
     assert list(cwd.iterdir()) == []
     assert sorted(p.name for p in work.iterdir()) == [pre.name]
+
+
+def test_static_quantization_keeps_index_computations_in_float(tmp_path):
+    """T5's relative-position buckets: float ops (a log that is -inf at 0) compute a Gather's
+    indices; quantizing them gave NaN -> INT64_MIN indices and an ORT crash. Those nodes are
+    found from the Gather's indices back to the inputs and kept in float."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from accel.passes._onnx_quant_helpers import index_computing_nodes
+
+    table = numpy_helper.from_array(torch.randn(32, 8).numpy(), "table")
+    w = numpy_helper.from_array(torch.randn(8, 8).numpy(), "w")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Abs", ["pos"], ["a"], name="abs"),
+            helper.make_node("Log", ["a"], ["l"], name="log"),
+            helper.make_node("Relu", ["l"], ["r"], name="relu"),
+            helper.make_node("Cast", ["r"], ["idx"], name="cast", to=TensorProto.INT64),
+            helper.make_node("Gather", ["table", "idx"], ["g"], name="gather"),
+            helper.make_node("MatMul", ["g", "w"], ["y"], name="mm"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("pos", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8])],
+        initializer=[table, w],
+    )
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    assert sorted(index_computing_nodes(path)) == ["abs", "cast", "log", "relu"]
