@@ -116,6 +116,96 @@ class PruneChannelsConfig(PassConfig):
     )
 
 
+def _prune_and_check(
+    module: Any,
+    inputs: dict[str, Any],
+    config: PruneChannelsConfig,
+    batches: list[Any],
+    ctx: PassContext,
+    share: float,
+) -> dict[str, Any]:
+    """Prune with torch-pruning (errors that say what to ignore), then check that something
+    was pruned and that the pruned model still runs. Returns torch-pruning's facts."""
+    import torch
+
+    from accel.errors import AccelError, PassError
+    from accel.passes import _prune_helpers as h
+
+    def on_prune(i: int, n: int) -> None:
+        ctx.check_cancelled()
+        ctx.progress(share * i / n, f"pruning step {i}/{n}")
+
+    try:
+        with torch.enable_grad():
+            facts = h.prune_channels_tp(
+                module,
+                inputs,
+                ratio=config.ratio,
+                importance=config.importance,
+                global_pruning=config.global_pruning,
+                iterative_steps=config.iterative_steps,
+                ignore=tuple(config.ignore),
+                ignore_head=config.ignore_head,
+                prune_heads=config.prune_heads,
+                round_to=config.round_to,
+                batches=batches[: config.importance_batches],
+                on_step=on_prune,
+            )
+    except AccelError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - torch-pruning fails in many ways on unusual graphs
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise PassError(
+            f"torch-pruning could not prune this model: {type(exc).__name__}: {first}. Add the failing "
+            "layers to `ignore` (module-name patterns) or use prune_unstructured."
+        ) from None
+    if not facts["pruned_channels"]:
+        raise PassError(
+            f"nothing was pruned: every prunable layer is ignored or coupled to an ignored one "
+            f"(ignored: {facts['ignored_layers']}). Recurrent layers and embeddings are always kept; "
+            "try ignore_head: false or a model with Conv/Linear layers."
+        )
+    try:
+        with torch.inference_mode():
+            module(*inputs.values())
+    except Exception as exc:  # noqa: BLE001
+        raise PassError(
+            f"the pruned model no longer runs ({type(exc).__name__}: {exc}); a layer reshapes with a fixed "
+            "width. Add it to `ignore`, or make its forward use -1 / the layer's current size."
+        ) from None
+    return facts
+
+
+def _finetune(
+    module: Any,
+    teacher: Any,
+    config: PruneChannelsConfig,
+    batches: list[Any],
+    ctx: PassContext,
+    share: float,
+) -> None:
+    """Distil the pruned model towards the original (``finetune_steps`` steps)."""
+    import torch
+
+    from accel.passes import _prune_helpers as h
+
+    def on_tune(i: int, n: int) -> None:
+        ctx.check_cancelled()
+        if i % max(1, n // 20) == 0 or i == n:
+            ctx.progress(share + (0.95 - share) * i / n, f"fine-tuning {i}/{n}")
+
+    with torch.enable_grad():
+        loss = h.distill(
+            module,
+            teacher,
+            batches[: config.finetune_batches],
+            config.finetune_steps,
+            config.finetune_lr,
+            on_tune,
+        )
+    ctx.metrics["finetune_loss"] = loss
+
+
 @register_pass
 class PruneChannels(Pass):
     name = "prune_channels"
@@ -142,7 +232,7 @@ class PruneChannels(Pass):
 
         import torch
 
-        from accel.errors import AccelError, PassError
+        from accel.errors import PassError
         from accel.passes import _prune_helpers as h
 
         module = model.module
@@ -164,65 +254,9 @@ class PruneChannels(Pass):
         teacher = copy.deepcopy(module) if config.finetune_steps else None
         share = 0.6 if config.finetune_steps else 0.9
 
-        def on_prune(i: int, n: int) -> None:
-            ctx.check_cancelled()
-            ctx.progress(share * i / n, f"pruning step {i}/{n}")
-
-        try:
-            with torch.enable_grad():
-                facts = h.prune_channels_tp(
-                    module,
-                    inputs,
-                    ratio=config.ratio,
-                    importance=config.importance,
-                    global_pruning=config.global_pruning,
-                    iterative_steps=config.iterative_steps,
-                    ignore=tuple(config.ignore),
-                    ignore_head=config.ignore_head,
-                    prune_heads=config.prune_heads,
-                    round_to=config.round_to,
-                    batches=batches[: config.importance_batches],
-                    on_step=on_prune,
-                )
-        except AccelError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - torch-pruning fails in many ways on unusual graphs
-            first = str(exc).splitlines()[0] if str(exc) else ""
-            raise PassError(
-                f"torch-pruning could not prune this model: {type(exc).__name__}: {first}. Add the failing "
-                "layers to `ignore` (module-name patterns) or use prune_unstructured."
-            ) from None
-        if not facts["pruned_channels"]:
-            raise PassError(
-                f"nothing was pruned: every prunable layer is ignored or coupled to an ignored one "
-                f"(ignored: {facts['ignored_layers']}). Recurrent layers and embeddings are always kept; "
-                "try ignore_head: false or a model with Conv/Linear layers."
-            )
-        try:
-            with torch.inference_mode():
-                module(*inputs.values())
-        except Exception as exc:  # noqa: BLE001
-            raise PassError(
-                f"the pruned model no longer runs ({type(exc).__name__}: {exc}); a layer reshapes with a fixed "
-                "width. Add it to `ignore`, or make its forward use -1 / the layer's current size."
-            ) from None
+        facts = _prune_and_check(module, inputs, config, batches, ctx, share)
         if config.finetune_steps:
-
-            def on_tune(i: int, n: int) -> None:
-                ctx.check_cancelled()
-                if i % max(1, n // 20) == 0 or i == n:
-                    ctx.progress(share + (0.95 - share) * i / n, f"fine-tuning {i}/{n}")
-
-            with torch.enable_grad():
-                loss = h.distill(
-                    module,
-                    teacher,
-                    batches[: config.finetune_batches],
-                    config.finetune_steps,
-                    config.finetune_lr,
-                    on_tune,
-                )
-            ctx.metrics["finetune_loss"] = loss
+            _finetune(module, teacher, config, batches, ctx, share)
         module.eval()
         params_after = sum(p.numel() for p in module.parameters())
         flops_after = h.count_flops(module, inputs)
