@@ -39,7 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(preferred sizes and queue delay from the sweep), loaded by concurrent clients over "
         "gRPC, each load bounded in requests and time: p50/p99 latency and throughput per "
         "client count, and the served path's overhead over a direct call. The result is "
-        "written to the run folder as serve_test.json. The server always stops (Ctrl-C too).",
+        "stored with the run and written to the run folder as serve_test.json. "
+        "The server always stops (Ctrl-C too).",
     )
     s.add_argument("run", metavar="RUN", help="run id (or a unique prefix)")
     s.add_argument("--clients", default="1,4,16", metavar="1,4,16", help="client counts")
@@ -144,6 +145,7 @@ def run_serve_test(args: argparse.Namespace) -> int:
     from accel.deploy.triton import load_runtime
     from studio.cli import CliError
     from studio.commands.history import _repo
+    from studio.store.serve_tests import add_serve_test
 
     clients = parse_batches(args.clients)  # the same "1,4,16" syntax
     if not clients:
@@ -174,6 +176,11 @@ def run_serve_test(args: argparse.Namespace) -> int:
         out = Path(detail.run_dir) / "serve_test.json"
         out.write_text(json.dumps(data, indent=1, default=str))
         data["saved_to"] = str(out)
+    repo = _repo(args)
+    try:
+        data["serve_test_id"] = add_serve_test(repo, detail.id, report.to_dict(), art)
+    finally:
+        repo.close()
     if args.json:
         print(json.dumps(data, indent=2, default=str))
         return 0

@@ -287,3 +287,61 @@ class ProfileLayerRow(Base):
     params: Mapped[int | None] = mapped_column(BigInteger)
     memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
     extra: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class ServeTestRow(Base):
+    """One `studio serve-test` of a run: the direct batch sweep and the served load points."""
+
+    __tablename__ = "serve_tests"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    artifact_kind: Mapped[str] = mapped_column(String(32), default="")
+    artifact_path: Mapped[str] = mapped_column(String(2048), default="")
+    preferred_batch_sizes: Mapped[list[int]] = mapped_column(JSON, default=list)
+    max_queue_delay_us: Mapped[int] = mapped_column(Integer, default=0)
+    max_batch_size: Mapped[int] = mapped_column(Integer, default=0)
+    direct_p50_ms: Mapped[float | None] = mapped_column(Float)
+
+    sweep: Mapped[list[ServeSweepRow]] = relationship(
+        cascade="all, delete-orphan", passive_deletes=True, order_by="ServeSweepRow.batch"
+    )
+    load: Mapped[list[ServeLoadRow]] = relationship(
+        cascade="all, delete-orphan", passive_deletes=True, order_by="ServeLoadRow.id"
+    )
+
+
+class ServeSweepRow(Base):
+    """Direct (not served) call latency and throughput at one batch size."""
+
+    __tablename__ = "serve_test_sweep"
+    __table_args__ = (UniqueConstraint("serve_test_id", "batch"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    serve_test_id: Mapped[int] = mapped_column(
+        ForeignKey("serve_tests.id", ondelete="CASCADE"), index=True
+    )
+    batch: Mapped[int] = mapped_column(Integer)
+    latency_ms: Mapped[float] = mapped_column(Float)
+    throughput: Mapped[float] = mapped_column(Float)  # samples per second
+
+
+class ServeLoadRow(Base):
+    """Served throughput and latency at one client count, with or without dynamic batching."""
+
+    __tablename__ = "serve_test_load"
+    __table_args__ = (UniqueConstraint("serve_test_id", "clients", "dynamic_batching"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    serve_test_id: Mapped[int] = mapped_column(
+        ForeignKey("serve_tests.id", ondelete="CASCADE"), index=True
+    )
+    clients: Mapped[int] = mapped_column(Integer)
+    dynamic_batching: Mapped[bool] = mapped_column(Boolean)
+    requests: Mapped[int] = mapped_column(Integer, default=0)
+    errors: Mapped[int] = mapped_column(Integer, default=0)
+    p50_ms: Mapped[float] = mapped_column(Float)
+    p99_ms: Mapped[float] = mapped_column(Float)
+    throughput: Mapped[float] = mapped_column(Float)  # requests (= samples) per second
+    overhead_ms: Mapped[float | None] = mapped_column(Float)  # p50 served - direct batch-1 p50

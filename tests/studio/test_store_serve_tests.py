@@ -1,0 +1,103 @@
+"""Serve-test results in the store: migration 0004 from a 0003 database, round trip."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from alembic import command
+
+from studio.store import Repository
+from studio.store import db as dbmod
+from studio.store.repo import RunNotFound
+from studio.store.serve_tests import add_serve_test, serve_tests
+
+REPORT = {
+    "sweep": [
+        {"batch": 1, "latency_ms": 0.4, "throughput": 2500.0},
+        {"batch": 8, "latency_ms": 0.8, "throughput": 10000.0},
+    ],
+    "preferred_batch_sizes": [8],
+    "max_queue_delay_us": 200,
+    "max_batch_size": 8,
+    "direct_p50_ms": 0.4,
+    "load": [
+        {"mode": "no batching", "clients": 4, "requests": 100, "errors": 0,
+         "p50_ms": 2.0, "p99_ms": 5.0, "throughput": 80.0},
+        {"mode": "dynamic batching", "clients": 4, "requests": 400, "errors": 1,
+         "p50_ms": 1.5, "p99_ms": 3.0, "throughput": 400.0},
+    ],
+}  # fmt: skip
+
+
+def test_upgrade_from_0003_keeps_runs_and_adds_serve_tests(tmp_path):
+    path = tmp_path / "old.db"
+    url = f"sqlite:///{path}"
+    engine = dbmod.make_engine(url)
+    cfg = dbmod.alembic_config(url)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0003")
+        conn.exec_driver_sql(
+            "INSERT INTO runs (id, name, kind, status, device, environment, baseline, summary,"
+            " job_params, run_dir, notes, error, error_type, signal, log_tail, owner, created_at)"
+            " VALUES ('r1', 'old', 'run_recipe', 'succeeded', 'cpu', '{}', '{}', '{}', '{}', '',"
+            " '', '', '', '', '', '', '2026-01-01 00:00:00')"
+        )
+    engine.dispose()
+    repo = Repository.open(path)
+    assert dbmod.current_revision(repo.engine) == "0004" == dbmod.head_revision()
+    assert repo.get_run("r1").run.name == "old"
+    assert serve_tests(repo, "r1") == []
+    add_serve_test(repo, "r1", REPORT, {"kind": "onnx", "path": "/m.onnx"})
+    repo.close()
+    (backup,) = tmp_path.glob("old.db.bak-0003-*")
+    con = sqlite3.connect(backup)
+    assert con.execute("SELECT version_num FROM alembic_version").fetchall() == [("0003",)]
+    con.close()
+
+
+def test_downgrade_to_0003_and_upgrade_again(tmp_path):
+    path = tmp_path / "rt.db"
+    repo = Repository.open(path)
+    run = repo.create_run(model_source="zoo:mlp")
+    add_serve_test(repo, run.id, REPORT)
+    repo.close()
+    url = f"sqlite:///{path}"
+    engine = dbmod.make_engine(url)
+    cfg = dbmod.alembic_config(url)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0003")
+    tables = set(sqlite3.connect(path).execute("SELECT name FROM sqlite_master").fetchall())
+    assert ("serve_tests",) not in tables and ("runs",) in tables
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+    engine.dispose()
+    repo = Repository.open(path)
+    assert repo.get_run(run.id).run.id == run.id and serve_tests(repo, run.id) == []
+    repo.close()
+
+
+def test_serve_test_round_trip_and_cascade(tmp_path):
+    repo = Repository.open(tmp_path / "s.db")
+    run = repo.create_run(model_source="zoo:mlp")
+    first = add_serve_test(repo, run.id, REPORT, {"kind": "onnx", "path": "/m.onnx"})
+    second = add_serve_test(repo, run.id, {**REPORT, "max_queue_delay_us": 300})
+    (new, old) = serve_tests(repo, run.id)
+    assert (new.id, old.id) == (second, first)
+    assert old.artifact_kind == "onnx" and old.artifact_path == "/m.onnx"
+    assert [(p.batch, p.throughput) for p in old.sweep] == [(1, 2500.0), (8, 10000.0)]
+    assert old.preferred_batch_sizes == [8] and old.max_queue_delay_us == 200
+    off, on = old.load
+    assert (off.dynamic_batching, on.dynamic_batching) == (False, True)
+    assert on.errors == 1 and on.overhead_ms == pytest.approx(1.1)
+    assert old.speedup(4) == pytest.approx(5.0) and old.speedup(16) is None
+    with pytest.raises(RunNotFound):
+        add_serve_test(repo, "nope", REPORT)
+    repo.delete_run(run.id)
+    assert serve_tests(repo, run.id) == []
+    with repo.engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM serve_test_load").scalar() == 0
+    repo.close()
