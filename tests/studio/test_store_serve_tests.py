@@ -101,3 +101,38 @@ def test_serve_test_round_trip_and_cascade(tmp_path):
     with repo.engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT count(*) FROM serve_test_load").scalar() == 0
     repo.close()
+
+
+def test_cli_serve_test_stores_its_report(tmp_path, monkeypatch, capsys):
+    """The CLI writes the report through the store (the server itself is tested in
+    tests/accel/test_deploy_triton.py; here serve_test returns a fixed report)."""
+    import accel.deploy.serve as serve_mod
+    import accel.deploy.triton as triton_mod
+    from accel.deploy.serve import LoadPoint, ServeReport
+    from accel.deploy.triton import SweepPoint
+    from studio import cli
+    from studio.commands import deploy
+
+    db = tmp_path / "c.db"
+    repo = Repository.open(db)
+    run = repo.create_run(model_source="zoo:mlp")
+    repo.close()
+    art = {"kind": "onnx", "path": str(tmp_path / "m.onnx"), "step": 0, "pass": "export_onnx"}
+    monkeypatch.setattr(deploy, "run_artifact", lambda r, rid: (r.get_run(rid), art, None))
+    monkeypatch.setattr(triton_mod, "load_runtime", lambda kind, path: object())
+    report = ServeReport(
+        sweep=[SweepPoint(1, 0.5, 2000.0), SweepPoint(4, 1.0, 4000.0)],
+        preferred_batch_sizes=[4],
+        max_queue_delay_us=250,
+        max_batch_size=4,
+        direct_p50_ms=0.5,
+        load=[LoadPoint("no batching", 2, 10, 0, 3.0, 4.0, 50.0)],
+    )
+    monkeypatch.setattr(serve_mod, "serve_test", lambda *a, **k: report)
+    assert cli.main(["--db", str(db), "serve-test", run.id, "--clients", "2"]) == 0
+    assert "batch sweep" in capsys.readouterr().out
+    repo = Repository.open(db)
+    (stored,) = serve_tests(repo, run.id)
+    repo.close()
+    assert [p.batch for p in stored.sweep] == [1, 4] and stored.max_queue_delay_us == 250
+    assert stored.load[0].clients == 2 and stored.load[0].overhead_ms == pytest.approx(2.5)
