@@ -197,12 +197,55 @@ class RunFilter:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Runs side by side: ``rows[(step index, pass name, metric)] = [value per run]``."""
+    """Runs side by side: ``rows[(position, pass name, metric)] = [value per run]``.
+
+    Steps are aligned by pass, not by index: ``position`` is the step's place in one merged
+    sequence of every run's passes (``align_passes``), so the export_onnx of a 3-step recipe
+    and of a 4-step one share a row. ``positions[i][step index]`` is that place for run i."""
 
     runs: list[RunDetail]
     columns: list[str]  # run ids, in the order asked
     rows: dict[tuple[int, str, str], list[float | None]]
     parity: dict[tuple[int, str], list[bool | None]]
+    slots: list[str] = field(default_factory=list)  # pass name at each position
+    positions: list[dict[int, int]] = field(default_factory=list)
+
+
+def align_passes(sequences: list[list[str]]) -> tuple[list[str], list[list[int]]]:
+    """Merge several runs' pass sequences into one, so equal passes line up.
+
+    A slot is (pass, occurrence): the second export_onnx of a run only meets the second one
+    of another. Runs are merged in order; a pass not seen yet goes just before the run's next
+    pass that is already placed (after the last one it matched), or at the end. Returns the
+    merged pass names and, per run, each step's position.
+    """
+    merged: list[tuple[str, int]] = []
+    for seq in sequences:
+        seen: dict[str, int] = {}
+        slots = []
+        for name in seq:
+            slots.append((name, seen.get(name, 0)))
+            seen[name] = slots[-1][1] + 1
+        cursor = -1
+        for k, slot in enumerate(slots):
+            if slot in merged:  # (one met out of order keeps its place; the cursor stays)
+                cursor = max(cursor, merged.index(slot))
+                continue
+            later = [merged.index(x) for x in slots[k + 1 :] if x in merged]
+            later = [i for i in later if i > cursor]
+            cursor = min(later) if later else len(merged)
+            merged.insert(cursor, slot)
+    where = {slot: i for i, slot in enumerate(merged)}
+    out = []
+    for seq in sequences:
+        seen = {}
+        pos = []
+        for name in seq:
+            k = seen.get(name, 0)
+            seen[name] = k + 1
+            pos.append(where[(name, k)])
+        out.append(pos)
+    return [name for name, _ in merged], out
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,7 @@ from studio.store.records import (
     RunRecord,
     SearchRecord,
     StepRecord,
+    align_passes,
     to_json,
 )
 
@@ -817,17 +818,28 @@ class Repository:
         """Runs side by side: every (step, metric) with one value per run (None if absent)."""
         details = [self.get_run(r) for r in run_ids]
         n = len(details)
+        steps = [
+            sorted((st for st in d.steps if st.index >= 0), key=lambda s: s.index) for d in details
+        ]
+        slots, places = align_passes([[st.pass_name for st in ss] for ss in steps])
+        positions = [{st.index: p for st, p in zip(ss, pl)} for ss, pl in zip(steps, places)]
         rows: dict[tuple[int, str, str], list[float | None]] = {}
         parity: dict[tuple[int, str], list[bool | None]] = {}
         for i, d in enumerate(details):
             for st in d.steps:
+                pos = positions[i].get(st.index, st.index)
                 for key, value in st.metrics.items():
-                    rows.setdefault((st.index, st.pass_name, key), [None] * n)[i] = value
+                    rows.setdefault((pos, st.pass_name, key), [None] * n)[i] = value
                 if st.parity_passed is not None:
-                    parity.setdefault((st.index, st.pass_name), [None] * n)[i] = st.parity_passed
+                    parity.setdefault((pos, st.pass_name), [None] * n)[i] = st.parity_passed
         ordered = dict(sorted(rows.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])))
         return Comparison(
-            runs=details, columns=[d.id for d in details], rows=ordered, parity=parity
+            runs=details,
+            columns=[d.id for d in details],
+            rows=ordered,
+            parity=parity,
+            slots=slots,
+            positions=positions,
         )
 
     # --- delete / export ------------------------------------------------------------------

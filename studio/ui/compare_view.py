@@ -104,22 +104,20 @@ class CompareView(QDialog):
         w.addLegend(labelTextColor=self.palette().color(QPalette.ColorRole.Text))
         w.showGrid(x=True, y=True, alpha=0.3)
         _theme(w, self.palette())
-        # Whole-number ticks named after the steps (runs of different recipes: "a / b").
-        names: dict[int, list[str]] = {0: ["original"]}
-        for d in self.details:
-            for r in step_rows(d):
-                if r.index >= 0 and r.pass_name not in names.setdefault(r.index + 1, []):
-                    names[r.index + 1].append(r.pass_name)
-        ticks = [(x, f"{x}. " + " / ".join(n) if x else n[0]) for x, n in sorted(names.items())]
+        # Whole-number ticks named after the passes; steps are aligned by pass (a recipe
+        # without a step leaves a gap there instead of shifting the rest).
+        slots = self.comparison.slots
+        ticks = [(0, "original")] + [(x + 1, f"{x + 1}. {name}") for x, name in enumerate(slots)]
         w.getAxis("bottom").setTicks([ticks])
         # Room left and right, or the axis drops the first and last step names.
-        w.setXRange(-0.4, max(names) + 0.4, padding=0)
+        w.setXRange(-0.4, len(slots) + 0.4, padding=0)
         n = max(1, len(self.details))
         for k, d in enumerate(self.details):
             rows = [r for r in step_rows(d) if r.latency_p50_ms is not None]
+            where = self.comparison.positions[k] if self.comparison.positions else {}
             # Runs side by side around each step, so their error bars do not hide each other.
             dx = (k - (n - 1) / 2) * 0.08
-            xs = [r.index + 1 + dx for r in rows]
+            xs = [(where.get(r.index, r.index) + 1 if r.index >= 0 else 0) + dx for r in rows]
             ys = [r.latency_p50_ms for r in rows]
             color = COLORS[k % len(COLORS)]
             w.plot(

@@ -203,3 +203,53 @@ def test_runs_panel_shows_interval_and_noise(qapp):
     log = view.log.toPlainText()
     assert "speedup 2.31x [2.25-2.38]" in log and f"noisy timing: 1 of 2: {REASON}" in log
     view.close()
+
+
+def test_compare_aligns_steps_by_pass_not_by_position(qapp, tmp_path):
+    """A 3-step and a 2-step recipe: export_onnx is step 3 in one and step 2 in the other; it
+    gets one row and one x position, and the recipe without channels_last leaves a gap."""
+    from studio.ui.compare_view import CompareView
+
+    repo, ids = _store(
+        tmp_path / "a.db",
+        [
+            [
+                _step(0, "fold_batchnorm", 1.1, 1.0, 1.2),
+                _step(1, "channels_last", 1.3, 1.2, 1.4),
+                _step(2, "export_onnx", 2.0, 1.9, 2.1),
+            ],
+            [_step(0, "fold_batchnorm", 1.1, 1.0, 1.2), _step(1, "export_onnx", 2.2, 2.1, 2.3)],
+        ],
+    )
+    try:
+        cmp = repo.compare(ids)
+        assert cmp.slots == ["fold_batchnorm", "channels_last", "export_onnx"]
+        assert cmp.rows[(2, "export_onnx", "speedup")] == [2.0, 2.2]
+        assert cmp.rows[(1, "channels_last", "speedup")] == [1.3, None]
+        assert not any(k[0] == 1 and k[1] == "export_onnx" for k in cmp.rows)
+        view = CompareView(repo, ids)
+        table = view.findChild(type(view._metrics_table()), "compareTable")
+        labels = [table.verticalHeaderItem(i).text() for i in range(table.rowCount())]
+        assert "3. export_onnx · speedup [95% CI]" in labels
+        assert not any(lab.startswith("2. export_onnx") for lab in labels)
+        chart = view.findChild(type(view._latency_chart()), "latencyChart")
+        ticks = chart.getAxis("bottom")._tickLevels[0]
+        assert [t[1] for t in ticks] == [
+            "original",
+            "1. fold_batchnorm",
+            "2. channels_last",
+            "3. export_onnx",
+        ]
+        view.close()
+    finally:
+        repo.close()
+
+
+def test_align_passes_keeps_repeats_apart_and_order():
+    from studio.store.records import align_passes
+
+    slots, places = align_passes([["a", "b", "a"], ["b", "a", "c"], ["x"], ["c", "b"]])
+    assert slots == ["a", "b", "a", "c", "x"]
+    assert places == [[0, 1, 2], [1, 0, 3], [4], [3, 1]]
+    # a recipe with a step the first one lacks: the new step goes where it belongs
+    assert align_passes([["f", "e"], ["f", "cl", "e"]]) == (["f", "cl", "e"], [[0, 2], [0, 1, 2]])
