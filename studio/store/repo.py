@@ -1245,6 +1245,8 @@ def _final_speedup(summary: Mapping[str, Any] | None) -> dict[str, Any]:
         "speedup_high": s.get("final_speedup_high"),
         "noisy": bool(s.get("noise")),
         "noise": s.get("noise"),
+        "latency_p50_ms": s.get("final_latency_p50_ms"),
+        "baseline_latency_p50_ms": s.get("baseline_latency_p50_ms"),
     }
 
 

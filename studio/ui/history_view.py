@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.fmt import fmt_speedup
+from studio.fmt import fmt_ms, fmt_speedup
 from studio.ui.slots import on_click
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,7 @@ class RunTableModel(QAbstractTableModel):
         "status",
         "device",
         "duration s",
+        "latency ms",
         "speedup [95% CI]",
         "tags",
         "notes",
@@ -132,6 +133,9 @@ class RunTableModel(QAbstractTableModel):
                 return "" if r.duration_s is None else f"{r.duration_s:.1f}"
             if col == "speedup [95% CI]":
                 return fmt_speedup(r.final) if r.final else ""
+            if col == "latency ms":
+                ms = (r.final or {}).get("latency_p50_ms")
+                return "" if ms is None else fmt_ms(ms)
             if col == "tags":
                 return ", ".join(r.tags)
             if col == "notes":
@@ -139,6 +143,11 @@ class RunTableModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.ToolTipRole:
             if col == "speedup [95% CI]" and r.final:
                 return r.final.get("noise") or "the last step's median speedup [95% interval]"
+            if col == "latency ms" and (r.final or {}).get("latency_p50_ms") is not None:
+                base = r.final.get("baseline_latency_p50_ms")
+                return "the last step's median latency" + (
+                    f" (original: {fmt_ms(base)} ms)" if base is not None else ""
+                )
             return r.error or r.notes or r.id
         if role == Qt.ItemDataRole.ForegroundRole and col == "status":
             from PySide6.QtGui import QColor

@@ -61,6 +61,8 @@ def _store(db, runs):
             "final_speedup": last["speedup"],
             "final_speedup_low": last["speedup_low"],
             "final_speedup_high": last["speedup_high"],
+            "final_latency_p50_ms": last["latency_p50_ms"],
+            "baseline_latency_p50_ms": 10.0,
             "noise": f"1 of {len(steps)} step(s) timed while the machine was busy: {REASON}"
             if any(s["metrics"]["noisy"] for s in steps)
             else None,
@@ -153,6 +155,11 @@ def test_history_list_and_cli_show_the_same_interval(qapp, stored, capsys):
         r for r in range(model.rowCount()) if model.data(model.index(r, col)).endswith("~")
     )
     assert REASON in model.data(model.index(noisy_row, col), 3)  # 3: tooltip role
+    # the last step's latency beside it (10 ms original / 2.31x), the original in the tooltip
+    lat = model.COLUMNS.index("latency ms")
+    texts = {model.data(model.index(r, lat)) for r in range(model.rowCount())}
+    assert texts == {"4.329", "4.237", "10.0"}
+    assert "original: 10.0 ms" in model.data(model.index(0, lat), 3)
     assert main(["--db", str(db), "show", ids[0]]) == 0
     assert "2.31x [2.25-2.38]" in capsys.readouterr().out
 
