@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.fmt import fmt_ms, fmt_speedup
+from studio.ui.serve_results import ServeResultsView
 from studio.ui.slots import on_click
 
 log = logging.getLogger(__name__)
@@ -237,7 +238,7 @@ class HistoryView(QWidget):
         self.table.setColumnWidth(3, 160)
         self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.table.customContextMenuRequested.connect(self._menu)
-        self.table.selectionModel().selectionChanged.connect(lambda *_: self._update_buttons())
+        self.table.selectionModel().selectionChanged.connect(lambda *_: self._selection_changed())
         self.table.doubleClicked.connect(self._open_run)
 
         self.btn_compare = QPushButton("Compare")
@@ -263,6 +264,8 @@ class HistoryView(QWidget):
         root.setContentsMargins(2, 2, 2, 2)
         root.addLayout(filters)
         root.addWidget(self.table, 1)
+        self.serve_view = ServeResultsView(self.repo, self)  # the selected run's serve test
+        root.addWidget(self.serve_view)
         root.addLayout(actions)
         if self.repo is None:
             self.count_label.setText("no database: history is unavailable")
@@ -298,6 +301,11 @@ class HistoryView(QWidget):
     def selected_ids(self) -> list[str]:
         rows = sorted({i.row() for i in self.table.selectionModel().selectedRows()})
         return self.model.run_ids(rows)
+
+    def _selection_changed(self) -> None:
+        self._update_buttons()
+        ids = self.selected_ids()
+        self.serve_view.show_run(ids[0] if len(ids) == 1 else None)
 
     def _update_buttons(self) -> None:
         n = len(self.selected_ids())

@@ -1,0 +1,77 @@
+"""A run's stored serve test shows beside it in History: the batch sweep chart and the served
+load table; a run without one shows nothing. No server runs here (the store holds a result)."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QItemSelectionModel, QObject, Signal
+
+from studio.store.serve_tests import add_serve_test
+
+REPORT = {
+    "sweep": [
+        {"batch": 1, "latency_ms": 0.4, "throughput": 2500.0},
+        {"batch": 4, "latency_ms": 0.6, "throughput": 6600.0},
+        {"batch": 8, "latency_ms": 0.8, "throughput": 10000.0},
+    ],
+    "preferred_batch_sizes": [4, 8],
+    "max_queue_delay_us": 200,
+    "max_batch_size": 8,
+    "direct_p50_ms": 0.4,
+    "load": [
+        {"mode": "no batching", "clients": 16, "requests": 100, "errors": 0,
+         "p50_ms": 20.0, "p99_ms": 50.0, "throughput": 80.0},
+        {"mode": "dynamic batching", "clients": 16, "requests": 400, "errors": 0,
+         "p50_ms": 15.0, "p99_ms": 30.0, "throughput": 200.0},
+    ],
+}  # fmt: skip
+
+
+class _State(QObject):
+    runsChanged = Signal()
+
+
+class _Services:
+    def __init__(self, repo):
+        self.repo = repo
+
+
+def _select(view, row):
+    sm = view.table.selectionModel()
+    sm.clearSelection()
+    sm.select(
+        view.model.index(row, 0),
+        QItemSelectionModel.SelectionFlag.Select | QItemSelectionModel.SelectionFlag.Rows,
+    )
+
+
+def test_history_shows_the_selected_runs_serve_test(qapp, tmp_path):
+    from studio.store import Repository
+    from studio.ui.history_view import HistoryView
+
+    repo = Repository.open(tmp_path / "s.db")
+    served = repo.create_run(model_source="zoo:mlp", recipe={"name": "served"})
+    plain = repo.create_run(model_source="zoo:mlp", recipe={"name": "plain"})
+    add_serve_test(repo, served.id, REPORT, {"kind": "onnx", "path": "/m.onnx"})
+    view = HistoryView(_State(), _Services(repo))
+    try:
+        rows = {view.model.rows[i].id: i for i in range(view.model.rowCount())}
+        _select(view, rows[served.id])
+        sv = view.serve_view
+        assert not sv.isHidden()
+        assert "preferred [4, 8]" in sv.title.text() and "2.50x" in sv.title.text()
+        items = sv.chart.getPlotItem().listDataItems()
+        assert list(items[0].getData()[0]) == [1, 4, 8]
+        assert list(items[0].getData()[1]) == [2500.0, 6600.0, 10000.0]
+        cells = [
+            [sv.table.item(r, c).text() for c in range(sv.table.columnCount())]
+            for r in range(sv.table.rowCount())
+        ]
+        assert cells == [
+            ["16", "off", "20.0", "50.0", "80.0", "0"],
+            ["16", "on", "15.0", "30.0", "200.0", "0"],
+        ]
+        _select(view, rows[plain.id])
+        assert sv.isHidden()
+    finally:
+        view.close()
+        repo.close()
