@@ -208,9 +208,14 @@ class _Runtime:
                 for o in self.session.get_outputs()
             ]
         out = self.run(sample)
+        names = (
+            [ov_tensor_name(o, f"OUTPUT__{i}") for i, o in enumerate(self.compiled.outputs)]
+            if self.platform == "openvino"
+            else [f"OUTPUT__{i}" for i in range(len(out))]
+        )
         return [
-            (f"OUTPUT__{i}", str(v.dtype).removeprefix("torch."), list(v.shape))
-            for i, v in enumerate(out)
+            (n, str(v.dtype).removeprefix("torch."), list(v.shape))
+            for n, v in zip(names, out, strict=True)
         ]
 
     def input_names(self, spec: Any) -> list[str]:
@@ -218,6 +223,8 @@ class _Runtime:
             return [i.name for i in self.session.get_inputs()]
         if self.platform == "pytorch_libtorch":
             return [f"INPUT__{i}" for i in range(len(spec.inputs))]
+        if self.platform == "openvino":
+            return [ov_tensor_name(t, n) for t, n in zip(self.compiled.inputs, spec.names)]
         return list(spec.names)
 
     def run(self, sample: Mapping[str, Any]) -> list[Any]:
@@ -234,7 +241,46 @@ class _Runtime:
         if self.platform == "openvino":
             res = self.compiled([v.numpy() for v in sample.values()])
             return [res[o] for o in self.compiled.outputs]
+        if self.platform == "tensorrt_plan":
+            raise DeployError(
+                "a TensorRT plan loads only on a CUDA GPU like the one it was built on: run "
+                "`studio deploy` on that machine (this one has no CUDA)"
+            )
         raise DeployError(f"cannot run a {self.platform} model on this machine")
+
+
+def ov_tensor_name(port: Any, fallback: str) -> str:
+    """An OpenVINO port's tensor name; ``fallback`` for an unnamed one (a model converted
+    from torch has unnamed outputs; ``_write_model`` gives them that name in the copy)."""
+    names = port.get_names()
+    return port.get_any_name() if names else fallback
+
+
+def _write_model(src: Path, version: Path, file_name: str, input_names: Sequence[str]) -> None:
+    """Copy the model file (and its weights / external data) into the version folder.
+
+    Triton's OpenVINO backend finds inputs and outputs by tensor name, so an IR with unnamed
+    tensors is written with the names its config uses (the spec's input names, OUTPUT__i, as
+    ``tensor_configs`` reads them back with ``ov_tensor_name``)."""
+    if src.suffix == ".xml":
+        import openvino as ov
+
+        model = ov.Core().read_model(str(src))
+        unnamed = [p for p in [*model.inputs, *model.outputs] if not p.get_names()]
+        if unnamed:
+            for p, n in zip(model.inputs, input_names):
+                if not p.get_names():
+                    p.get_tensor().set_names({n})
+            for i, p in enumerate(model.outputs):
+                if not p.get_names():
+                    p.get_tensor().set_names({f"OUTPUT__{i}"})
+            ov.save_model(model, str(version / file_name), compress_to_fp16=False)
+            return
+    shutil.copy2(src, version / file_name)
+    for extra in (src.with_name(src.name + ".data"), src.with_suffix(".bin")):
+        if extra.is_file() and extra != src:  # ONNX external data, OpenVINO weights
+            target = extra.name if extra.suffix == ".data" else Path(file_name).with_suffix(".bin")
+            shutil.copy2(extra, version / target)
 
 
 def load_runtime(kind: str, path: str | Path, device: str = "cpu") -> _Runtime:
@@ -392,11 +438,6 @@ def write_repository(
         shutil.rmtree(out)
     version = out / name / "1"
     version.mkdir(parents=True)
-    src = Path(artifact["path"])
-    shutil.copy2(src, version / file_name)
-    for extra in (src.with_name(src.name + ".data"), src.with_suffix(".bin")):
-        if extra.is_file() and extra != src:  # ONNX external data, OpenVINO weights
-            target = extra.name if extra.suffix == ".data" else Path(file_name).with_suffix(".bin")
-            shutil.copy2(extra, version / target)
+    _write_model(Path(artifact["path"]), version, file_name, [t.name for t in inputs])
     (out / name / "config.pbtxt").write_text(text, encoding="utf-8")
     return DeployResult(out / name, text, model, sweep)

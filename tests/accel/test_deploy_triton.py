@@ -153,3 +153,41 @@ def test_served_by_triton_under_two_clients_with_and_without_batching(onnx_file)
         assert p.clients == 2 and p.errors == 0 and 0 < p.requests <= 100
         assert p.p50_ms <= p.p99_ms and p.throughput > 0
     assert [s.batch for s in report.sweep] == [1, 2]
+
+
+def test_openvino_ir_repository_parses_and_names_match_the_model(tmp_path):
+    """Triton's OpenVINO backend finds tensors by name; an IR converted from torch has an
+    unnamed output, so the copy in the repository gets the name its config uses."""
+    ov = pytest.importorskip("openvino")
+    src = tmp_path / "ir" / "model.xml"
+    src.parent.mkdir()
+    m = ov.convert_model(
+        Tiny().eval(), example_input=torch.randn(2, 6), input=[("x", ov.PartialShape([-1, 6]))]
+    )
+    ov.save_model(m, str(src))
+    out = tmp_path / "repo"
+    write_repository(
+        {"kind": "openvino", "path": str(src)}, SPEC, out, batches=[1, 2], sweep_iters=1
+    )
+    cfg = parse_config((out / "model" / "config.pbtxt").read_text())
+    assert cfg.backend == "openvino" and cfg.max_batch_size == 8
+    served = ov.Core().read_model(str(out / "model" / "1" / "model.xml"))  # loads (with its .bin)
+    assert [i.name for i in cfg.input] == [p.get_any_name() for p in served.inputs] == ["x"]
+    assert [o.name for o in cfg.output] == [p.get_any_name() for p in served.outputs]
+    assert list(cfg.output[0].dims) == [3]
+    compiled = ov.Core().compile_model(served, "CPU")
+    res = compiled([torch.randn(2, 6).numpy()])
+    assert res[compiled.outputs[0]].shape == (2, 3)
+
+
+def test_tensorrt_plans_are_gpu_only(onnx_file, tmp_path):
+    """A TensorRT engine is written for Triton's tensorrt_plan, but needs its GPU to load:
+    on a machine without CUDA the deploy says so instead of writing an untested config."""
+    import torch as _torch
+
+    if _torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the plan path is exercised by the GPU tests")
+    plan = tmp_path / "model.plan"
+    plan.write_bytes(b"not an engine")
+    with pytest.raises(DeployError, match="CUDA GPU"):
+        write_repository({"kind": "tensorrt_plan", "path": str(plan)}, SPEC, tmp_path / "repo")
