@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QDialog,
     QHeaderView,
@@ -21,6 +20,7 @@ from PySide6.QtWidgets import (
 
 from studio.fmt import fmt_bytes, fmt_count, fmt_ms, fmt_num, fmt_speedup
 from studio.report import fastest, pareto_front, step_rows
+from studio.ui import plot_theme
 
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 
@@ -47,6 +47,18 @@ class CompareView(QDialog):
         head.setWordWrap(True)
         lay.addWidget(head)
         lay.addWidget(tabs, 1)
+        self.plots = [tabs.widget(1), tabs.widget(2)]
+        self._apply_theme()
+
+    def changeEvent(self, event) -> None:  # noqa: N802 - Qt API
+        if event.type() in plot_theme.PALETTE_EVENTS:
+            self._apply_theme()
+        super().changeEvent(event)
+
+    def _apply_theme(self) -> None:
+        """Plot colours from the application palette (light and dark), again on a change."""
+        for w in getattr(self, "plots", ()):
+            plot_theme.style_plot(w, self.palette())
 
     def _metrics_table(self) -> QTableWidget:
         keys = [
@@ -82,7 +94,7 @@ class CompareView(QDialog):
                     ["-" if v is None else ("pass" if v else "FAIL") for v in verdicts],
                 )
             )
-        rows.sort(key=lambda r: r[0])
+        rows.sort(key=lambda r: (int(r[0].split(".", 1)[0]), r[0]))  # 2. before 10.
         t = QTableWidget(len(rows), len(self.details))
         t.setObjectName("compareTable")
         t.setHorizontalHeaderLabels([d.run.id[:8] for d in self.details])
@@ -101,9 +113,8 @@ class CompareView(QDialog):
         w.setObjectName("latencyChart")
         w.setLabel("left", "latency p50", units="ms")
         w.setLabel("bottom", "step")
-        w.addLegend(labelTextColor=self.palette().color(QPalette.ColorRole.Text))
+        w.addLegend()
         w.showGrid(x=True, y=True, alpha=0.3)
-        _theme(w, self.palette())
         # Whole-number ticks named after the passes; steps are aligned by pass (a recipe
         # without a step leaves a gap there instead of shifting the rest).
         slots = self.comparison.slots
@@ -118,14 +129,19 @@ class CompareView(QDialog):
             # Runs side by side around each step, so their error bars do not hide each other.
             dx = (k - (n - 1) / 2) * 0.08
             xs = [(where.get(r.index, r.index) + 1 if r.index >= 0 else 0) + dx for r in rows]
-            ys = [r.latency_p50_ms for r in rows]
+            # One point per slot; NaN where the run has no such step, drawn as a gap in its
+            # line rather than a segment that jumps over the missing step.
+            at = {round(x - dx): r.latency_p50_ms for x, r in zip(xs, rows)}
+            line_x = [x + dx for x in range(len(slots) + 1)]
+            line_y = [at.get(x, math.nan) for x in range(len(slots) + 1)]
             color = COLORS[k % len(COLORS)]
             w.plot(
-                xs,
-                ys,
+                np.array(line_x),
+                np.array(line_y, dtype=float),
                 pen=pg.mkPen(color, width=2),
                 symbol="o",
                 symbolBrush=color,
+                connect="finite",
                 name=f"{d.run.id[:8]} {d.run.recipe_name}",
             )
             bars = [(x, r) for x, r in zip(xs, rows) if r.latency_low_ms is not None]
@@ -162,19 +178,20 @@ class CompareView(QDialog):
         w.setLabel("bottom", "speedup over the original (×), whiskers: 95% interval")
         w.setLabel("left", "parity error: log10 max abs")
         w.showGrid(x=True, y=True, alpha=0.3)
-        _theme(w, self.palette())
         self.front, self.fastest, self.verdict = [], [], ""
         rows = self._pareto_rows()
         pts = [(p[0], p[1], p[2]) for p in rows]
         if not pts:
-            w.addItem(pg.TextItem("no measured steps to plot"))
+            w.addItem(
+                pg.TextItem("no measured steps to plot", color=plot_theme.colors(self.palette())[1])
+            )
             return w
         intervals = [
             (p[3].speedup_low, p[3].speedup_high) if p[3].speedup_low is not None else None
             for p in rows
         ]
         logy = [math.log10(max(p[1], 1e-12)) for p in pts]
-        w.addLegend(labelTextColor=self.palette().color(QPalette.ColorRole.Text))
+        w.addLegend()
         # One colour per run, named in the legend.
         for k, d in enumerate(self.details):
             mine = [i for i, p in enumerate(pts) if p[2].startswith(d.run.id[:8])]
@@ -259,12 +276,3 @@ def fmt_metric(metric: str, v: Any) -> str:
     if metric == "speedup":
         return f"{v:.2f}×"
     return fmt_num(v)
-
-
-def _theme(w: pg.PlotWidget, pal) -> None:
-    """Plot colours from the application palette (light and dark themes)."""
-    w.setBackground(pal.color(QPalette.ColorRole.Base))
-    fg = pal.color(QPalette.ColorRole.Text)
-    for axis in ("bottom", "left"):
-        w.getAxis(axis).setPen(fg)
-        w.getAxis(axis).setTextPen(fg)

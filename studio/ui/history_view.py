@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.fmt import fmt_ms, fmt_speedup
+from studio.ui.history_columns import sort_rows
 from studio.ui.serve_results import ServeResultsView
 from studio.ui.slots import on_click
 
@@ -69,6 +70,14 @@ class RunTableModel(QAbstractTableModel):
         self.filter: Any = None
         self.rows: list[Any] = []
         self.total = 0
+        self.sorted_by: tuple[str, bool] | None = None  # (column, descending)
+
+    def sort(self, column: int, order=Qt.SortOrder.AscendingOrder) -> None:
+        """Sort the loaded runs (numbers as numbers, runs without a value last)."""
+        self.sorted_by = (self.COLUMNS[column], order == Qt.SortOrder.DescendingOrder)
+        self.layoutAboutToBeChanged.emit()
+        self.rows = sort_rows(self.rows, *self.sorted_by)
+        self.layoutChanged.emit()
 
     def reload(self, run_filter: Any) -> None:
         self.beginResetModel()
@@ -79,6 +88,8 @@ class RunTableModel(QAbstractTableModel):
             try:
                 self.total = self.repo.count_runs(run_filter)
                 self.rows = list(self.repo.list_runs(run_filter, limit=PAGE, offset=0))
+                if self.sorted_by:
+                    self.rows = sort_rows(self.rows, *self.sorted_by)
             except Exception:
                 log.exception("could not read the run history")
         self.endResetModel()
@@ -96,6 +107,10 @@ class RunTableModel(QAbstractTableModel):
         self.beginInsertRows(QModelIndex(), len(self.rows), len(self.rows) + len(more) - 1)
         self.rows.extend(more)
         self.endInsertRows()
+        if self.sorted_by:  # the new page joins the chosen order
+            self.layoutAboutToBeChanged.emit()
+            self.rows = sort_rows(self.rows, *self.sorted_by)
+            self.layoutChanged.emit()
 
     def rowCount(self, parent=QModelIndex()) -> int:  # noqa: B008, N802
         return 0 if parent.isValid() else len(self.rows)
@@ -236,6 +251,9 @@ class HistoryView(QWidget):
         self.table.setColumnWidth(1, 140)
         self.table.setColumnWidth(2, 150)
         self.table.setColumnWidth(3, 160)
+        # Newest first, as the store lists them; a click on a header sorts by that column.
+        self.table.horizontalHeader().setSortIndicator(1, Qt.SortOrder.DescendingOrder)
+        self.table.setSortingEnabled(True)
         self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.table.customContextMenuRequested.connect(self._menu)
         self.table.selectionModel().selectionChanged.connect(lambda *_: self._selection_changed())

@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.fmt import fmt_bytes, fmt_ms
+from studio.ui import plot_theme
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,11 @@ class OptimizeDialog(QDialog):
     """See module docstring. ``services`` gives the worker pool and the store."""
 
     recipeOpened = Signal(str)  # label of the trial loaded into the Recipe panel
+
+    def changeEvent(self, event) -> None:  # noqa: N802 - Qt API
+        if event.type() in plot_theme.PALETTE_EVENTS and hasattr(self, "plot"):
+            plot_theme.style_plot(self.plot, self.palette())  # light/dark theme switched
+        super().changeEvent(event)
 
     def __init__(self, state, services, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -143,7 +149,6 @@ class OptimizeDialog(QDialog):
         self.table.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
         self.table.itemSelectionChanged.connect(self._sync_buttons)
         self.plot = pg.PlotWidget()
-        self.plot.setBackground(None)
         self.plot.setLabel("bottom", "speedup vs original (x)")
         self.plot.setLabel("left", "cosine drop")
         self.plot.showGrid(x=True, y=True, alpha=0.3)
@@ -161,6 +166,7 @@ class OptimizeDialog(QDialog):
         results.addWidget(self.table)
         results.addWidget(self.plot)
         results.setSizes([560, 440])
+        plot_theme.style_plot(self.plot, self.palette())
 
         # -- buttons -----------------------------------------------------------------------
         self.status_label = QLabel("Set the constraints and press Start.")
