@@ -22,12 +22,14 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QPushButton,
     QTableView,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
 from studio.fmt import fmt_ms, fmt_speedup
 from studio.ui.history_columns import sort_rows
+from studio.ui.history_searches import SearchesView
 from studio.ui.serve_results import ServeResultsView
 from studio.ui.slots import on_click
 
@@ -278,13 +280,24 @@ class HistoryView(QWidget):
         actions.addStretch(1)
         actions.addWidget(self.count_label)
 
-        root = QVBoxLayout(self)
+        runs_page = QWidget()
+        root = QVBoxLayout(runs_page)
         root.setContentsMargins(2, 2, 2, 2)
         root.addLayout(filters)
         root.addWidget(self.table, 1)
         self.serve_view = ServeResultsView(self.repo, self)  # the selected run's serve test
         root.addWidget(self.serve_view)
         root.addLayout(actions)
+        # Runs and, on a second tab, recipe searches with their trials.
+        self.searches = SearchesView(state, self.repo, self)
+        self.tabs = QTabWidget()
+        self.tabs.setObjectName("historyTabs")
+        self.tabs.addTab(runs_page, "Runs")
+        self.tabs.addTab(self.searches, "Searches")
+        self.tabs.currentChanged.connect(lambda i: i == 1 and self.searches.reload())
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(self.tabs)
         if self.repo is None:
             self.count_label.setText("no database: history is unavailable")
         state.runsChanged.connect(self._debounce.start)
