@@ -33,9 +33,10 @@ def count_flops(model, inputs):
     return int(counter.get_total_flops())
 
 
-def prunable_layers_to_ignore(model, patterns=(), ignore_head=True):
+def prunable_layers_to_ignore(model, patterns=(), ignore_head=True, keep=()):
     """Modules whose output channels stay: the classifier head (last Linear), embeddings,
-    recurrent layers (torch-pruning cannot prune them consistently) and names matching patterns."""
+    recurrent layers (torch-pruning cannot prune them consistently), names matching patterns
+    and the modules in ``keep``."""
     import fnmatch
 
     import torch
@@ -43,35 +44,144 @@ def prunable_layers_to_ignore(model, patterns=(), ignore_head=True):
     ignored, names = [], []
     linears = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
     for name, module in model.named_modules():
-        keep = isinstance(module, (torch.nn.Embedding, torch.nn.EmbeddingBag, torch.nn.RNNBase))
-        keep = keep or any(fnmatch.fnmatchcase(name, p) for p in patterns)
-        keep = keep or (ignore_head and bool(linears) and module is linears[-1][1])
-        if keep and name:
+        kept = isinstance(module, (torch.nn.Embedding, torch.nn.EmbeddingBag, torch.nn.RNNBase))
+        kept = kept or any(m is module for m in keep)
+        kept = kept or any(fnmatch.fnmatchcase(name, p) for p in patterns)
+        kept = kept or (ignore_head and bool(linears) and module is linears[-1][1])
+        if kept and name:
             ignored.append(module)
             names.append(name)
     return ignored, names
 
 
-def attention_heads(model):
-    """{q/k/v Linear: num_heads} for attention blocks with an int ``num_heads`` attribute, and the blocks."""
+def output_norm_layers(model, inputs):
+    """Non-Linear/Conv leaf modules (norms, activations) whose outputs are the model's outputs:
+    their channels must stay, or the pruned model's outputs change shape (a Hugging Face
+    encoder returns the residual stream straight from a LayerNorm)."""
+    import weakref
+
     import torch
 
-    heads, blocks = {}, []
+    produced = {}  # id -> (module, weak reference): a freed tensor's id can come back
+
+    def hook(module, args, out):
+        if torch.is_tensor(out):
+            produced[id(out)] = (module, weakref.ref(out))
+
+    def tensors(out):
+        if torch.is_tensor(out):
+            return [out]
+        if isinstance(out, dict):
+            out = list(out.values())
+        if isinstance(out, (tuple, list)):
+            return [t for o in out for t in tensors(o)]
+        return []
+
+    skip = (torch.nn.Linear, torch.nn.modules.conv._ConvNd)
+    leaves = [m for m in model.modules() if not list(m.children()) and not isinstance(m, skip)]
+    handles = [m.register_forward_hook(hook) for m in leaves]
+    try:
+        with torch.no_grad():
+            outputs = tensors(model(*inputs.values()))
+    finally:
+        for handle in handles:
+            handle.remove()
+    layers = []
+    for t in outputs:
+        module, ref = produced.get(id(t), (None, None))
+        if module is not None and ref() is t and module not in layers:
+            layers.append(module)
+    return layers
+
+
+def attention_heads(model):
+    """Attention blocks and the head count of each of their q/k/v projections.
+
+    A block is a module with q/k/v Linear children (``q_proj``/``k_proj``/``v_proj`` or
+    ``query``/``key``/``value``) whose head count is an attribute (``num_heads``,
+    ``num_attention_heads``) or in its Hugging Face ``config``; grouped-query attention gives
+    k/v fewer heads (``num_key_value_heads``). A module with an int ``num_heads`` and other
+    Linear children (a fused qkv) counts too. Returns ({Linear: heads}, [block facts]); a
+    block with rotary embeddings or grouped-query attention must lose whole heads only.
+    """
+    import inspect
+
+    import torch
+
+    def count(obj, *names):
+        for name in names:
+            value = getattr(obj, name, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return None
+
+    qkv_names = (("q_proj", "k_proj", "v_proj"), ("query", "key", "value"))
     out_names = {"out", "out_proj", "o_proj", "dense", "proj"}
+    heads, blocks = {}, []
     for module in model.modules():
-        n = getattr(module, "num_heads", None)
-        if not isinstance(n, int) or isinstance(module, torch.nn.MultiheadAttention):
+        if isinstance(module, torch.nn.MultiheadAttention):
             continue
-        projections = [
-            m
-            for name, m in module.named_children()
-            if isinstance(m, torch.nn.Linear) and name not in out_names
-        ]
-        if projections:
-            blocks.append((module, projections))
-            for p in projections:
-                heads[p] = n
+        children = dict(module.named_children())
+        linear = {n: m for n, m in children.items() if isinstance(m, torch.nn.Linear)}
+        config = getattr(module, "config", None)
+        qkv = next(
+            ([linear[n] for n in ns] for ns in qkv_names if all(n in linear for n in ns)), None
+        )
+        if qkv is not None:
+            n_q = count(module, "num_heads", "num_attention_heads") or count(
+                config, "num_attention_heads"
+            )
+            n_kv = count(module, "num_key_value_heads") or count(config, "num_key_value_heads")
+            n_kv = n_kv or n_q
+            projs = {qkv[0]: n_q, qkv[1]: n_kv, qkv[2]: n_kv}
+        else:
+            n_q = n_kv = count(module, "num_heads")
+            projs = {m: n_q for n, m in linear.items() if n not in out_names}
+        if n_q is None or not projs or n_q % n_kv:
+            continue
+        q, k = next(iter(projs)), list(projs)[min(1, len(projs) - 1)]
+        head_dim = count(module, "head_dim", "attention_head_size") or q.out_features // n_q
+        rotary = "position_embeddings" in inspect.signature(module.forward).parameters
+        rotary = rotary or hasattr(module, "rotary_emb")
+        heads.update(projs)
+        blocks.append(
+            {
+                "block": module,
+                "q": q,
+                "k": k,
+                "n_q": n_q,
+                "n_kv": n_kv,
+                "head_dim": head_dim,
+                "widths": (q.out_features, k.out_features),
+                "whole_heads": rotary or n_kv != n_q,
+            }
+        )
     return heads, blocks
+
+
+def update_attention_attributes(blocks, whole_heads):
+    """After pruning: set the head counts and sizes the blocks' forward reshapes with."""
+    for b in blocks:
+        q_width, k_width = b["q"].out_features, b["k"].out_features
+        n_q, n_kv, head_dim = b["n_q"], b["n_kv"], b["head_dim"]
+        if whole_heads:
+            n_q = max(1, round(n_q * q_width / b["widths"][0]))
+            n_kv = max(1, round(n_kv * k_width / b["widths"][1]))
+        else:
+            head_dim = max(1, round(head_dim * q_width / b["widths"][0]))
+        values = {
+            "num_heads": n_q,
+            "num_attention_heads": n_q,
+            "num_key_value_heads": n_kv,
+            "num_key_value_groups": n_q // n_kv,
+            "head_dim": head_dim,
+            "attention_head_size": head_dim,
+            "all_head_size": q_width,
+        }
+        for attr, value in values.items():
+            current = getattr(b["block"], attr, None)
+            if isinstance(current, int) and not isinstance(current, bool):
+                setattr(b["block"], attr, value)
 
 
 def _taylor_gradients(model, batches):
@@ -117,9 +227,11 @@ def prune_channels_tp(
         "bn_scale": lambda: tp.importance.BNScaleImportance(),
         "taylor": lambda: tp.importance.TaylorImportance(),
     }
-    ignored, ignored_names = prunable_layers_to_ignore(model, ignore, ignore_head)
+    outputs = output_norm_layers(model, inputs)
+    ignored, ignored_names = prunable_layers_to_ignore(model, ignore, ignore_head, outputs)
     heads, blocks = attention_heads(model)
-    old_head_dims = {id(b): projs[0].out_features // b.num_heads for b, projs in blocks}
+    # Rotary embeddings need the full head size, grouped-query attention whole kv groups.
+    whole_heads = prune_heads or any(b["whole_heads"] for b in blocks)
     channels_before = {
         n: m.out_channels if isinstance(m, torch.nn.modules.conv._ConvNd) else m.out_features
         for n, m in model.named_modules()
@@ -136,9 +248,9 @@ def prune_channels_tp(
         ignored_layers=ignored,
         round_to=round_to,
         num_heads=heads,
-        prune_num_heads=prune_heads,
-        prune_head_dims=not prune_heads,
-        head_pruning_ratio=ratio if prune_heads else 0.0,
+        prune_num_heads=whole_heads,
+        prune_head_dims=not whole_heads,
+        head_pruning_ratio=ratio if whole_heads else 0.0,
     )
     for step in range(iterative_steps):
         if importance == "taylor":
@@ -147,13 +259,8 @@ def prune_channels_tp(
         if on_step is not None:
             on_step(step + 1, iterative_steps)
     model.zero_grad(set_to_none=True)
-    # Attention blocks reshape with num_heads / head_dim: keep them in line with the new widths.
-    for block, projs in blocks:
-        width = projs[0].out_features
-        if prune_heads:
-            block.num_heads = max(1, width // old_head_dims[id(block)])
-        if hasattr(block, "head_dim"):
-            block.head_dim = width // block.num_heads
+    # Attention blocks reshape with their head count / size: keep them in line with the new widths.
+    update_attention_attributes(blocks, whole_heads)
     channels_after = {
         n: m.out_channels if isinstance(m, torch.nn.modules.conv._ConvNd) else m.out_features
         for n, m in model.named_modules()
@@ -166,6 +273,7 @@ def prune_channels_tp(
         "ignored_layers": ignored_names,
         "pruned_channels": changed,
         "attention_blocks": len(blocks),
+        "attention_pruning": ("whole heads" if whole_heads else "head size") if blocks else None,
     }
 
 

@@ -277,7 +277,9 @@ class PruneChannels(Pass):
         helpers = _helpers(
             "count_flops",
             "prunable_layers_to_ignore",
+            "output_norm_layers",
             "attention_heads",
+            "update_attention_attributes",
             "_taylor_gradients",
             "prune_channels_tp",
             "distill",

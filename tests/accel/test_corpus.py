@@ -222,3 +222,61 @@ def test_corpus_subset_slow(source):
     assert not [c for c in cells.values() if c.outcome == "crash"], [
         (c.pass_name, c.reason) for c in cells.values() if c.outcome == "crash"
     ]
+
+
+def _prune(source: str, params: dict):
+    from accel.passes import PassContext, get_pass
+
+    model = load_model(source, CORPUS[source].small_spec)
+    cls = get_pass("prune_channels")
+    with tempfile.TemporaryDirectory() as d:
+        ctx = PassContext(inputs=model.example_inputs(), original=model, work_dir=d)
+        ref = model.forward(ctx.inputs)
+        out = cls().apply(model, cls.parse_config(params), ctx)
+    return out, ctx, ref
+
+
+def test_prune_channels_llama_keeps_gqa_groups_and_rotary_head_size():
+    out, ctx, ref = _prune("hf:llama_small", {"ratio": 0.3})
+    assert ctx.details["attention_blocks"] == 4
+    assert ctx.details["attention_pruning"] == "whole heads"  # rotary: head size stays 64
+    for layer in out.module.model.layers:
+        att, mlp = layer.self_attn, layer.mlp
+        # 8 query heads in 2 kv groups: torch-pruning removes ceil(ceil(0.3 * 8) / 2) = 2 per group
+        assert att.q_proj.out_features == att.o_proj.in_features == 4 * 64
+        assert att.k_proj.out_features == att.v_proj.out_features == 2 * 64
+        assert att.head_dim == 64 and att.num_key_value_groups == 2
+        assert mlp.gate_proj.out_features == mlp.up_proj.out_features == mlp.down_proj.in_features
+        assert mlp.gate_proj.out_features < 1376
+    assert "model.embed_tokens" in ctx.details["ignored_layers"]
+    assert "lm_head" in ctx.details["ignored_layers"]
+    assert out.forward(ctx.inputs).logits.shape == ref.logits.shape
+    other = out.example_inputs(seed=2, batch=2, seq=5)
+    assert out.forward(other).logits.shape == (2, 5, 32000)
+    assert ctx.metrics["params_ratio"] < 0.95
+
+
+@pytest.mark.parametrize("prune_heads", [False, True])
+def test_prune_channels_albert_prunes_the_shared_layer_once(prune_heads):
+    out, ctx, ref = _prune("hf:albert_base", {"ratio": 0.3, "prune_heads": prune_heads})
+    (group,) = out.module.encoder.albert_layer_groups
+    (layer,) = group.albert_layers  # one layer, run 12 times
+    att = layer.attention
+    width = att.query.out_features
+    assert width == att.key.out_features == att.value.out_features == att.dense.in_features
+    assert width == att.num_attention_heads * att.attention_head_size == att.all_head_size
+    if prune_heads:  # ceil(0.3 * 12) = 4 heads go, each keeps its 64 dims
+        assert (att.num_attention_heads, att.attention_head_size) == (8, 64)
+    else:  # every head shrinks: 64 -> 44
+        assert (att.num_attention_heads, att.attention_head_size) == (12, 44)
+    assert layer.ffn.out_features == layer.ffn_output.in_features < 3072
+    # the residual stream (768) is an output of the model: it keeps its width
+    assert ctx.details["pruned_channels"].keys() == {
+        f"encoder.albert_layer_groups.0.albert_layers.0.{n}"
+        for n in ("attention.query", "attention.key", "attention.value", "ffn")
+    }
+    got = out.forward(ctx.inputs)
+    assert got.last_hidden_state.shape == ref.last_hidden_state.shape == (1, 16, 768)
+    assert got.pooler_output.shape == ref.pooler_output.shape
+    other = out.example_inputs(seed=2, batch=2, seq=5)
+    assert out.forward(other).last_hidden_state.shape == (2, 5, 768)
