@@ -429,6 +429,9 @@ class _Trial:
         summary = {
             "steps": len(steps),
             "final_speedup": metrics.get("speedup"),
+            # the interval too, so History shows the trial's speedup as the runner's runs
+            "final_speedup_low": metrics.get("speedup_low"),
+            "final_speedup_high": metrics.get("speedup_high"),
             "final_latency_p50_ms": metrics.get("latency_p50_ms"),
             "baseline_latency_p50_ms": metrics.get("baseline_latency_p50_ms"),
         }

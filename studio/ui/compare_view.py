@@ -144,6 +144,15 @@ class CompareView(QDialog):
                 connect="finite",
                 name=f"{d.run.id[:8]} {d.run.recipe_name}",
             )
+            have = [i for i, y in enumerate(line_y) if not math.isnan(y)]
+            present = [(line_x[i], line_y[i]) for i in have]
+            if have and len(have) < have[-1] - have[0] + 1:  # a gap between two steps
+                # A faint dotted line across the gaps, so a run's steps still read as one run.
+                w.plot(
+                    [p[0] for p in present],
+                    [p[1] for p in present],
+                    pen=pg.mkPen(color, width=1, style=Qt.PenStyle.DotLine),
+                )
             bars = [(x, r) for x, r in zip(xs, rows) if r.latency_low_ms is not None]
             if bars:  # the latency's 95% interval (steps timed against the original)
                 w.addItem(

@@ -62,7 +62,15 @@ def _table(columns: list[str], name: str) -> QTableWidget:
     t.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
     t.horizontalHeader().setStretchLastSection(True)
     t.setSortingEnabled(True)
+    t.setWordWrap(False)  # one line per row; long names are elided (full text in the tooltip)
+    t.verticalHeader().setDefaultSectionSize(t.fontMetrics().height() + 8)
     return t
+
+
+def _fit_columns(t: QTableWidget, widest: int = 320) -> None:
+    t.resizeColumnsToContents()
+    for j in range(t.columnCount()):
+        t.setColumnWidth(j, min(max(t.columnWidth(j), 70), widest))
 
 
 class SearchesView(QWidget):
@@ -93,6 +101,7 @@ class SearchesView(QWidget):
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(self.search_table)
         split.addWidget(self.trial_table)
+        split.setStretchFactor(1, 2)  # the trials get the larger share
         lay = QVBoxLayout(self)
         lay.setContentsMargins(2, 2, 2, 2)
         lay.addWidget(split, 1)
@@ -132,6 +141,7 @@ class SearchesView(QWidget):
             for j, c in enumerate(cells):
                 t.setItem(i, j, c)
         t.setSortingEnabled(True)
+        _fit_columns(t)
         self.count_label.setText(f"{len(self.searches)} searches")
         if keep:
             self.select_search(keep)
@@ -182,17 +192,19 @@ class SearchesView(QWidget):
             fin = r.final or {}
             lat = fin.get("latency_p50_ms")
             cells = [
-                _Item(r.name or r.recipe_name, r.created_at),
+                _Item(_trial_label(r.name or r.recipe_name, sid), r.created_at),
                 _Item(r.status, r.status),
                 _Item("" if lat is None else fmt_ms(lat), lat, right=True),
                 _Item(fmt_speedup(fin) if fin else "", fin.get("speedup"), right=True),
                 _Item(r.id[:8], r.id),
             ]
             cells[0].setData(Qt.ItemDataRole.UserRole, r.id)
+            cells[0].setToolTip(r.name or r.recipe_name)
             cells[1].setToolTip(r.error or r.status)
             for j, c in enumerate(cells):
                 t.setItem(i, j, c)
         t.setSortingEnabled(True)
+        _fit_columns(t)
         self._sync_buttons()
 
     # -- actions ---------------------------------------------------------------------------
@@ -232,3 +244,9 @@ class SearchesView(QWidget):
         if rid:
             self.state.current_run_id = rid
             self.state.currentRunChanged.emit(rid)
+
+
+def _trial_label(name: str, search_id: str | None) -> str:
+    """ "#3 export_onnx+onnxruntime" from a trial run's name (the search is shown above)."""
+    prefix = f"search {(search_id or '')[:8]} "
+    return name[len(prefix) :] if search_id and name.startswith(prefix) else name

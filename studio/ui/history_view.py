@@ -253,6 +253,12 @@ class HistoryView(QWidget):
         self.table.setColumnWidth(1, 140)
         self.table.setColumnWidth(2, 150)
         self.table.setColumnWidth(3, 160)
+        cols = self.model.COLUMNS
+        for name, width in (("duration s", 80), ("latency ms", 85), ("speedup [95% CI]", 150)):
+            self.table.setColumnWidth(cols.index(name), width)
+        # One line per run (long recipe names are elided), so more runs fit a short dock.
+        self.table.setWordWrap(False)
+        self.table.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 8)
         # Newest first, as the store lists them; a click on a header sorts by that column.
         self.table.horizontalHeader().setSortIndicator(1, Qt.SortOrder.DescendingOrder)
         self.table.setSortingEnabled(True)

@@ -6,6 +6,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QTableWidget, QTabWidget
 
+from studio.optimize import _trial_name
 from studio.state import AppState
 from studio.store import Repository
 
@@ -20,7 +21,7 @@ def _trial(repo, search_id, number, steps, speed, status="succeeded", interval=T
         "gates": {"min_cosine": 0.999},
     }
     r = repo.create_run(
-        model_source="zoo:mlp", recipe=recipe, name=f"{search_id[:8]} #{number} {label}"
+        model_source="zoo:mlp", recipe=recipe, name=_trial_name(search_id, number, label)
     )
     m = {"latency_p50_ms": 10.0 / speed, "speedup": speed}
     if interval:
@@ -105,6 +106,7 @@ def test_searches_tab_lists_searches_trials_and_opens_a_trial_recipe(qtbot, sear
     trials = view.findChild(QTableWidget, "trialsTable")
     assert trials.rowCount() == 3
     assert {trials.item(i, 4).text() for i in range(3)} == {t[:8] for t in (t0, t1, t2)}
+    assert {trials.item(i, 0).text()[:2] for i in range(3)} == {"#0", "#1", "#2"}
     # Speedups sort as numbers (0.0001 is shown as 0.00x, still sorted below 1.00x).
     trials.sortItems(3, Qt.SortOrder.DescendingOrder)
     assert [trials.item(i, 3).text() for i in range(3)] == [
