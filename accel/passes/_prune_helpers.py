@@ -191,6 +191,7 @@ def _taylor_gradients(model, batches):
     model.zero_grad()
     for batch in batches:
         out = model(*batch.values())
+        out = next(iter(out.values())) if isinstance(out, dict) else out  # Hugging Face outputs
         out = out[0] if isinstance(out, (tuple, list)) else out
         out = out.float()
         loss = F.cross_entropy(out, out.argmax(-1)) if out.dim() == 2 else out.pow(2).mean()
@@ -287,6 +288,7 @@ def distill(student, teacher, batches, steps, lr=1e-3, on_step=None):
     import torch.nn.functional as F
 
     def first(out):
+        out = next(iter(out.values())) if isinstance(out, dict) else out  # Hugging Face outputs
         return out[0] if isinstance(out, (tuple, list)) else out
 
     teacher.eval()

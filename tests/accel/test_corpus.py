@@ -280,3 +280,13 @@ def test_prune_channels_albert_prunes_the_shared_layer_once(prune_heads):
     assert got.pooler_output.shape == ref.pooler_output.shape
     other = out.example_inputs(seed=2, batch=2, seq=5)
     assert out.forward(other).last_hidden_state.shape == (2, 5, 768)
+
+
+def test_prune_channels_taylor_and_finetune_read_hugging_face_outputs():
+    # Taylor gradients and distillation take the first field of a ModelOutput (a dict)
+    out, ctx, ref = _prune(
+        "hf:albert_base",
+        {"ratio": 0.3, "importance": "taylor", "importance_batches": 1, "finetune_steps": 2},
+    )
+    assert ctx.metrics["finetune_loss"] > 0
+    assert out.forward(ctx.inputs).last_hidden_state.shape == ref.last_hidden_state.shape
