@@ -85,8 +85,8 @@ class TimingSettings:
     were timed this long (0: exactly ``rounds``).
     """
 
-    rounds: int = 8
-    iters: int = 16
+    rounds: int = 12
+    iters: int = 48
     warmup: int = 3
     threads: int | None = None
     min_time_s: float = 0.5

@@ -92,7 +92,7 @@ class BenchSettings(_Strict):
     """How each step is timed against the original (accel.measure.TimingSettings)."""
 
     rounds: int = Field(
-        8,
+        12,
         ge=1,
         le=MAX_ITERS,
         description="alternating rounds original/step (at most iters; more: see min_time_s)",
@@ -101,7 +101,7 @@ class BenchSettings(_Strict):
         3, ge=0, le=MAX_ITERS, description="untimed calls of each model before the rounds"
     )
     iters: int = Field(
-        16, ge=1, le=MAX_ITERS, description="timed calls of each model, spread over the rounds"
+        48, ge=1, le=MAX_ITERS, description="timed calls of each model, spread over the rounds"
     )
     threads: int | None = Field(
         None,
