@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.fmt import fmt_ms
+from studio.ui import plot_theme
 
 LOAD_COLUMNS = ["clients", "dynamic batching", "p50 ms", "p99 ms", "throughput /s", "errors"]
 
@@ -53,6 +54,11 @@ class ServeResultsView(QWidget):
         lay.addWidget(self.title)
         lay.addLayout(row, 1)
         self.setVisible(False)
+
+    def changeEvent(self, event) -> None:  # noqa: N802 - Qt API
+        if event.type() in plot_theme.PALETTE_EVENTS and self.test is not None:
+            self._chart(self.test)  # redraw: the latency labels carry the text colour too
+        super().changeEvent(event)
 
     def show_run(self, run_id: str | None) -> None:
         """Show ``run_id``'s newest serve test (None, or a run without one: hide)."""
@@ -97,10 +103,7 @@ class ServeResultsView(QWidget):
         pal = self.palette()
         fg = pal.color(QPalette.ColorRole.Text)
         self.chart.clear()
-        self.chart.setBackground(pal.color(QPalette.ColorRole.Base))
-        for axis in ("bottom", "left"):
-            self.chart.getAxis(axis).setPen(fg)
-            self.chart.getAxis(axis).setTextPen(fg)
+        plot_theme.style_plot(self.chart, pal)
         pts = sorted(t.sweep, key=lambda p: p.batch)
         if not pts:
             return

@@ -70,6 +70,19 @@ def test_history_shows_the_selected_runs_serve_test(qapp, tmp_path):
             ["16", "off", "20.0", "50.0", "80.0", "0"],
             ["16", "on", "15.0", "30.0", "200.0", "0"],
         ]
+        # the chart follows the theme, also after it was drawn
+        from PySide6.QtWidgets import QApplication
+
+        from studio.ui import theme
+
+        try:
+            for key, dark in (("dark", True), ("light", False)):
+                theme.apply(key)
+                QApplication.processEvents()
+                assert (sv.chart.backgroundBrush().color().lightness() < 128) is dark, key
+        finally:
+            theme.apply("light")
+            QApplication.processEvents()
         _select(view, rows[plain.id])
         assert sv.isHidden()
     finally:
