@@ -55,7 +55,7 @@ from studio.workers.protocol import (
 )
 
 if TYPE_CHECKING:
-    from studio.store.repo import Repository
+    from studio.workers.recorder import RunRecorder
 
 log = logging.getLogger(__name__)
 
@@ -371,7 +371,8 @@ class JobHandle:
 
 
 class WorkerPool:
-    """Runs jobs in worker processes; records run jobs into ``store`` when given.
+    """Runs jobs in worker processes; records run jobs into ``store`` when given: any
+    ``studio.workers.recorder.RunRecorder`` (the studio's Repository, or a MemoryRecorder).
 
     ``devices``: GPUs to use (default: detected without CUDA); ``cpu_workers``:
     concurrent CPU jobs; ``max_concurrency``: limit over all lanes.
@@ -381,7 +382,7 @@ class WorkerPool:
 
     def __init__(
         self,
-        store: Repository | None = None,
+        store: RunRecorder | None = None,
         *,
         devices: Iterable[GpuInfo | str] | None = None,
         cpu_workers: int = 1,

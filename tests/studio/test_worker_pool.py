@@ -297,3 +297,28 @@ def test_killed_studio_leaves_no_worker_and_its_run_is_recovered(tmp_path):
     assert d.status == "crashed"
     assert [s.status for s in d.steps][:2] == ["succeeded", "succeeded"]  # baseline, step 0 kept
     repo.close()
+
+
+def test_pool_records_through_any_recorder_without_a_database():
+    """The pool writes through the RunRecorder protocol: an in-memory recorder gets the same
+    records a Repository would (no SQLite involved), and a Repository is one too."""
+    from studio.workers.recorder import MemoryRecorder, RunRecorder
+
+    rec = MemoryRecorder()
+    with _pool(rec) as pool:
+        out = pool.submit("fake_run", {"steps": 2}, plugins=[PLUGIN], record=True).wait(30)
+    assert out.ok, out
+    run = rec.runs[out.run_id]
+    assert run["kind"] == "fake_run" and run["status"] == "succeeded"
+    assert [e["event"] for e in run["events"]] == [
+        "run_started",
+        "step_started",
+        "step_finished",
+        "step_started",
+        "step_finished",
+        "run_finished",
+    ]
+    kinds = [c[0] for c in rec.calls]
+    assert kinds[0] == "recover_interrupted" and kinds[1] == "create_run"
+    assert kinds.index("set_status") < kinds.index("record_event")  # running, then events
+    assert isinstance(rec, RunRecorder) and issubclass(Repository, RunRecorder)
