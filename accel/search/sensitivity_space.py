@@ -67,6 +67,13 @@ def _analysis_pass(space: SearchSpace) -> str:
     return "quantize_dynamic_int8"
 
 
+def _has_modules(kind: str) -> bool:
+    """Whether models of ``kind`` are made of named torch modules (their handler says so)."""
+    from accel.backends import KINDS, get_backend
+
+    return kind in KINDS and get_backend(kind).profile_rows == "modules"
+
+
 def _exclude_targets(space: SearchSpace, skipped: dict[str, str]) -> dict[str, tuple[str, ...]]:
     """Pass -> the torch layer types it quantizes, for the passes in the space whose
     exclude list takes torch module names (the others with an exclude list: in ``skipped``)."""
@@ -77,7 +84,9 @@ def _exclude_targets(space: SearchSpace, skipped: dict[str, str]) -> dict[str, t
         cls = get_pass(name)
         if "exclude" not in cls.Config.model_fields:
             continue
-        if getattr(cls, "layer_types", None) and "torch" in cls.requires.model_kinds:
+        if getattr(cls, "layer_types", None) and any(
+            _has_modules(k) for k in cls.requires.model_kinds
+        ):
             targets[name] = tuple(cls.layer_types)
         elif getattr(cls, "module_layer_types", None):
             targets[name] = tuple(cls.module_layer_types)
@@ -139,7 +148,7 @@ def add_exclude_sets(
     summary: dict[str, Any] = {"sets": {}, "skipped": {}}
     skipped = summary["skipped"]
     targets = _exclude_targets(space, skipped)
-    if space.model_kind != "torch" or not targets:
+    if not _has_modules(space.model_kind) or not targets:
         summary["reason"] = "no quantization pass in the space takes exclude sets of torch layers"
         return space, summary
     model = load_model(config.model, config.input_spec, trust_pickle=config.trust_pickle)
