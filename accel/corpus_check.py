@@ -1,7 +1,8 @@
 """The pass x model matrix: every pass on a model, one cell each, independent of the others.
 
 ``check_model(source, spec, passes)`` loads the model once, then for each pass applies it to a
-fresh copy of the original (ONNX passes to the model's ONNX export, made once), and records
+fresh copy of the original (ONNX passes to the model's ONNX export, OpenVINO passes to its
+OpenVINO conversion, each made once), and records
 the outcome:
 
 * ``ok``: applied; with the interleaved speedup over eager (accel.measure), parity against
@@ -71,6 +72,16 @@ def _fresh(model: Any) -> Any:
     return model.backend.copy(model)  # torch: a deep copy of the module and its metadata
 
 
+def _producer_of(kind: str, from_kind: str) -> str | None:
+    """The pass that converts a ``from_kind`` model into ``kind`` (an export), if any."""
+    from accel.passes import list_passes
+
+    for cls in list_passes():
+        if cls.output_kind == kind and from_kind in cls.requires.model_kinds:
+            return cls.name
+    return None
+
+
 def check_model(
     source: str,
     input_spec: str | None = None,
@@ -104,8 +115,8 @@ def check_model(
 
 
 class _ModelCheck:
-    """One model of the corpus: its original, inputs and reference outputs, and (made once,
-    when an ONNX pass first needs it) its ONNX export."""
+    """One model of the corpus: its original, inputs and reference outputs, and (made once per
+    kind, when a pass that takes it first needs it) its ONNX export or OpenVINO conversion."""
 
     def __init__(
         self,
@@ -128,8 +139,9 @@ class _ModelCheck:
         self.inputs = self.original.input_spec.sample(seed=0)
         with torch.no_grad():
             self.reference = normalize_outputs(self.original.forward(self.inputs))
-        self.onnx_model: Any = None
-        self.onnx_error: str | None = None
+        # Converted forms of the original (kind -> model or the reason it failed), made once,
+        # when a pass that takes that kind first needs it (onnx, openvino).
+        self.converted: dict[str, Any] = {}
 
     def ctx_for(self, name: str) -> Any:
         from accel.passes import PassContext
@@ -140,21 +152,37 @@ class _ModelCheck:
             inputs=self.inputs, device=self.device, work_dir=d, original=self.original
         )
 
-    def onnx_base(self) -> Any:
-        """The ONNX export of the original (NotApplicable when the export failed)."""
+    def base_for(self, cls: Any) -> Any:
+        """The model ``cls`` takes: the original when it accepts its kind, else the original
+        converted by the export pass that produces an accepted kind (export_onnx for ONNX
+        passes, openvino for OpenVINO ones), made once per kind. NotApplicable when no pass
+        converts to an accepted kind or that conversion failed."""
+        kinds = cls.requires.model_kinds
+        if self.original.kind in kinds:
+            return self.original
+        for kind in kinds:
+            producer = _producer_of(kind, self.original.kind)
+            if producer is None:
+                continue
+            if kind not in self.converted:
+                self.converted[kind] = self._convert(producer)
+            got = self.converted[kind]
+            if isinstance(got, str):
+                raise NotApplicable(f"needs the {producer} conversion, which failed: {got}")
+            return got
+        raise NotApplicable(f"{cls.name} takes {', '.join(kinds)} models; no pass converts to them")
+
+    def _convert(self, producer: str) -> Any:
+        """The original through ``producer`` with its defaults, or why that failed."""
         from accel.passes import get_pass
 
-        if self.onnx_model is None and self.onnx_error is None:
-            try:
-                exp = get_pass("export_onnx")()
-                self.onnx_model = exp.apply(
-                    _fresh(self.original), exp.parse_config({}), self.ctx_for("_export_onnx")
-                )
-            except Exception as exc:  # noqa: BLE001 - recorded per ONNX pass
-                self.onnx_error = str(exc) or type(exc).__name__
-        if self.onnx_error is not None:
-            raise NotApplicable(f"needs the ONNX export, which failed: {self.onnx_error}")
-        return self.onnx_model
+        try:
+            conv = get_pass(producer)()
+            return conv.apply(
+                _fresh(self.original), conv.parse_config({}), self.ctx_for(f"_{producer}")
+            )
+        except Exception as exc:  # noqa: BLE001 - recorded per pass that needs it
+            return str(exc) or type(exc).__name__
 
     def cell(self, name: str, params: dict[str, Any]) -> Cell:
         """One pass on the model: ok (parity, speedup), n/a, refused or crash."""
@@ -185,9 +213,7 @@ class _ModelCheck:
         config = cls.parse_config(cell.params)
         if cls.requires.cuda and not str(self.device).startswith("cuda"):
             raise NotApplicable(f"{name} needs a CUDA GPU")
-        base = self.original
-        if self.original.kind not in cls.requires.model_kinds:
-            base = self.onnx_base()
+        base = self.base_for(cls)
         p.check_requirements(base, self.device)
         model = _fresh(base)
         p.preflight(model, config)

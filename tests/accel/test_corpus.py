@@ -290,3 +290,21 @@ def test_prune_channels_taylor_and_finetune_read_hugging_face_outputs():
     )
     assert ctx.metrics["finetune_loss"] > 0
     assert out.forward(ctx.inputs).last_hidden_state.shape == ref.last_hidden_state.shape
+
+
+def test_matrix_converts_the_original_for_passes_that_take_another_kind():
+    """quantize_openvino takes an OpenVINO model and quantize_onnx_dynamic an ONNX one: the
+    matrix converts the original through the export that produces that kind (made once)."""
+    pytest.importorskip("openvino")
+    pytest.importorskip("nncf")
+    from accel.corpus_check import check_model
+
+    passes = ["quantize_openvino", "quantize_onnx_dynamic", "onnxruntime"]
+    with tempfile.TemporaryDirectory() as d:
+        cells = {
+            c.pass_name: c for c in check_model("zoo:mlp", None, passes, work_dir=d, time_it=False)
+        }
+    assert {n: c.outcome for n, c in cells.items()} == dict.fromkeys(passes, "ok"), {
+        n: c.reason for n, c in cells.items()
+    }
+    assert cells["onnxruntime"].parity_passed
