@@ -13,11 +13,22 @@ Jobs are testable without any process: call them with a list's ``append`` as
 
 from __future__ import annotations
 
-import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from accel.errors import Cancelled
+from accel.events import Log, Progress
+from accel.job_specs import (
+    AnalyzeJob,
+    ExportOnnxJob,
+    GraphDiffJob,
+    InspectJob,
+    ProfileJob,
+    RunRecipeJob,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,27 +53,24 @@ def _to_dict(obj: Any) -> dict[str, Any]:
     return {"value": repr(obj)}
 
 
-def _call_with_supported(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call ``fn`` passing only the keyword arguments it accepts (None ones dropped)."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        params = {}
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    kw = {k: v for k, v in kwargs.items() if v is not None and (takes_any or k in params)}
-    dropped = sorted(k for k, v in kwargs.items() if v is not None and k not in kw)
-    if dropped:
-        log.warning("%s does not take %s; ignored", getattr(fn, "__name__", fn), dropped)
-    return fn(*args, **kw)
+def _progress(emit: Emit) -> Callable[[float, str], None]:
+    """A ``progress(fraction, message)`` callback that emits the typed Progress event."""
+
+    def progress(fraction: float, message: str = "") -> None:
+        emit(Progress(-1, fraction, message).to_dict())
+
+    return progress
 
 
 def run_recipe_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
-    """params: ``recipe`` (dict or file path), optional ``model`` (source overriding the
-    recipe's), ``device``, ``out`` (run folder), the caller's opt-ins ``trust_pickle`` and
-    ``trust_recipe_code`` (never taken from the recipe). Returns the run's JSON summary."""
+    """params: ``RunRecipeJob`` (``recipe`` dict or file path, optional ``model`` source
+    overriding the recipe's, ``device``, ``out`` run folder, the caller's opt-ins
+    ``trust_pickle`` and ``trust_recipe_code``, never taken from the recipe). Returns the
+    run's JSON summary."""
     from accel.runner import run_recipe
 
-    recipe = params["recipe"]
+    job = RunRecipeJob.from_params(params)
+    recipe: Any = job.recipe
     if isinstance(recipe, str):
         recipe = Path(recipe)
 
@@ -73,11 +81,11 @@ def run_recipe_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> d
         recipe,
         on_event,
         cancel,
-        out_dir=params.get("out"),
-        model_source=params.get("model"),
-        device=params.get("device"),
-        trust_pickle=bool(params.get("trust_pickle")),
-        trust_recipe_code=bool(params.get("trust_recipe_code")),
+        out_dir=job.out,
+        model_source=job.model,
+        device=job.device,
+        trust_pickle=job.trust_pickle,
+        trust_recipe_code=job.trust_recipe_code,
     )
     return {
         "status": result.status,
@@ -98,45 +106,151 @@ def run_recipe_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> d
     }
 
 
+def _inputs_text(inputs: Mapping[str, Any]) -> str:
+    """``x:float32[8,1024]; ...`` of the example inputs actually fed."""
+    parts = []
+    for name, x in inputs.items():
+        shape = ",".join(str(d) for d in getattr(x, "shape", ()))
+        dtype = str(getattr(x, "dtype", type(x).__name__)).removeprefix("torch.")
+        parts.append(f"{name}:{dtype}[{shape}]")
+    return "; ".join(parts)
+
+
+def model_facts(model: Any) -> dict[str, Any]:
+    """What a stored profile names the model by (the store's model row) and the CLI prints."""
+    return {
+        "source": model.source,
+        "kind": model.kind,
+        "content_hash": model.content_hash,
+        "input_spec": str(model.input_spec),
+        "num_params": int(model.num_params),
+        "size_bytes": int(model.size_bytes),
+        "device": model.device,
+    }
+
+
+@dataclass
+class ProfileResult:
+    """What ``profile`` measured: the model's facts, the inputs fed, the benchmark and the
+    per-layer profile (each None when the job did not ask for it)."""
+
+    model: dict[str, Any]
+    inputs: str
+    benchmark: Any = None  # accel.bench.BenchResult
+    profile: Any = None  # accel.profile.ModelProfile
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "inputs": self.inputs,
+            "benchmark": self.benchmark.to_dict() if self.benchmark is not None else None,
+            "profile": self.profile.to_dict() if self.profile is not None else None,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ProfileResult:
+        from accel.bench import BenchResult
+        from accel.profile import ModelProfile
+
+        bench, prof = d.get("benchmark"), d.get("profile")
+        return cls(
+            model=dict(d.get("model") or {}),
+            inputs=str(d.get("inputs") or ""),
+            benchmark=BenchResult.from_dict(bench) if bench else None,
+            profile=ModelProfile.from_dict(prof) if prof else None,
+        )
+
+
+def profile(job: ProfileJob, emit: Emit, cancel: CancelCheck) -> ProfileResult:
+    """The profile use case (``studio profile`` and the studio's Profile action)."""
+    model = job.load(device=job.device or "cpu")
+    emit(Log("info", f"loaded {job.model.source}").to_dict())
+    inputs = model.example_inputs()
+    result = ProfileResult(model_facts(model), _inputs_text(inputs))
+    if job.benchmark:
+        from accel.bench import benchmark
+
+        result.benchmark = benchmark(
+            model,
+            inputs,
+            device=job.device or "cpu",
+            warmup=job.warmup,
+            iters=job.bench_iters,
+            threads=job.threads,
+        )
+    if job.layers:
+        if cancel():
+            raise Cancelled("profile cancelled")
+        from accel.profile import profile_model
+
+        result.profile = profile_model(
+            model,
+            inputs,
+            iters=job.iters,
+            warmup=job.warmup,
+            ops=job.ops,
+            trace_path=job.trace_path,
+            device=job.device,
+            threads=job.threads,
+            progress=_progress(emit),
+            cancel=cancel,
+        )
+    return result
+
+
 def profile_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
-    """params: ``model`` (source), optional ``input_spec``, ``device`` and the keyword
-    arguments of ``accel.profile.profile_model``."""
-    from accel.models import load_model
-    from accel.profile import profile_model
+    """params: ``ProfileJob``. Returns ``ProfileResult.to_dict()``."""
+    return profile(ProfileJob.from_params(params), emit, cancel).to_dict()
 
-    kwargs = dict(params)
-    source = kwargs.pop("model")
-    spec = kwargs.pop("input_spec", None)
-    trust = bool(kwargs.pop("trust_pickle", False))
-    if spec is not None:
-        from accel.models import InputSpec
 
-        spec = InputSpec.parse(spec) if isinstance(spec, str) else InputSpec.from_dict(spec)
-    model = load_model(source, spec, trust_pickle=trust)
-    emit({"event": "log", "level": "info", "message": f"loaded {source}", "index": None})
+@dataclass
+class AnalyzeResult:
+    """The sensitivity report and, when the job had a gate, the layers to keep in float."""
 
-    def progress(fraction: float, message: str = "") -> None:
-        emit({"event": "progress", "index": -1, "fraction": fraction, "message": message})
+    report: Any  # accel.sensitivity.SensitivityReport
+    auto: Any = None  # accel.sensitivity.AutoExcludeResult
 
-    result = _call_with_supported(profile_model, model, progress=progress, cancel=cancel, **kwargs)
-    return _to_dict(result)
+    def to_dict(self) -> dict[str, Any]:
+        out = self.report.to_dict()
+        if self.auto is not None:
+            out["auto_exclude"] = self.auto.to_dict()
+        return out
+
+
+def analyze(job: AnalyzeJob, emit: Emit, cancel: CancelCheck) -> AnalyzeResult:
+    """Per-layer sensitivity (``accel.sensitivity``); with a gate, ``auto_exclude`` too.
+    The model is analysed on the CPU."""
+    from accel.sensitivity import analyze_sensitivity, auto_exclude
+
+    model = job.load()
+    progress = _progress(emit)
+    report = analyze_sensitivity(
+        model,
+        job.pass_name,
+        data=job.data,
+        params=dict(job.params),
+        progress=progress,
+        cancel=cancel,
+        max_layers=job.max_layers,
+        method=job.method,
+    )
+    auto = None
+    if job.gated:
+        auto = auto_exclude(
+            report,
+            job.max_error,
+            min_cosine=job.min_cosine,
+            max_accuracy_drop=job.max_accuracy_drop,
+            model=model,
+            progress=progress,
+            cancel=cancel,
+        )
+    return AnalyzeResult(report, auto)
 
 
 def analyze_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
-    """Per-layer sensitivity analysis (``accel.sensitivity.analyze_sensitivity``)."""
-    from accel.models import load_model
-    from accel.sensitivity import analyze_sensitivity  # type: ignore[import-not-found]
-
-    kwargs = dict(params)
-    model = load_model(kwargs.pop("model"), kwargs.pop("input_spec", None))
-
-    def progress(fraction: float, message: str = "") -> None:
-        emit({"event": "progress", "index": -1, "fraction": fraction, "message": message})
-
-    result = _call_with_supported(
-        analyze_sensitivity, model, progress=progress, cancel=cancel, **kwargs
-    )
-    return _to_dict(result)
+    """params: ``AnalyzeJob``. Returns the report's JSON (plus ``auto_exclude`` with a gate)."""
+    return analyze(AnalyzeJob.from_params(params), emit, cancel).to_dict()
 
 
 def model_info(model: Any) -> dict[str, Any]:
@@ -172,28 +286,43 @@ def model_info(model: Any) -> dict[str, Any]:
     return info
 
 
-def inspect_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
-    """params: ``model`` (source), optional ``input_spec``, ``trust_pickle``, ``graph``
-    (default True). Returns ``{"info": model_info, "graph": Graph.to_dict() | None,
-    "graph_error": str | None}``: a model whose graph cannot be built still opens."""
-    from accel.models import InputSpec, load_model
+@dataclass
+class InspectResult:
+    """An opened model: the LoadedModel, its facts for people, its graph (or why none)."""
 
-    spec = params.get("input_spec")
-    if spec is not None:
-        spec = InputSpec.parse(spec) if isinstance(spec, str) else InputSpec.from_dict(spec)
-    emit({"event": "progress", "index": -1, "fraction": 0.1, "message": "loading the model"})
-    model = load_model(params["model"], spec, trust_pickle=bool(params.get("trust_pickle")))
-    out: dict[str, Any] = {"info": model_info(model), "graph": None, "graph_error": None}
-    if params.get("graph", True) and not cancel():
-        emit({"event": "progress", "index": -1, "fraction": 0.5, "message": "building the graph"})
+    model: Any  # accel.models.LoadedModel (not sent: to_dict leaves it out)
+    info: dict[str, Any]
+    graph: Any = None  # accel.graph.Graph
+    graph_error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        graph = self.graph.to_dict() if self.graph is not None else None
+        return {"info": self.info, "graph": graph, "graph_error": self.graph_error}
+
+
+def inspect(job: InspectJob, emit: Emit, cancel: CancelCheck) -> InspectResult:
+    """Open a model (on the CPU): its facts and, with ``job.graph``, its graph. A model whose
+    graph cannot be built still opens (``graph_error`` says why)."""
+    progress = _progress(emit)
+    progress(0.1, "loading the model")
+    model = job.load()
+    out = InspectResult(model, model_info(model))
+    if job.graph and not cancel():
+        progress(0.5, "building the graph")
         try:
             from accel.graph import graph_from_model
 
-            out["graph"] = graph_from_model(model).to_dict()
+            out.graph = graph_from_model(model)
         except Exception as exc:  # the model still opens; the view says why there is no graph
-            log.warning("no graph for %s: %s", params["model"], exc)
-            out["graph_error"] = f"{type(exc).__name__}: {exc}"
+            log.warning("no graph for %s: %s", job.model.source, exc)
+            out.graph_error = f"{type(exc).__name__}: {exc}"
     return out
+
+
+def inspect_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
+    """params: ``InspectJob``. Returns ``{"info": model_info, "graph": Graph.to_dict() |
+    None, "graph_error": str | None}``."""
+    return inspect(InspectJob.from_params(params), emit, cancel).to_dict()
 
 
 def export_onnx_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
@@ -202,23 +331,20 @@ def export_onnx_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> 
     ``export_onnx`` pass, so the file is checked and keeps the spec's dynamic dims. An ONNX
     model returns its own file. Returns ``{"path": str, "warnings": [...]}``."""
     from accel.errors import PassError
-    from accel.models import InputSpec, load_model
     from accel.passes import PassContext, get_pass
 
-    spec = params.get("input_spec")
-    if spec is not None:
-        spec = InputSpec.parse(spec) if isinstance(spec, str) else InputSpec.from_dict(spec)
-    model = load_model(params["model"], spec, trust_pickle=bool(params.get("trust_pickle")))
+    job = ExportOnnxJob.from_params(params)
+    model = job.load()
     backend = model.backend
     if "export_onnx" not in backend.capabilities:  # a runtime file already: show it as it is
         shown = backend.netron_file(model)
         if shown is None:
             raise PassError(f"{backend.label} models cannot be exported for Netron")
         return {"path": str(shown), "warnings": []}
-    out = Path(params["out"])
+    out = Path(job.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     export = get_pass("export_onnx")
-    exporters = [params.get("exporter") or "dynamo"]
+    exporters: list[str] = [job.exporter or "dynamo"]
     if exporters[0] == "dynamo":
         exporters.append("torchscript")
     error: PassError | None = None
@@ -226,9 +352,7 @@ def export_onnx_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> 
         ctx = PassContext(
             inputs=model.example_inputs(),
             work_dir=out.parent,
-            progress_cb=lambda f, m: emit(
-                {"event": "progress", "index": -1, "fraction": f, "message": m}
-            ),
+            progress_cb=_progress(emit),
             cancel_cb=cancel,
         )
         try:
@@ -259,35 +383,32 @@ def graph_diff_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> d
     from accel.graph import graph_from_model
     from accel.graph.diff import diff_graphs
     from accel.graph.layer_parity import saved_step_models
-    from accel.models import InputSpec, load_model
+    from accel.models import load_model
 
-    spec = params.get("input_spec")
-    if spec is not None:
-        spec = InputSpec.parse(spec) if isinstance(spec, str) else InputSpec.from_dict(spec)
-    saved = saved_step_models(params["run_dir"])
+    job = GraphDiffJob.from_params(params)
+    saved = saved_step_models(job.run_dir)
     if not saved:
         raise AccelError(
             "no step of this run saved a model file to compare with; run a recipe with a "
             "torch step (bf16, fold_batchnorm, quantize ...) or an export step"
         )
     steps = saved
-    if params.get("step_index") is not None:
-        steps = [s for s in saved if s[0] == int(params["step_index"])]
-    elif params.get("step"):
-        steps = [s for s in saved if f"step_{s[0]:02d}_{s[1]}" == params["step"]]
+    if job.step_index is not None:
+        steps = [s for s in saved if s[0] == job.step_index]
+    elif job.step:
+        steps = [s for s in saved if f"step_{s[0]:02d}_{s[1]}" == job.step]
     if not steps:
         which = ", ".join(f"{i + 1}. {name}" for i, name, _ in saved)
-        raise AccelError(
-            f"step {params.get('step_index', params.get('step'))} of this run saved no model; "
-            f"pick one that did: {which}"
-        )
+        asked = job.step_index if job.step_index is not None else job.step
+        raise AccelError(f"step {asked} of this run saved no model; pick one that did: {which}")
     index, name, artifact = steps[-1]
     step = f"step_{index:02d}_{name}"
-    emit({"event": "progress", "index": -1, "fraction": 0.2, "message": "original graph"})
-    original = load_model(params["model"], spec, trust_pickle=bool(params.get("trust_pickle")))
+    progress = _progress(emit)
+    progress(0.2, "original graph")
+    original = job.load()
     graph_a = graph_from_model(original)
-    emit({"event": "progress", "index": -1, "fraction": 0.6, "message": f"graph of {step}"})
-    candidate = load_model(str(artifact), spec or original.input_spec)
+    progress(0.6, f"graph of {step}")
+    candidate = load_model(str(artifact), job.model.input_spec or original.input_spec)
     graph_b = graph_from_model(candidate)
     return {
         "graph": graph_b.to_dict(),

@@ -29,7 +29,9 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from accel.job_specs import ExportOnnxJob, GraphDiffJob, InspectJob, JobParamsError, ProfileJob
 from studio.state import AppState
+from studio.usecases import model_job, store_profile
 from studio.workers import JobOutcome, WorkerPool
 from studio.workers.qt_bridge import PoolBridge
 
@@ -169,10 +171,27 @@ class Services(QObject):
         self._latest[controller] = handle.job_id
         return handle.job_id
 
+    def _spec(
+        self, controller: str, cls: type[Any], source: str, input_spec: str | None, **fields: Any
+    ) -> Any:
+        """The job spec (``studio.usecases.model_job``), or None after telling the user why
+        its parameters are bad (a malformed input spec, ...)."""
+        try:
+            return model_job(
+                cls, source, input_spec, trust_pickle=source in self._trusted, **fields
+            )
+        except JobParamsError as exc:
+            if controller == "open":
+                self.state.modelFailed.emit(f"could not open {source}: {exc}")
+            self.jobFailed.emit(controller, str(exc))
+            self.state.status.emit(f"{controller} failed: {str(exc).splitlines()[0]}")
+            return None
+
     def open_model(
         self, source: str, input_spec: str | None = None, *, trust_pickle: bool = False
-    ) -> str:
-        """Load ``source`` in a worker: model info + graph land in ``state``. Returns the job id.
+    ) -> str | None:
+        """Load ``source`` in a worker: model info + graph land in ``state``. Returns the job
+        id (None when the parameters are bad: ``modelFailed`` and ``jobFailed`` say why).
 
         ``trust_pickle``: the user opted in to full unpickling of this file (kept for the
         later jobs on the same source)."""
@@ -180,12 +199,10 @@ class Services(QObject):
         self._named_code.add(source)  # opened by the user: theirs to run
         if trust_pickle:
             self._trusted.add(source)
-        params: dict[str, Any] = {"model": source}
-        if input_spec:
-            params["input_spec"] = input_spec
-        if source in self._trusted:
-            params["trust_pickle"] = True
-        job_id = self._submit("open", "inspect", params, device="cpu", priority=10)
+        spec = self._spec("open", InspectJob, source, input_spec)
+        if spec is None:
+            return None
+        job_id = self._submit("open", "inspect", spec.to_params(), device="cpu", priority=10)
         self._context[job_id] = {"source": source, "input_spec": input_spec}
         self.state.modelLoading.emit(source)
         self.state.status.emit(f"opening {source}…")
@@ -223,13 +240,11 @@ class Services(QObject):
             return None
         trace = self.data_dir() / "traces" / "last_profile_trace.json"
         trace.parent.mkdir(parents=True, exist_ok=True)
-        params: dict[str, Any] = {"model": st.model_source, "trace_path": str(trace)}
-        if st.input_spec:
-            params["input_spec"] = st.input_spec
-        if st.model_source in self._trusted:
-            params["trust_pickle"] = True
-        params.update(profile_kwargs)
-        job_id = self._submit("profile", "profile", params, device="cpu", priority=5)
+        settings = {"trace_path": str(trace), **profile_kwargs}
+        spec = self._spec("profile", ProfileJob, st.model_source, st.input_spec, **settings)
+        if spec is None:
+            return None
+        job_id = self._submit("profile", "profile", spec.to_params(), device="cpu", priority=5)
         self._context[job_id] = {"source": st.model_source, "input_spec": st.input_spec}
         st.status.emit(f"profiling {st.model_source}…")
         return job_id
@@ -286,12 +301,10 @@ class Services(QObject):
             return None
         out = self.export_path()
         out.parent.mkdir(parents=True, exist_ok=True)
-        params: dict[str, Any] = {"model": st.model_source, "out": str(out)}
-        if st.input_spec:
-            params["input_spec"] = st.input_spec
-        if st.model_source in self._trusted:
-            params["trust_pickle"] = True
-        job_id = self._submit("export", "export_onnx", params, device="cpu")
+        spec = self._spec("export", ExportOnnxJob, st.model_source, st.input_spec, out=str(out))
+        if spec is None:
+            return None
+        job_id = self._submit("export", "export_onnx", spec.to_params(), device="cpu")
         self._context[job_id] = {"source": st.model_source}
         st.status.emit("exporting to ONNX…")
         return job_id
@@ -331,14 +344,17 @@ class Services(QObject):
         if not run_dir:
             self.jobFailed.emit("diff", "this run has no run folder (it did not start)")
             return None
-        params: dict[str, Any] = {"model": st.model_source, "run_dir": run_dir}
-        if step_index is not None:
-            params["step_index"] = int(step_index)
-        if st.input_spec:
-            params["input_spec"] = st.input_spec
-        if st.model_source in self._trusted:
-            params["trust_pickle"] = True
-        job_id = self._submit("diff", "graph_diff", params, device="cpu", priority=5)
+        spec = self._spec(
+            "diff",
+            GraphDiffJob,
+            st.model_source,
+            st.input_spec,
+            run_dir=str(run_dir),
+            step_index=None if step_index is None else int(step_index),
+        )
+        if spec is None:
+            return None
+        job_id = self._submit("diff", "graph_diff", spec.to_params(), device="cpu", priority=5)
         self._context[job_id] = {"source": st.model_source, "run_id": run_id}
         st.status.emit("comparing graphs…")
         return job_id
@@ -423,15 +439,16 @@ class Services(QObject):
         elif kind == "profile":
             if ctx.get("source") != self.state.model_source:
                 return  # the model changed while profiling
-            from accel.profile import ModelProfile
+            from accel.jobs import ProfileResult
 
-            prof = ModelProfile.from_dict(result)
+            profiled = ProfileResult.from_dict(result)
+            prof = profiled.profile
             self.state.set_profile(prof)
             self.profileReady.emit()
             self.state.status.emit(
                 f"profiled {ctx.get('source')}: {prof.total_ms:.2f} ms per forward"
             )
-            self._record_profile(prof, ctx)
+            self._record_profile(profiled)
         elif kind == "diff":
             if ctx.get("source") == self.state.model_source:
                 self.diffReady.emit(dict(result, run_id=ctx.get("run_id")))
@@ -471,36 +488,14 @@ class Services(QObject):
         self.modelOpened.emit(source)
         self.state.status.emit(f"opened {source}")
 
-    def _record_profile(self, prof: Any, ctx: dict[str, Any]) -> None:
+    def _record_profile(self, profiled: Any) -> None:
         repo = self.repo
         if repo is None:
             return
-        info = self.state.model_info
-        rows = [
-            {
-                "name": r.name,
-                "op_type": r.type,
-                "time_ms": r.self_ms,
-                "percent": 100.0 * r.share,
-                "flops": r.flops,
-                "params": r.params,
-                "memory_bytes": r.output_bytes,
-                "inclusive_ms": r.inclusive_ms,
-            }
-            for r in prof.rows
-        ]
 
         def work() -> None:
             try:
-                repo.record_profile(
-                    rows,
-                    model_source=ctx.get("source"),
-                    model_kind=info.get("kind", prof.kind),
-                    model_hash=info.get("content_hash", ""),
-                    input_spec=info.get("input_spec") or "",
-                    device=prof.device,
-                    summary={"total_ms": prof.total_ms, "total_flops": prof.total_flops},
-                )
+                store_profile(repo, profiled)
             except Exception:
                 log.exception("could not store the profile")
 

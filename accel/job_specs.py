@@ -1,0 +1,237 @@
+"""Typed parameters of the headless jobs (``accel.jobs``): one class per job kind.
+
+The worker protocol carries a job's parameters as plain JSON, flat as the studio has always
+sent them: ``{"model": "zoo:mlp", "input_spec": "x:float32[8,1024]", "trust_pickle": true,
+"iters": 20}``. ``Spec.from_params(params)`` validates that dict into a frozen spec whose
+``model`` is one ``accel.recipe.ModelRef`` (source, input spec, trust_pickle: the one place
+those three are unpacked) and ``spec.to_params()`` gives the flat JSON back, so the CLI (in
+process) and the studio (through a worker) build the same spec and run the same use case.
+
+A job's ``trust_pickle`` is the opt-in of the person who asked for the job (``--trust-pickle``
+or the studio's confirmation); a recipe file's own ``model.trust_pickle`` stays ignored
+(``RunRecipeJob`` takes the opt-in beside the recipe, never from it).
+Bad parameters raise ``JobParamsError`` naming the job, the field and what to give.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from accel.errors import AccelError, InputSpecError
+from accel.recipe import ModelRef
+
+__all__ = [
+    "AnalyzeJob",
+    "ExportOnnxJob",
+    "GraphDiffJob",
+    "InspectJob",
+    "JobParamsError",
+    "ModelJob",
+    "ModelRef",
+    "ProfileJob",
+    "RunRecipeJob",
+    "SPECS",
+]
+
+_DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
+
+
+class JobParamsError(AccelError, ValueError):
+    """A job's parameters do not validate; the message names the job and the field."""
+
+
+def _input_spec_text(value: Any) -> str | None:
+    """A spec as its compact text (a mapping is converted); a malformed one raises here."""
+    from accel.models import InputSpec
+
+    if value is None or value == "":
+        return None
+    spec = InputSpec.coerce(value)
+    return value if isinstance(value, str) else str(spec)
+
+
+class JobParams(BaseModel):
+    """Base: strict (unknown keys are errors), frozen, ``device`` for the pool's lane."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: ClassVar[str] = ""
+
+    device: str | None = Field(None, description="cpu, cuda or cuda:N (the pool sets it)")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str | None) -> str | None:
+        if v is not None and not _DEVICE.match(v):
+            raise ValueError(f"unknown device {v!r}: use cpu, cuda or cuda:N")
+        return v
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> Self:
+        """Validate the worker protocol's JSON; a JobParamsError says what to change."""
+        if not isinstance(params, Mapping):
+            raise JobParamsError(
+                f"{cls.kind} job: parameters must be a JSON object, got {type(params).__name__}"
+            )
+        try:
+            return cls.model_validate(dict(params))
+        except ValidationError as exc:
+            raise JobParamsError(_explain(cls, exc)) from None
+
+    def to_params(self) -> dict[str, Any]:
+        """The flat JSON the worker protocol carries (None values left out)."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+class ModelJob(JobParams):
+    """A job on one model: ``model`` is a ModelRef; the flat keys fold into it."""
+
+    model: ModelRef
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fold_model(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        data = dict(data)
+        ref = data.get("model")
+        if ref is None:
+            raise ValueError("model: missing; give the model source, e.g. 'zoo:mlp'")
+        if isinstance(ref, ModelRef):
+            ref = ref.model_dump()
+        elif isinstance(ref, str):
+            ref = {"source": ref}
+        elif not isinstance(ref, Mapping):
+            raise ValueError(f"model: give a source string, got {type(ref).__name__}")
+        ref = dict(ref)
+        for key in ("input_spec", "trust_pickle"):
+            if key in data:
+                ref[key] = data.pop(key)
+        if not str(ref.get("source") or "").strip():
+            raise ValueError("model: empty source; give e.g. 'zoo:mlp' or 'model.onnx'")
+        try:
+            ref["input_spec"] = _input_spec_text(ref.get("input_spec"))
+        except InputSpecError as exc:
+            raise ValueError(f"input_spec: {exc}") from None
+        ref["trust_pickle"] = bool(ref.get("trust_pickle", False))
+        data["model"] = ModelRef(**ref)
+        return data
+
+    def to_params(self) -> dict[str, Any]:
+        d = super().to_params()
+        ref = d.pop("model")
+        d["model"] = ref["source"]
+        if ref.get("input_spec"):
+            d["input_spec"] = ref["input_spec"]
+        if ref.get("trust_pickle"):
+            d["trust_pickle"] = True
+        return d
+
+    def load(self, **kwargs: Any) -> Any:
+        """Load the model this job names (``accel.models.load_model``); keyword arguments
+        (``device``...) pass through."""
+        from accel.models import load_model
+
+        ref = self.model
+        return load_model(ref.source, ref.input_spec, trust_pickle=ref.trust_pickle, **kwargs)
+
+
+class InspectJob(ModelJob):
+    """Open a model: its facts for people and (``graph``) its graph."""
+
+    kind: ClassVar[str] = "inspect"
+    graph: bool = True
+
+
+class ProfileJob(ModelJob):
+    """Profile a model layer by layer (``layers``) and/or benchmark it (``benchmark``)."""
+
+    kind: ClassVar[str] = "profile"
+    layers: bool = Field(True, description="the per-layer profile (accel.profile.profile_model)")
+    benchmark: bool = Field(False, description="latency p50/p90 and throughput (accel.bench)")
+    iters: int = Field(20, ge=1, le=1_000_000, description="profiled iterations")
+    warmup: int = Field(5, ge=0, le=1_000_000, description="warm-up iterations")
+    bench_iters: int = Field(30, ge=1, le=1_000_000, description="benchmark: timed iterations")
+    ops: bool = Field(True, description="also the operator table")
+    trace_path: str | None = Field(None, description="write a Chrome/Perfetto trace here")
+    threads: int | None = Field(None, ge=1, le=4096, description="CPU threads (default: cores)")
+
+    @model_validator(mode="after")
+    def _something(self) -> Self:
+        if not (self.layers or self.benchmark):
+            raise ValueError("layers and benchmark are both off: nothing to do")
+        return self
+
+
+class AnalyzeJob(ModelJob):
+    """Per-layer quantization sensitivity and, with a gate, the layers to keep in float."""
+
+    kind: ClassVar[str] = "analyze"
+    pass_name: str = "quantize_static_int8"
+    data: str | dict[str, Any] | None = Field(None, description="data spec (default synthetic)")
+    params: dict[str, Any] = Field(default_factory=dict, description="the pass's other params")
+    max_layers: int | None = Field(None, ge=1)
+    method: Literal["auto", "full", "local"] = "auto"
+    max_error: float | None = Field(None, ge=0, allow_inf_nan=False)
+    min_cosine: float | None = Field(None, ge=-1, le=1, allow_inf_nan=False)
+    max_accuracy_drop: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
+
+    @property
+    def gated(self) -> bool:
+        return any(v is not None for v in (self.max_error, self.min_cosine, self.max_accuracy_drop))
+
+
+class ExportOnnxJob(ModelJob):
+    """Export a torch model to ONNX (a runtime file returns itself)."""
+
+    kind: ClassVar[str] = "export_onnx"
+    out: str = Field(description="the .onnx path; its folder holds any external data")
+    exporter: Literal["dynamo", "torchscript"] | None = None
+
+
+class GraphDiffJob(ModelJob):
+    """What a run did to the original graph up to one step."""
+
+    kind: ClassVar[str] = "graph_diff"
+    run_dir: str
+    step_index: int | None = Field(None, ge=0)
+    step: str | None = None
+
+
+class RunRecipeJob(JobParams):
+    """Run a recipe. The recipe holds the model's ModelRef; ``model`` overrides its source;
+    the trust opt-ins are the caller's, never the recipe's."""
+
+    kind: ClassVar[str] = "run_recipe"
+    recipe: dict[str, Any] | str = Field(description="the recipe (dict) or its file path")
+    model: str | None = Field(None, description="a model source overriding the recipe's")
+    out: str | None = Field(None, description="the run folder")
+    trust_pickle: bool = False
+    trust_recipe_code: bool = False
+
+
+SPECS: dict[str, type[JobParams]] = {
+    s.kind: s
+    for s in (InspectJob, ProfileJob, AnalyzeJob, ExportOnnxJob, GraphDiffJob, RunRecipeJob)
+}
+
+
+def _explain(cls: type[JobParams], exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err.get("loc", ()))
+        msg = str(err.get("msg", "")).removeprefix("Value error, ")
+        if err.get("type") == "extra_forbidden":
+            known = set(cls.model_fields)
+            if issubclass(cls, ModelJob):
+                known |= {"input_spec", "trust_pickle"}
+            msg = f"unknown parameter; known: {', '.join(sorted(known))}"
+        elif err.get("type") == "missing":
+            msg = "missing: this job needs it"
+        elif where and "input" in err and err.get("type") != "missing":
+            msg += f" (got {err['input']!r})"
+        parts.append(f"{where}: {msg}" if where else msg)
+    return f"{cls.kind} job: " + "; ".join(parts)

@@ -1,0 +1,104 @@
+"""The studio's use cases without Qt: one path for the CLI and the GUI.
+
+A use case is a typed job spec (``accel.job_specs``) and the engine function that runs it
+(``accel.jobs``). The GUI (``studio.services``) builds the spec here and sends its
+``to_params()`` JSON to a worker, which runs ``accel.jobs.JOBS[kind]``: that validates the
+JSON back into the spec and calls the use-case function. The CLI commands build the same spec
+here and call the same use-case function in process (``run_in_process``), after the same
+JSON round trip. What happens with a result afterwards (a profile stored in the experiment
+store) is defined here once too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from accel.job_specs import AnalyzeJob, InspectJob, JobParams, ModelJob, ProfileJob
+
+Spec = TypeVar("Spec", bound=ModelJob)
+
+
+def model_job(
+    cls: type[Spec],
+    source: str,
+    input_spec: str | None = None,
+    *,
+    trust_pickle: bool = False,
+    **fields: Any,
+) -> Spec:
+    """The spec of a job on one model; None-valued fields keep their defaults. Bad values
+    raise ``accel.job_specs.JobParamsError`` (an AccelError) saying what to change."""
+    model = {"source": source, "input_spec": input_spec or None, "trust_pickle": trust_pickle}
+    return cls.from_params({"model": model, **{k: v for k, v in fields.items() if v is not None}})
+
+
+def _use_case(spec: JobParams) -> Callable[..., Any]:
+    from accel import jobs
+
+    cases: dict[type[JobParams], Callable[..., Any]] = {
+        ProfileJob: jobs.profile,
+        AnalyzeJob: jobs.analyze,
+        InspectJob: jobs.inspect,
+    }
+    try:
+        return cases[type(spec)]
+    except KeyError:
+        raise TypeError(f"no in-process use case for {type(spec).__name__}") from None
+
+
+def run_in_process(
+    spec: JobParams,
+    emit: Callable[[dict[str, Any]], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
+) -> Any:
+    """Run ``spec``'s use case here (the CLI): the spec goes through the same JSON a worker
+    receives, then the same function the worker's job calls. Returns its typed result
+    (``accel.jobs.ProfileResult``, ``AnalyzeResult``, ``InspectResult``)."""
+    same = type(spec).from_params(spec.to_params())
+    return _use_case(same)(same, emit or (lambda event: None), cancel or (lambda: False))
+
+
+def profile_rows(prof: Any) -> list[dict[str, Any]]:
+    """A ModelProfile's layer rows as the store keeps them."""
+    return [
+        {
+            "name": r.name,
+            "op_type": r.type,
+            "time_ms": r.self_ms,
+            "percent": 100.0 * r.share,
+            "flops": r.flops,
+            "params": r.params,
+            "memory_bytes": r.output_bytes,
+            "inclusive_ms": r.inclusive_ms,
+        }
+        for r in prof.rows
+    ]
+
+
+def store_profile(repo: Any, result: Any) -> Any:
+    """Store a profile use case's result (``accel.jobs.ProfileResult`` with a per-layer
+    profile) through ``repo.record_profile``; the same for the GUI and ``studio profile
+    --store``. Returns the store's ProfileRecord."""
+    prof = result.profile
+    if prof is None:
+        raise ValueError("nothing to store: the profile job ran without its per-layer profile")
+    model: Mapping[str, Any] = result.model
+    summary: dict[str, Any] = {"total_ms": prof.total_ms, "total_flops": prof.total_flops}
+    if result.benchmark is not None:
+        b = result.benchmark
+        summary["benchmark"] = {
+            "p50_ms": b.p50_ms,
+            "p90_ms": b.p90_ms,
+            "throughput": b.throughput,
+            "iters": b.iters,
+        }
+    return repo.record_profile(
+        profile_rows(prof),
+        model_source=model.get("source"),
+        model_kind=model.get("kind", prof.kind),
+        model_hash=model.get("content_hash", ""),
+        input_spec=model.get("input_spec") or "",
+        device=prof.device,
+        summary=summary,
+    )

@@ -1,0 +1,96 @@
+"""Typed job specs: the worker protocol's flat JSON in and out, one ModelRef, clear errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from accel.job_specs import (
+    SPECS,
+    AnalyzeJob,
+    GraphDiffJob,
+    InspectJob,
+    JobParamsError,
+    ProfileJob,
+    RunRecipeJob,
+)
+from accel.jobs import JOBS
+from accel.recipe import ModelRef
+
+MLP_SPEC = "x:float32[8,1024]"
+
+
+def test_flat_params_fold_into_one_model_ref_and_back():
+    params = {"model": "zoo:mlp", "input_spec": MLP_SPEC, "trust_pickle": True, "iters": 3}
+    job = ProfileJob.from_params(params)
+    assert job.model == ModelRef(source="zoo:mlp", input_spec=MLP_SPEC, trust_pickle=True)
+    assert job.iters == 3 and job.layers and not job.benchmark
+    back = job.to_params()
+    assert back["model"] == "zoo:mlp" and back["input_spec"] == MLP_SPEC
+    assert back["trust_pickle"] is True and "device" not in back
+    assert ProfileJob.from_params(json.loads(json.dumps(back))) == job
+    # the nested form and a mapping input spec give the same ref
+    nested = {
+        "model": {
+            "source": "zoo:mlp",
+            "input_spec": {"inputs": [{"name": "x", "shape": [8, 1024], "dtype": "float32"}]},
+        }
+    }
+    assert InspectJob.from_params(nested).model.input_spec == MLP_SPEC
+    # no opt-in: trust_pickle is False and left out of the JSON
+    plain = InspectJob.from_params({"model": "zoo:mlp"})
+    assert plain.model.trust_pickle is False and "trust_pickle" not in plain.to_params()
+
+
+@pytest.mark.parametrize(
+    ("cls", "params", "words"),
+    [
+        (ProfileJob, {"model": "zoo:mlp", "iters": 0}, ["profile job", "iters", "greater"]),
+        (ProfileJob, {"model": "zoo:mlp", "itres": 3}, ["itres", "unknown parameter", "iters"]),
+        (ProfileJob, {"model": "zoo:mlp", "layers": False}, ["nothing to do"]),
+        (InspectJob, {"input_spec": MLP_SPEC}, ["inspect job", "model", "missing"]),
+        (InspectJob, {"model": "  "}, ["empty source"]),
+        (InspectJob, {"model": "zoo:mlp", "input_spec": "x:float32[8,"}, ["input_spec", "]"]),
+        (InspectJob, {"model": "zoo:mlp", "device": "gpu"}, ["device", "cuda:N"]),
+        (AnalyzeJob, {"model": "zoo:mlp", "method": "fast"}, ["analyze job", "method", "local"]),
+        (AnalyzeJob, {"model": "zoo:mlp", "min_cosine": 2}, ["min_cosine"]),
+        (GraphDiffJob, {"model": "zoo:mlp"}, ["run_dir", "missing"]),
+        (RunRecipeJob, {"recipe": {}, "trust": True}, ["run_recipe job", "trust", "unknown"]),
+        (InspectJob, ["zoo:mlp"], ["JSON object"]),
+    ],
+)
+def test_bad_params_say_what_to_change(cls, params, words):
+    with pytest.raises(JobParamsError) as info:
+        cls.from_params(params)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_every_model_job_function_parses_through_its_spec():
+    # the job functions reject bad params before loading anything
+    for kind in ("inspect", "profile", "analyze", "export_onnx", "graph_diff"):
+        with pytest.raises(JobParamsError, match=f"{kind} job: .*unknown parameter"):
+            JOBS[kind]({"model": "zoo:mlp", "no_such": 1}, lambda e: None, lambda: False)
+    with pytest.raises(JobParamsError, match="recipe"):
+        JOBS["run_recipe"]({}, lambda e: None, lambda: False)
+    assert set(SPECS) <= set(JOBS)
+
+
+def test_analyze_job_honours_trust_pickle(tmp_path):
+    # A full pickle loads only with the caller's opt-in; analyze used to drop it (issue 16).
+    torch = pytest.importorskip("torch")
+    from accel.errors import ModelLoadError
+
+    path = tmp_path / "net.pt"
+    torch.save(torch.nn.Sequential(torch.nn.Linear(4, 2)), path)
+    params = {
+        "model": str(path),
+        "input_spec": "x:float32[2,4]",
+        "pass_name": "quantize_dynamic_int8",
+        "data": "synthetic(batches=1)",
+    }
+    with pytest.raises(ModelLoadError, match="trust_pickle"):
+        JOBS["analyze"](params, lambda e: None, lambda: False)
+    out = JOBS["analyze"]({**params, "trust_pickle": True}, lambda e: None, lambda: False)
+    assert out["ranking"] == ["0"]
