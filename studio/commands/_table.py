@@ -7,7 +7,13 @@ from typing import Any
 
 from studio.fmt import fmt_bytes, fmt_count, fmt_ms, fmt_num
 
-__all__ = ["fmt_bytes", "fmt_count", "fmt_ms", "fmt_num", "render_table"]
+__all__ = ["fmt_bytes", "fmt_count", "fmt_ms", "fmt_num", "render_pairs", "render_table"]
+
+
+def render_pairs(pairs: Sequence[tuple[str, str]]) -> str:
+    """``key  value`` lines with the keys padded to one width."""
+    width = max(len(k) for k, _ in pairs)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in pairs)
 
 
 def render_table(

@@ -47,56 +47,66 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--top", type=int, default=0, help="show only the N most sensitive layers")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--trust-pickle",
+        action="store_true",
+        help="allow full unpickling of .pt files (runs code from the file: only for files you trust)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from accel.models import load_model
-    from accel.sensitivity import analyze_sensitivity, auto_exclude
+    from accel.job_specs import AnalyzeJob
     from studio.cli import CliError
-    from studio.commands._table import fmt_num, render_table
+    from studio.usecases import model_job, run_in_process
 
     try:
         params = json.loads(args.params)
     except json.JSONDecodeError as exc:
         raise CliError(f"--params is not JSON: {exc}") from None
-    model = load_model(args.source, args.input_spec)
-
-    def progress(f: float, msg: str) -> None:
-        if not args.json:
-            print(f"\r[{f * 100:3.0f}%] {msg[:70]:<70}", end="", file=sys.stderr, flush=True)
-
+    if not isinstance(params, dict):
+        raise CliError(f"--params must be a JSON object, got {args.params!r}")
     if args.max_layers is not None and args.max_layers < 1:
         raise CliError(f"--max-layers must be at least 1, got {args.max_layers}")
-    report = analyze_sensitivity(
-        model,
-        args.pass_name,
+    # The same spec and use case (accel.jobs.analyze) as the studio's analyze job.
+    spec = model_job(
+        AnalyzeJob,
+        args.source,
+        args.input_spec,
+        trust_pickle=args.trust_pickle,
+        pass_name=args.pass_name,
         data=args.data,
         params=params,
-        progress=progress,
         max_layers=args.max_layers,
         method=args.method,
+        max_error=args.max_error,
+        min_cosine=args.min_cosine,
+        max_accuracy_drop=args.max_accuracy_drop,
     )
-    gated = any(v is not None for v in (args.max_error, args.min_cosine, args.max_accuracy_drop))
-    auto = None
-    if gated:
-        auto = auto_exclude(
-            report,
-            args.max_error,
-            min_cosine=args.min_cosine,
-            max_accuracy_drop=args.max_accuracy_drop,
-            model=model,
-            progress=progress,
-        )
+
+    def emit(event: dict) -> None:
+        if event.get("event") == "progress" and not args.json:
+            f, msg = event["fraction"], event.get("message", "")
+            print(f"\r[{f * 100:3.0f}%] {msg[:70]:<70}", end="", file=sys.stderr, flush=True)
+
+    result = run_in_process(spec, emit)
+    return _print(args, result.report, result.auto)
+
+
+def _print(args: argparse.Namespace, report, auto) -> int:
+    """The ranking table and the verdict of the gate; the exit code (1: gate not met)."""
+    import sys
+
+    from studio.commands._table import fmt_num, render_table
+
     if not args.json:
         print("\r" + " " * 80 + "\r", end="", file=sys.stderr)
     if args.json:
-        out = report.to_dict()
-        if auto is not None:
-            out["auto_exclude"] = auto.to_dict()
-        print(json.dumps(out, indent=2))
+        from accel.jobs import AnalyzeResult
+
+        print(json.dumps(AnalyzeResult(report, auto).to_dict(), indent=2))
         return 0 if auto is None or auto.met else 1
     labelled = report.baseline_accuracy is not None
     layers = report.layers[: args.top] if args.top else report.layers

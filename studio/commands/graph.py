@@ -73,17 +73,22 @@ def _load(source: str, spec: str | None, trust: bool):
     return load_model(source, spec, trust_pickle=trust)
 
 
-def _graph_of(model):
-    from accel.graph import graph_from_model
+def _graph(source: str, spec: str | None, trust: bool):
+    """The model's graph through the studio's open-model use case (``accel.jobs.inspect``)."""
+    from accel.job_specs import InspectJob
+    from studio.cli import CliError
+    from studio.usecases import model_job, run_in_process
 
-    return graph_from_model(model)
+    opened = run_in_process(model_job(InspectJob, source, spec, trust_pickle=trust))
+    if opened.graph is None:
+        raise CliError(f"no graph for {source}: {opened.graph_error}")
+    return opened.graph
 
 
 def run_graph(args: argparse.Namespace) -> int:
     from accel.graph.diff import diff_graphs
 
-    model = _load(args.source, args.input, args.trust_pickle)
-    graph = _graph_of(model)
+    graph = _graph(args.source, args.input, args.trust_pickle)
     print(
         f"{graph.name}: {len(graph.nodes)} nodes, {len(graph.edges)} edges, "
         f"{len(graph.groups) - 1} module groups, {graph.num_params:,} parameters "
@@ -105,7 +110,7 @@ def run_graph(args: argparse.Namespace) -> int:
         Path(args.json).write_text(json.dumps(graph.to_dict()))
         print(f"graph written to {args.json}")
     if args.diff:
-        other = _graph_of(_load(args.diff, args.input, args.trust_pickle))
+        other = _graph(args.diff, args.input, args.trust_pickle)
         d = diff_graphs(graph, other)
         print(f"diff: {d.summary()}")
         for a_id, b_id in d.fused.items():

@@ -36,25 +36,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup", type=int, default=5, metavar="N", help="warm-up iterations (5)")
     p.add_argument("--json", metavar="OUT.json", help="write the benchmark and profile as JSON")
     p.add_argument(
+        "--store",
+        action="store_true",
+        help="save the per-layer profile in the studio database (--db), as the studio's "
+        "Profile action does (implies --layers)",
+    )
+    p.add_argument(
         "--trust-pickle",
         action="store_true",
         help="allow full unpickling of .pt files (runs code from the file: only for files you trust)",
     )
     p.set_defaults(func=run)
-
-
-def _kv(pairs: list[tuple[str, str]]) -> str:
-    width = max(len(k) for k, _ in pairs)
-    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in pairs)
-
-
-def _inputs_text(inputs: dict) -> str:
-    parts = []
-    for name, x in inputs.items():
-        shape = ",".join(str(d) for d in getattr(x, "shape", ()))
-        dtype = str(getattr(x, "dtype", type(x).__name__)).removeprefix("torch.")
-        parts.append(f"{name}:{dtype}[{shape}]")
-    return "; ".join(parts)
 
 
 def layer_table(prof, top: int) -> str:
@@ -112,11 +104,8 @@ def op_table(prof, top: int) -> str:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    from accel.bench import benchmark
-    from accel.models import load_model
+def _check(args: argparse.Namespace) -> None:
     from studio.cli import CliError
-    from studio.commands._table import fmt_bytes, fmt_count, fmt_ms
 
     if args.iters < 1 or args.warmup < 0 or args.top < 1:
         raise CliError("--iters and --top must be >= 1, --warmup >= 0")
@@ -131,61 +120,75 @@ def run(args: argparse.Namespace) -> int:
             )
     elif args.device != "cpu":
         raise CliError(f"unknown --device {args.device!r}: use cpu, cuda or cuda:N")
-    loaded = load_model(args.source, args.input, trust_pickle=args.trust_pickle, device=args.device)
-    inputs = loaded.example_inputs()
-    res = benchmark(
-        loaded,
-        inputs,
-        device=args.device,
-        warmup=args.warmup,
-        iters=args.iters,
-        threads=args.threads,
-    )
+
+
+def summary_text(result) -> str:
+    """The model and benchmark lines of a ``accel.jobs.ProfileResult``."""
+    from studio.commands._table import fmt_bytes, fmt_count, fmt_ms, render_pairs
+
+    m, res = result.model, result.benchmark
     threads = f", {res.threads} thread(s)" if res.threads else ""
-    print(
-        _kv(
-            [
-                ("model", f"{loaded.source} ({loaded.kind})"),
-                ("parameters", fmt_count(loaded.num_params)),
-                ("size", fmt_bytes(loaded.size_bytes)),
-                ("device", f"{res.device}{threads}"),
-                ("inputs", _inputs_text(inputs)),
-                ("latency p50", f"{fmt_ms(res.p50_ms)} ms"),
-                ("latency p90", f"{fmt_ms(res.p90_ms)} ms"),
-                ("throughput", f"{res.throughput:,.1f} samples/s"),
-                ("first call", f"{fmt_ms(res.first_call_ms)} ms"),
-            ]
-        )
+    return render_pairs(
+        [
+            ("model", f"{m['source']} ({m['kind']})"),
+            ("parameters", fmt_count(m["num_params"])),
+            ("size", fmt_bytes(m["size_bytes"])),
+            ("device", f"{res.device}{threads}"),
+            ("inputs", result.inputs),
+            ("latency p50", f"{fmt_ms(res.p50_ms)} ms"),
+            ("latency p90", f"{fmt_ms(res.p90_ms)} ms"),
+            ("throughput", f"{res.throughput:,.1f} samples/s"),
+            ("first call", f"{fmt_ms(res.first_call_ms)} ms"),
+        ]
     )
-    out: dict = {"benchmark": res.to_dict()}
-    if args.layers or args.trace or args.ops:
-        from accel.profile import profile_model
 
-        prof = profile_model(
-            loaded,
-            inputs,
-            iters=min(args.iters, 20),
-            warmup=args.warmup,
-            ops=args.ops,
-            trace_path=args.trace,
-            device=args.device,
-            threads=args.threads,
-        )
+
+def profile_head(prof) -> str:
+    """The two lines above the layer table: what was profiled and how much it covers."""
+    from accel.backends import get_backend
+    from studio.commands._table import fmt_count, fmt_ms
+
+    what = get_backend(prof.kind).profile_rows
+    return (
+        f"per-layer profile ({prof.timing}, {prof.iters} iterations): "
+        f"{sum(1 for r in prof.rows if r.calls)} {what}, total {fmt_ms(prof.total_ms)} ms, "
+        f"{fmt_count(prof.total_flops)} FLOPs\n"
+        f"profiler overhead {prof.overhead_ratio:.2f}x; layer self times add up to "
+        f"{100 * prof.coverage:.1f}% of the plain forward ({fmt_ms(prof.plain_forward_ms)} ms), "
+        f"(unattributed) {fmt_ms(prof.unattributed_ms)} ms; {prof.threads} threads"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from accel.job_specs import ProfileJob
+    from studio.usecases import model_job, run_in_process
+
+    _check(args)
+    # The same spec and use case as the studio's Profile action (accel.jobs.profile), plus
+    # the benchmark; storing needs the per-layer profile, as the studio stores it.
+    spec = model_job(
+        ProfileJob,
+        args.source,
+        args.input,
+        trust_pickle=args.trust_pickle,
+        device=args.device,
+        threads=args.threads,
+        benchmark=True,
+        bench_iters=args.iters,
+        warmup=args.warmup,
+        layers=bool(args.layers or args.trace or args.ops or args.store),
+        iters=min(args.iters, 20),
+        ops=args.ops,
+        trace_path=args.trace,
+    )
+    result = run_in_process(spec)
+    print(summary_text(result))
+    out: dict = {"benchmark": result.benchmark.to_dict()}
+    prof = result.profile
+    if prof is not None:
         out["profile"] = prof.to_dict()
-        from accel.backends import get_backend
-
-        what = get_backend(prof.kind).profile_rows
         print()
-        print(
-            f"per-layer profile ({prof.timing}, {prof.iters} iterations): "
-            f"{sum(1 for r in prof.rows if r.calls)} {what}, total {fmt_ms(prof.total_ms)} ms, "
-            f"{fmt_count(prof.total_flops)} FLOPs"
-        )
-        print(
-            f"profiler overhead {prof.overhead_ratio:.2f}x; layer self times add up to "
-            f"{100 * prof.coverage:.1f}% of the plain forward ({fmt_ms(prof.plain_forward_ms)} ms), "
-            f"(unattributed) {fmt_ms(prof.unattributed_ms)} ms; {prof.threads} threads"
-        )
+        print(profile_head(prof))
         print()
         print(layer_table(prof, args.top))
         if args.ops and prof.ops:
@@ -195,7 +198,23 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"\ntrace: {prof.trace_path} (open in https://ui.perfetto.dev or chrome://tracing)"
             )
+    if args.store:
+        _store(args, result)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
         print(f"\nJSON: {args.json}")
     return 0
+
+
+def _store(args: argparse.Namespace, result) -> None:
+    """Save the profile in the experiment store as the studio saves its profiles."""
+    from studio.commands._common import open_repo
+    from studio.usecases import store_profile
+
+    repo = open_repo(args)
+    try:
+        record = store_profile(repo, result)
+        where = repo.url
+    finally:
+        repo.close()
+    print(f"\nstored: profile {record.id} of {result.model['source']} in {where}")

@@ -1,0 +1,94 @@
+"""One use-case layer: the CLI commands run the job specs and functions the GUI's workers run,
+and `studio profile --store` saves a profile the way the studio's Profile action does."""
+
+from __future__ import annotations
+
+import pytest
+
+import accel.jobs as jobs
+from accel.job_specs import AnalyzeJob, InspectJob, ProfileJob
+from studio.cli import main
+from studio.usecases import model_job, store_profile
+
+MLP_SPEC = "x:float32[8,1024]"
+QUICK = ["--iters", "2", "--warmup", "1", "--threads", "1"]
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Records the spec each use-case function gets, from a worker's job or from the CLI."""
+    calls: list = []
+    for name in ("profile", "analyze", "inspect"):
+        real = getattr(jobs, name)
+
+        def wrapper(job, emit, cancel, real=real):
+            calls.append(job)
+            return real(job, emit, cancel)
+
+        monkeypatch.setattr(jobs, name, wrapper)
+    return calls
+
+
+def test_cli_commands_run_the_workers_use_cases(spy, capsys, tmp_path):
+    assert main(["profile", "zoo:mlp", *QUICK]) == 0
+    assert main(["graph", "zoo:mlp"]) == 0
+    args = ["analyze", "zoo:mlp", "--input", "x:float32[2,1024]", "--pass"]
+    args += ["quantize_dynamic_int8", "--data", "synthetic(batches=1)", "--max-layers", "1"]
+    assert main(args) == 0
+    assert [type(j) for j in spy] == [ProfileJob, InspectJob, AnalyzeJob]
+    assert [j.model.source for j in spy] == ["zoo:mlp"] * 3
+    assert spy[0].benchmark and not spy[0].layers and spy[0].threads == 1
+    assert spy[2].model.input_spec == "x:float32[2,1024]" and spy[2].max_layers == 1
+    # The worker's job function parses the same JSON into the same spec and calls the same
+    # function.
+    spy.clear()
+    params = model_job(InspectJob, "zoo:mlp", graph=False).to_params()
+    out = jobs.JOBS["inspect"](params, lambda e: None, lambda: False)
+    assert spy == [InspectJob.from_params(params)] and out["info"]["source"] == "zoo:mlp"
+
+
+def test_cli_profile_store_reads_back_like_the_studios(tmp_path, capsys):
+    from studio.store import Repository
+
+    db = tmp_path / "studio.db"
+    argv = ["--db", str(db), "profile", "zoo:mlp", "--input", MLP_SPEC, *QUICK, "--store"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "per-layer profile" in out and "stored: profile" in out  # --store implies --layers
+
+    # The studio's Profile action: the params Services.profile_current submits, run as a
+    # worker runs them, the result stored as Services._record_profile stores it.
+    gui_spec = model_job(ProfileJob, "zoo:mlp", MLP_SPEC, trace_path=None, iters=2, threads=1)
+    gui_result = jobs.JOBS["profile"](gui_spec.to_params(), lambda e: None, lambda: False)
+    repo = Repository.open(str(db))
+    try:
+        store_profile(repo, jobs.ProfileResult.from_dict(gui_result))
+        cli_rec, gui_rec = repo.get_profiles(model_source="zoo:mlp")
+    finally:
+        repo.close()
+    assert cli_rec.model_id == gui_rec.model_id  # same model row: source, kind, hash, spec
+    assert cli_rec.device == gui_rec.device == "cpu"
+
+    def shape(rec):
+        return [(r.name, r.op_type, r.flops, r.params) for r in rec.rows]
+
+    assert shape(cli_rec) == shape(gui_rec)
+    assert {r.name for r in cli_rec.rows} == {"", "fc1", "act1", "fc2", "act2", "fc3"} | {
+        "(unattributed)"
+    }
+    assert all(r.time_ms is not None and r.time_ms >= 0 for r in cli_rec.rows)
+    assert set(gui_rec.summary) == {"total_ms", "total_flops"}
+    assert set(cli_rec.summary) == {"total_ms", "total_flops", "benchmark"}
+    assert cli_rec.summary["benchmark"]["p50_ms"] > 0
+
+
+def test_profile_without_store_writes_no_database(tmp_path, capsys):
+    db = tmp_path / "studio.db"
+    assert main(["--db", str(db), "profile", "zoo:mlp", *QUICK]) == 0
+    assert "stored" not in capsys.readouterr().out and not db.exists()
+
+
+def test_bad_input_spec_is_a_clear_cli_error(capsys):
+    assert main(["profile", "zoo:mlp", "--input", "x:float32[8,", *QUICK]) == 2
+    err = capsys.readouterr().err
+    assert "input_spec" in err and "]" in err
