@@ -212,6 +212,13 @@ class RunRecipeJob(JobParams):
     trust_pickle: bool = False
     trust_recipe_code: bool = False
 
+    def to_params(self) -> dict[str, Any]:
+        d = super().to_params()
+        for key in ("trust_pickle", "trust_recipe_code"):  # only an opt-in is sent
+            if not d.get(key):
+                d.pop(key, None)
+        return d
+
 
 SPECS: dict[str, type[JobParams]] = {
     s.kind: s

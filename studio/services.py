@@ -29,7 +29,14 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from accel.job_specs import ExportOnnxJob, GraphDiffJob, InspectJob, JobParamsError, ProfileJob
+from accel.job_specs import (
+    ExportOnnxJob,
+    GraphDiffJob,
+    InspectJob,
+    JobParamsError,
+    ProfileJob,
+    RunRecipeJob,
+)
 from studio.state import AppState
 from studio.usecases import model_job, store_profile
 from studio.workers import JobOutcome, WorkerPool
@@ -279,7 +286,7 @@ class Services(QObject):
             params["trust_pickle"] = True
         handle = self.pool.submit(
             "run_recipe",
-            params,
+            RunRecipeJob.from_params(params).to_params(),
             model_source=source,
             recipe=data,
             name=str(data.get("name") or ""),

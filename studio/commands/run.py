@@ -86,12 +86,15 @@ def run_job(
     notes: str = "",
     timeout_s: float | None = None,
 ) -> int:
-    """Submit a run_recipe job to a one-job pool, print it live, return the exit code."""
+    """Submit a run_recipe job to a one-job pool, print it live, return the exit code.
+    ``params`` are checked as the worker will check them (``RunRecipeJob``) before any work."""
+    from accel.job_specs import RunRecipeJob
     from studio.cli import CliError
     from studio.commands._runprint import RunPrinter
     from studio.store import StoreError
     from studio.workers import WorkerPool
 
+    params = RunRecipeJob.from_params(params).to_params()
     repo = open_repo(args)
     try:  # before any work: a run that cannot be recorded does not start
         repo.check_writable()

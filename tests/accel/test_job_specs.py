@@ -94,3 +94,10 @@ def test_analyze_job_honours_trust_pickle(tmp_path):
         JOBS["analyze"](params, lambda e: None, lambda: False)
     out = JOBS["analyze"]({**params, "trust_pickle": True}, lambda e: None, lambda: False)
     assert out["ranking"] == ["0"]
+
+
+def test_run_recipe_job_sends_only_the_callers_opt_ins():
+    job = RunRecipeJob.from_params({"recipe": "r.yaml", "trust_pickle": True, "device": "cuda:1"})
+    assert job.to_params() == {"recipe": "r.yaml", "trust_pickle": True, "device": "cuda:1"}
+    plain = RunRecipeJob.from_params({"recipe": {"name": "x", "model": {"trust_pickle": True}}})
+    assert plain.trust_pickle is False and "trust_pickle" not in plain.to_params()
