@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from accel.search import SearchConfig, SearchResult, TrialRecord, run_search, trial_recipe
 
 if TYPE_CHECKING:
-    from studio.store.repo import Repository
+    from studio.store.api import Store
     from studio.workers.pool import WorkerPool
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ class RecordingExecutor:
     as a run in the store, from this process."""
 
     def __init__(
-        self, inner: Any, repo: Repository | None, config: SearchConfig, search_id: str
+        self, inner: Any, repo: Store | None, config: SearchConfig, search_id: str
     ) -> None:
         self.inner = inner
         self.repo = repo
@@ -154,7 +154,7 @@ def make_executor(
     config: SearchConfig,
     search_id: str,
     *,
-    repo: Repository | None,
+    repo: Store | None,
     cluster: str | None,
     pool: WorkerPool | None,
 ) -> tuple[Any, Callable[[], None], str]:
@@ -186,7 +186,7 @@ def make_executor(
 def optimize(
     config: SearchConfig,
     *,
-    repo: Repository | None = None,
+    repo: Store | None = None,
     cluster: str | None = None,
     pool: WorkerPool | None = None,
     on_trial: Callable[[TrialRecord], None] | None = None,

@@ -25,7 +25,7 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal
 
@@ -41,6 +41,9 @@ from studio.state import AppState
 from studio.usecases import model_job, store_profile
 from studio.workers import JobOutcome, WorkerPool
 from studio.workers.qt_bridge import PoolBridge
+
+if TYPE_CHECKING:
+    from studio.store.api import Store
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +78,7 @@ class Services(QObject):
         *,
         db: str | None = None,
         pool: WorkerPool | None = None,
-        repo: Any = None,
+        repo: Store | None = None,
         open_store: bool = True,
         cpu_workers: int = 2,
         warm_worker: bool | None = None,
@@ -84,7 +87,7 @@ class Services(QObject):
         super().__init__(parent)
         self.state = state
         self.db = db
-        self.repo = repo
+        self.repo: Store | None = repo
         if self.repo is None and open_store:
             try:
                 from studio.store import Repository
@@ -515,7 +518,7 @@ class Services(QObject):
         self.bridge.close()
         if self._owns_pool:
             self.pool.shutdown(cancel=True, timeout=timeout)
-        if self.repo is not None and hasattr(self.repo, "close"):
+        if self.repo is not None:
             self.repo.close()
 
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from studio.store.api import Store
 
 
-def open_repo(args: argparse.Namespace) -> Any:
+def open_repo(args: argparse.Namespace) -> Store:
     """The store named by ``--db`` (default location otherwise); a CliError if it cannot open."""
     from studio.cli import CliError
     from studio.store import Repository, StoreError

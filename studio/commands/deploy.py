@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from studio.store.api import RunReader
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -70,7 +73,7 @@ def parse_batches(text: str | None) -> list[int] | None:
     return out
 
 
-def run_artifact(repo: Any, run_id: str) -> tuple[Any, dict[str, Any], Any]:
+def run_artifact(repo: RunReader, run_id: str) -> tuple[Any, dict[str, Any], Any]:
     """(run detail, servable artifact, input spec) of a finished run; CliError otherwise."""
     from accel.deploy.triton import servable_artifact
     from accel.models import InputSpec

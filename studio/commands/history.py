@@ -11,12 +11,15 @@ import dataclasses
 import datetime as dt
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from studio.commands._common import add_trust_arguments
 from studio.commands._common import open_repo as _repo
 from studio.commands._table import fmt_bytes, fmt_ms, fmt_num, render_table
 from studio.fmt import NOISY_MARK, fmt_speedup, intervals_overlap, is_noisy
+
+if TYPE_CHECKING:
+    from studio.store.api import RunReader
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -76,7 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=delete)
 
 
-def _run_arg(repo: Any, run_id: str) -> str:
+def _run_arg(repo: RunReader, run_id: str) -> str:
     from studio.cli import CliError
     from studio.store import RunNotFound
 
@@ -296,7 +299,7 @@ def compare(args: argparse.Namespace) -> int:
         ids = [_run_arg(repo, r) for r in args.runs]
         cmp = repo.compare(ids)
     if args.json:
-        from studio.store.repo import _json_safe
+        from studio.store.values import json_safe as _json_safe
 
         print(
             json.dumps(

@@ -13,7 +13,10 @@ import argparse
 import re
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from studio.store.api import SearchStore
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -297,7 +300,7 @@ def _sensitivity_line(sens: dict[str, Any]) -> str:
     return line
 
 
-def search_id_arg(repo: Any, prefix: str) -> str:
+def search_id_arg(repo: SearchStore, prefix: str) -> str:
     from studio.cli import CliError
     from studio.store import RunNotFound
 

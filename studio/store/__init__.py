@@ -5,6 +5,7 @@ the user data folder); it migrates the schema at start-up. Queries return the pl
 dataclasses of ``studio.store.records``.
 """
 
+from studio.store.api import Store
 from studio.store.db import default_db_path, resolve_db_url
 from studio.store.records import (
     ArtifactRecord,
@@ -35,6 +36,7 @@ __all__ = [
     "RunNotFound",
     "RunRecord",
     "StepRecord",
+    "Store",
     "StoreError",
     "default_db_path",
     "resolve_db_url",
