@@ -12,9 +12,13 @@ store) is defined here once too.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from accel.job_specs import AnalyzeJob, InspectJob, JobParams, ModelJob, ProfileJob
+
+if TYPE_CHECKING:
+    from studio.store.api import ProfileStore
+    from studio.store.records import ProfileRecord
 
 Spec = TypeVar("Spec", bound=ModelJob)
 
@@ -76,7 +80,7 @@ def profile_rows(prof: Any) -> list[dict[str, Any]]:
     ]
 
 
-def store_profile(repo: Any, result: Any) -> Any:
+def store_profile(repo: ProfileStore, result: Any) -> ProfileRecord:
     """Store a profile use case's result (``accel.jobs.ProfileResult`` with a per-layer
     profile) through ``repo.record_profile``; the same for the GUI and ``studio profile
     --store``. Returns the store's ProfileRecord."""
