@@ -29,16 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal
 
-from accel.job_specs import (
-    ExportOnnxJob,
-    GraphDiffJob,
-    InspectJob,
-    JobParamsError,
-    ProfileJob,
-    RunRecipeJob,
-)
+from accel.job_specs import ExportOnnxJob, GraphDiffJob, InspectJob, JobParamsError, ProfileJob
 from studio.state import AppState
-from studio.usecases import model_job, store_profile
+from studio.usecases import Session, UnconfirmedCode, store_profile
 from studio.workers import JobOutcome, WorkerPool
 from studio.workers.qt_bridge import PoolBridge
 
@@ -113,9 +106,8 @@ class Services(QObject):
         self._kinds: dict[str, str] = {}  # job_id -> controller ("open", "profile", ...)
         self._context: dict[str, dict[str, Any]] = {}
         self._latest: dict[str, str] = {}  # controller -> newest job id (older results dropped)
-        self._trusted: set[str] = set()  # sources the user allowed to unpickle
-        # Code references (pkg.mod:factory, file.py:fn) the user named or confirmed.
-        self._named_code: set[str] = set()
+        # What the user allowed (unpickling, code to run) and the job specs that follow.
+        self.session = Session()
         # Asked before a recipe's code runs: shows the references, returns the user's yes/no
         # (the main window sets a dialog; without one, unconfirmed code is refused).
         self.confirm_code: Any = None
@@ -187,9 +179,7 @@ class Services(QObject):
         """The job spec (``studio.usecases.model_job``), or None after telling the user why
         its parameters are bad (a malformed input spec, ...)."""
         try:
-            return model_job(
-                cls, source, input_spec, trust_pickle=source in self._trusted, **fields
-            )
+            return self.session.model_spec(cls, source, input_spec, **fields)
         except JobParamsError as exc:
             if controller == "open":
                 self.state.modelFailed.emit(f"could not open {source}: {exc}")
@@ -206,9 +196,7 @@ class Services(QObject):
         ``trust_pickle``: the user opted in to full unpickling of this file (kept for the
         later jobs on the same source)."""
         source = source.strip()
-        self._named_code.add(source)  # opened by the user: theirs to run
-        if trust_pickle:
-            self._trusted.add(source)
+        self.session.opened(source, trust_pickle=trust_pickle)
         spec = self._spec("open", InspectJob, source, input_spec)
         if spec is None:
             return None
@@ -264,32 +252,21 @@ class Services(QObject):
 
         Code the recipe names (a factory, data or metric function) runs only if the user
         opened it as the model or confirms it (``confirm_code``); else None, nothing runs."""
-        from accel.trust import recipe_code_refs
-
         recipe = recipe if recipe is not None else self.state.recipe
         data = recipe.to_dict() if hasattr(recipe, "to_dict") else dict(recipe)
         source = (data.get("model") or {}).get("source") or self.state.model_source
-        params: dict[str, Any] = {
-            "recipe": data,
-            "out": str(self.new_run_dir(str(data.get("name") or "recipe"))),
-        }
-        unconfirmed = [r for r in recipe_code_refs(data) if r not in self._named_code]
-        if unconfirmed:
-            if self.confirm_code is None or not self.confirm_code(unconfirmed):
-                self.jobFailed.emit(
-                    "run",
-                    "not run: the recipe names code to import and call "
-                    f"({', '.join(unconfirmed)}), which was not confirmed",
-                )
-                return None
-            self._named_code.update(unconfirmed)
-        if recipe_code_refs(data):
-            params["trust_recipe_code"] = True  # every reference is the user's or confirmed
-        if source in self._trusted:
-            params["trust_pickle"] = True
+        out = str(self.new_run_dir(str(data.get("name") or "recipe")))
+        unconfirmed = self.session.unconfirmed_code(data)
+        if unconfirmed and self.confirm_code is not None and self.confirm_code(unconfirmed):
+            self.session.confirm(unconfirmed)
+        try:
+            spec = self.session.run_spec(data, out=out, source=source)
+        except UnconfirmedCode as exc:
+            self.jobFailed.emit("run", str(exc))
+            return None
         handle = self.pool.submit(
             "run_recipe",
-            RunRecipeJob.from_params(params).to_params(),
+            spec.to_params(),
             model_source=source,
             recipe=data,
             name=str(data.get("name") or ""),

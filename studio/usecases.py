@@ -6,7 +6,8 @@ A use case is a typed job spec (``accel.job_specs``) and the engine function tha
 JSON back into the spec and calls the use-case function. The CLI commands build the same spec
 here and call the same use-case function in process (``run_in_process``), after the same
 JSON round trip. What happens with a result afterwards (a profile stored in the experiment
-store) is defined here once too.
+store) is defined here once too, and so is ``Session``: what the person allowed in the
+studio (files to unpickle, code to run) and the specs that follow from it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from accel.job_specs import AnalyzeJob, InspectJob, JobParams, ModelJob, ProfileJob
+from accel.job_specs import AnalyzeJob, InspectJob, JobParams, ModelJob, ProfileJob, RunRecipeJob
 
 if TYPE_CHECKING:
     from studio.store.api import ProfileStore
@@ -106,3 +107,65 @@ def store_profile(repo: ProfileStore, result: Any) -> ProfileRecord:
         device=prof.device,
         summary=summary,
     )
+
+
+class UnconfirmedCode(Exception):
+    """A recipe names code (a factory, data or metric function) the person did not confirm."""
+
+    def __init__(self, refs: list[str]) -> None:
+        super().__init__(
+            "not run: the recipe names code to import and call "
+            f"({', '.join(refs)}), which was not confirmed"
+        )
+        self.refs = refs
+
+
+class Session:
+    """What the person allowed in this studio session, and the job specs that follow (no Qt).
+
+    ``trusted``: model sources they allowed to unpickle (the Open dialog's choice);
+    ``named_code``: code references (``pkg.mod:factory``, ``file.py:fn``) they named by
+    opening them as the model or confirmed for a recipe. A recipe's own ``trust_pickle``
+    grants nothing."""
+
+    def __init__(self) -> None:
+        self.trusted: set[str] = set()
+        self.named_code: set[str] = set()
+
+    def opened(self, source: str, *, trust_pickle: bool = False) -> None:
+        """The person opened ``source``: its code is theirs to run; unpickled if they said so."""
+        self.named_code.add(source)
+        if trust_pickle:
+            self.trusted.add(source)
+
+    def model_spec(
+        self, cls: type[Spec], source: str, input_spec: str | None = None, **fields: Any
+    ) -> Spec:
+        """``model_job`` with this session's unpickling choice for ``source``."""
+        return model_job(cls, source, input_spec, trust_pickle=source in self.trusted, **fields)
+
+    def unconfirmed_code(self, recipe: Mapping[str, Any]) -> list[str]:
+        """The recipe's code references not named or confirmed yet (ask before running)."""
+        from accel.trust import recipe_code_refs
+
+        return [r for r in recipe_code_refs(recipe) if r not in self.named_code]
+
+    def confirm(self, refs: list[str]) -> None:
+        self.named_code.update(refs)
+
+    def run_spec(
+        self, recipe: Mapping[str, Any], *, out: str, source: str | None = None
+    ) -> RunRecipeJob:
+        """The run job for ``recipe`` (its model ``source``, default the recipe's): code it
+        names may run (all of it confirmed, else ``UnconfirmedCode``); unpickling only if the
+        person allowed it for that source."""
+        from accel.trust import recipe_code_refs
+
+        unconfirmed = self.unconfirmed_code(recipe)
+        if unconfirmed:
+            raise UnconfirmedCode(unconfirmed)
+        source = source or (recipe.get("model") or {}).get("source")
+        params: dict[str, Any] = {"recipe": dict(recipe), "out": out}
+        params["trust_recipe_code"] = bool(recipe_code_refs(recipe))
+        params["trust_pickle"] = bool(source) and source in self.trusted
+        return RunRecipeJob.from_params(params)

@@ -92,3 +92,30 @@ def test_bad_input_spec_is_a_clear_cli_error(capsys):
     assert main(["profile", "zoo:mlp", "--input", "x:float32[8,", *QUICK]) == 2
     err = capsys.readouterr().err
     assert "input_spec" in err and "]" in err
+
+
+def test_session_grants_only_what_the_person_allowed():
+    from studio.usecases import Session, UnconfirmedCode
+
+    session = Session()
+    recipe = {
+        "model": {"source": "my_pkg.nets:build", "trust_pickle": True},
+        "data": {"calibration": "my_data.py:batches"},
+        "steps": [{"pass": "bf16"}],
+    }
+    with pytest.raises(UnconfirmedCode) as info:
+        session.run_spec(recipe, out="runs/x")
+    assert info.value.refs == ["my_pkg.nets:build", "my_data.py:batches"]
+    session.opened("my_pkg.nets:build")  # opened as the model: its factory is theirs
+    assert session.unconfirmed_code(recipe) == ["my_data.py:batches"]
+    session.confirm(["my_data.py:batches"])
+    params = session.run_spec(recipe, out="runs/x").to_params()
+    assert params["trust_recipe_code"] is True
+    assert "trust_pickle" not in params  # the recipe's own trust_pickle grants nothing
+    assert not session.model_spec(ProfileJob, "m.pt").model.trust_pickle
+    session.opened("m.pt", trust_pickle=True)
+    assert session.model_spec(ProfileJob, "m.pt", iters=3).to_params() == {
+        **model_job(ProfileJob, "m.pt", trust_pickle=True, iters=3).to_params()
+    }
+    recipe_pt = {"model": {"source": "m.pt"}, "steps": []}
+    assert session.run_spec(recipe_pt, out="o").to_params()["trust_pickle"] is True
