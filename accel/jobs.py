@@ -426,6 +426,13 @@ def search_trial_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) ->
     return run_trial(params, emit, cancel)
 
 
+def serve_test_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
+    """A served load test of a run's model file (``accel.deploy.serve.serve_job``)."""
+    from accel.deploy.serve import serve_job
+
+    return serve_job(params, emit, cancel)
+
+
 JOBS: dict[str, Job] = {
     "run_recipe": run_recipe_job,
     "profile": profile_job,
@@ -434,6 +441,7 @@ JOBS: dict[str, Job] = {
     "export_onnx": export_onnx_job,
     "graph_diff": graph_diff_job,
     "search_trial": search_trial_job,
+    "serve_test": serve_test_job,
 }
 
 

@@ -63,6 +63,8 @@ class Services(QObject):
     jobProgress = Signal(str, str, float, str)  # job_id, kind, fraction, message
     busyChanged = Signal(int)  # jobs queued or running
     deployFinished = Signal(str, object, str)  # run_id, DeployResult.to_dict() or None, error
+    # job_id, run_id, {"serve_test_id", "saved_to"?, "report"} or None, error ("" when stored)
+    serveTestFinished = Signal(str, str, object, str)
     _cachedOpen = Signal(str, object)  # job_id, cached open result (from a reader thread)
 
     def __init__(
@@ -370,6 +372,32 @@ class Services(QObject):
         threading.Thread(target=work, name="deploy-triton", daemon=True).start()
         self.state.status.emit("writing the Triton model repository (measuring a batch sweep)…")
 
+    def serve_test(self, run_id: str, **options: Any) -> str:
+        """Serve-test run ``run_id`` in a worker (PyTriton on loopback; ``options``: clients,
+        batches, duration_s, max_requests of ``studio.serve_test.job_params``). Progress
+        comes as ``jobProgress``; the result is stored like the CLI's and announced by
+        ``serveTestFinished``. Raises CliError when the run cannot be served."""
+        from studio.serve_test import job_params
+
+        params = job_params(self.repo, run_id, **options)
+        job_id = self._submit("serve", "serve_test", params, device="cpu")
+        self._context[job_id] = {"run_id": params["run_id"], "artifact": params["artifact"]}
+        self.state.status.emit("serve test: batch sweep, then Triton on 127.0.0.1…")
+        return job_id
+
+    def _store_serve_test(self, job_id: str, ctx: dict[str, Any], result: dict) -> None:
+        def work() -> None:
+            from studio.serve_test import store_result
+
+            try:
+                info = store_result(self.repo, ctx["run_id"], result, ctx["artifact"])
+            except Exception as exc:  # noqa: BLE001 - shown to the user as is
+                self.serveTestFinished.emit(job_id, ctx["run_id"], None, f"not stored: {exc}")
+                return
+            self.serveTestFinished.emit(job_id, ctx["run_id"], {**info, "report": result}, "")
+
+        threading.Thread(target=work, name="serve-test-store", daemon=True).start()
+
     def export_path(self) -> Path:
         """Where the ONNX export of the current model goes (named by its content hash, so
         an export made in an earlier session is found again and never shown stale)."""
@@ -404,6 +432,13 @@ class Services(QObject):
             self.state.runsChanged.emit()
             status = outcome.status if outcome else "cancelled"
             self.state.status.emit(f"run {status}")
+            return
+        if kind == "serve":  # every serve test is kept, also when another one started since
+            if outcome is not None and outcome.ok:
+                self._store_serve_test(job_id, ctx, outcome.result)
+            else:
+                msg = _outcome_message(outcome)
+                self.serveTestFinished.emit(job_id, ctx.get("run_id", ""), None, msg)
             return
         if self._latest.get(kind) != job_id:
             return  # a newer request of the same kind superseded this one

@@ -5,8 +5,13 @@ and concurrent clients load it, with and without dynamic batching.
 picks ``dynamic_batching`` from it (``accel.deploy.triton.choose_batching``), then for each
 mode starts the Triton server bound to 127.0.0.1, sends single-sample requests from
 ``clients`` threads (each request count and the whole test bounded in time), and stops the
-server, also on Ctrl-C. Results: p50/p99 latency and throughput per client count and mode,
-and the served path's overhead over a direct call at one client.
+server, also on Ctrl-C and when ``cancel()`` turns true. Results: p50/p99 latency and
+throughput per client count and mode, and the served path's overhead over a direct call at
+one client (both timed in alternation while the server is up).
+
+The clients run in a separate process by default: PyTriton runs the model in this process,
+and client threads here would compete with it for the GIL — more so with dynamic batching,
+where each model call does more work while the clients wait.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +37,9 @@ from accel.deploy.triton import (
     default_batches,
     tensor_configs,
 )
+from accel.errors import Cancelled
+
+MODES = ("no batching", "dynamic batching")
 
 
 @dataclass(frozen=True)
@@ -56,9 +64,20 @@ class ServeReport:
     max_batch_size: int
     direct_p50_ms: float
     load: list[LoadPoint] = field(default_factory=list)
+    # One served request at a time, timed in alternation with ``direct_p50_ms``'s direct calls
+    # while the server (no batching) was up: the served path's overhead is the difference.
+    served_p50_ms: float = float("nan")
 
     def point(self, mode: str, clients: int) -> LoadPoint | None:
         return next((p for p in self.load if p.mode == mode and p.clients == clients), None)
+
+    @property
+    def sweep_gain(self) -> float:
+        """Best throughput of the direct sweep over its batch-1 throughput: what batching can
+        gain on the model itself (the served path's per-request cost can add to it)."""
+        one = next((p.throughput for p in self.sweep if p.batch == 1), 0.0)
+        best = max((p.throughput for p in self.sweep), default=0.0)
+        return best / one if one > 0 else float("nan")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -67,6 +86,8 @@ class ServeReport:
             "max_queue_delay_us": self.max_queue_delay_us,
             "max_batch_size": self.max_batch_size,
             "direct_p50_ms": self.direct_p50_ms,
+            "served_p50_ms": self.served_p50_ms,
+            "sweep_gain": self.sweep_gain,
             "load": [p.to_dict() for p in self.load],
         }
 
@@ -123,11 +144,20 @@ def _percentile(values: Sequence[float], q: float) -> float:
     return xs[k]
 
 
+def _never() -> bool:
+    return False
+
+
 def load_test(
-    infer: Callable[[], Any], clients: int, *, duration_s: float, max_requests: int
+    infer: Callable[[], Any],
+    clients: int,
+    *,
+    duration_s: float,
+    max_requests: int,
+    cancel: Callable[[], bool] = _never,
 ) -> tuple[list[float], int, float]:
-    """``clients`` threads call ``infer()`` until ``duration_s`` passed or each sent
-    ``max_requests``; returns (latencies in s, errors, wall time)."""
+    """``clients`` threads call ``infer()`` until ``duration_s`` passed, each sent
+    ``max_requests`` or ``cancel()`` is true; returns (latencies in s, errors, wall time)."""
     lat: list[float] = []
     errors = [0]
     lock = threading.Lock()
@@ -136,7 +166,7 @@ def load_test(
     def client() -> None:
         mine: list[float] = []
         for _ in range(max_requests):
-            if time.monotonic() >= stop_at:
+            if time.monotonic() >= stop_at or cancel():
                 break
             t0 = time.perf_counter()
             try:
@@ -158,19 +188,120 @@ def load_test(
     return lat, errors[0], time.perf_counter() - t0
 
 
-def serve_test(
-    runtime: Any,
-    spec: Any,
-    *,
-    clients: Sequence[int] = (1, 4, 16),
-    batches: Sequence[int] | None = None,
-    duration_s: float = 5.0,
-    max_requests: int = 2000,
-    port: int | None = None,
-    modes: Sequence[str] = ("no batching", "dynamic batching"),
-    log: Callable[[str], None] = lambda s: None,
-) -> ServeReport:
-    check_pytriton()
+def _client_infer(url: str, request: dict[str, Any]) -> tuple[Callable[[], Any], list[Any]]:
+    """An ``infer()`` whose every thread keeps its own gRPC ModelClient, and the list of the
+    clients it opened (to close)."""
+    from pytriton.client import ModelClient
+
+    local = threading.local()
+    opened: list[Any] = []
+
+    def infer() -> Any:
+        c = getattr(local, "client", None)
+        if c is None:
+            c = local.client = ModelClient(url, "model", init_timeout_s=60)
+            opened.append(c)
+        return c.infer_sample(**request)
+
+    return infer, opened
+
+
+def _close(opened: list[Any]) -> None:
+    for c in opened:
+        with contextlib.suppress(Exception):
+            c.close()
+
+
+def client_load(
+    url: str,
+    request: dict[str, Any],
+    clients: int,
+    duration_s: float,
+    max_requests: int,
+    cancel: Callable[[], bool] = _never,
+) -> tuple[list[float], int, float]:
+    """``clients`` threads of gRPC clients load the served model (``load_test``)."""
+    infer, opened = _client_infer(url, request)
+    try:
+        infer()  # connect and warm up once
+        return load_test(
+            infer, clients, duration_s=duration_s, max_requests=max_requests, cancel=cancel
+        )
+    finally:
+        _close(opened)
+
+
+def _client_process_main(conn: Any, *args: Any) -> None:
+    try:
+        conn.send(("ok", client_load(*args)))
+    except BaseException as exc:  # noqa: BLE001 - handed to the parent as text
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
+
+
+def _load_in_process(args: tuple[Any, ...], cancel: Callable[[], bool], wait_s: float) -> Any:
+    """``client_load(*args)`` in a spawned process; terminated when ``cancel()`` turns true."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_client_process_main, args=(child, *args), daemon=True)
+    proc.start()
+    child.close()
+    deadline = time.monotonic() + wait_s
+    try:
+        while not parent.poll(0.1):
+            if cancel():
+                raise Cancelled("serve test cancelled")
+            if not proc.is_alive() and not parent.poll(0):
+                raise DeployError(f"the client process died (exit code {proc.exitcode})")
+            if time.monotonic() > deadline:
+                raise DeployError(f"the clients did not finish within {wait_s:.0f} s")
+        status, value = parent.recv()
+    finally:
+        if proc.is_alive():
+            proc.terminate()
+        proc.join(5)
+        parent.close()
+    if status != "ok":
+        raise DeployError(f"the client process failed: {value}")
+    return value
+
+
+def _overhead(
+    runtime: Any, one: dict[str, Any], url: str, request: dict[str, Any], rounds: int
+) -> tuple[float, float]:
+    """Medians (ms) of direct batch-1 calls and single served requests, timed in alternation
+    (a reference timed minutes apart is not one on a shared machine)."""
+    infer, opened = _client_infer(url, request)
+    direct, served = [], []
+    try:
+        infer()
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            runtime.run(one)
+            t1 = time.perf_counter()
+            infer()
+            served.append(time.perf_counter() - t1)
+            direct.append(t1 - t0)
+    finally:
+        _close(opened)
+    return statistics.median(direct) * 1e3, statistics.median(served) * 1e3
+
+
+@dataclass
+class _Plan:
+    """What the served modes share: the sweep's choice and the tensors."""
+
+    report: ServeReport
+    one: dict[str, Any]  # a batch-1 sample of the spec
+    inputs: list[Any]
+    outputs: list[Any]
+    feeds: dict[str, Any]  # batch-1 arrays by served input name
+
+
+def _plan(runtime: Any, spec: Any, batches: Sequence[int] | None, log: Callable) -> _Plan:
     batch_dim, spec_max = batch_spec(spec)
     if not batch_dim:
         raise DeployError(
@@ -182,19 +313,18 @@ def serve_test(
     log(f"batch sweep of the model called directly: {batches}")
     sweep = batch_sweep(lambda b: runtime.run(samples[b]), batches)
     preferred, delay = choose_batching(sweep)
-    max_batch = max(batches)
-    one = spec.sample(dims={batch_dim: 1})
-    direct = [p for p in sweep if p.batch == 1]  # the sweep's batch-1 median: a direct call
+    direct = [p for p in sweep if p.batch == 1]  # until timed beside the server: the sweep's
     direct_ms = direct[0].latency_ms if direct else float("nan")
-    inputs, outputs = tensor_configs(runtime, spec, max_batch, one)
-    report = ServeReport(sweep, preferred, delay, max_batch, direct_ms)
+    one = spec.sample(dims={batch_dim: 1})
+    inputs, outputs = tensor_configs(runtime, spec, max(batches), one)
+    report = ServeReport(sweep, preferred, delay, max(batches), direct_ms)
+    feeds = {n.name: one[t.name].numpy() for n, t in zip(inputs, spec.inputs, strict=False)}
+    return _Plan(report, one, inputs, outputs, feeds)
 
+
+def _infer_func(runtime: Any, spec: Any, out_names: list[str]) -> Callable[..., Any]:
     import numpy as np
     from pytriton.decorators import batch
-    from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
-    from pytriton.triton import Triton, TritonConfig
-
-    out_names = [t.name for t in outputs]
 
     @batch
     def infer_func(**arrays: Any) -> dict[str, Any]:
@@ -203,95 +333,168 @@ def serve_test(
         )
         return {n: np.asarray(r) for n, r in zip(out_names, res, strict=False)}
 
+    return infer_func
+
+
+@contextlib.contextmanager
+def _serving(
+    runtime: Any, spec: Any, plan: _Plan, mode: str, port: int | None, instances: int
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Triton serving the model in ``mode`` on 127.0.0.1; yields (gRPC url, one request).
+    The server stops when the block ends, whatever ends it."""
+    import numpy as np
+    from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+    from pytriton.triton import Triton, TritonConfig
+
+    batching = mode == "dynamic batching"
+    ports = (port, port + 1, port + 2) if port else (free_port(), free_port(), free_port())
+    cfg = TritonConfig(
+        http_address="127.0.0.1",
+        http_port=ports[0],
+        grpc_address="127.0.0.1",
+        grpc_port=ports[1],
+        metrics_address="127.0.0.1",
+        metrics_port=ports[2],
+        log_verbose=0,
+    )
+    rep = plan.report
+    model_cfg = (
+        ModelConfig(
+            max_batch_size=rep.max_batch_size,
+            batcher=DynamicBatcher(
+                max_queue_delay_microseconds=rep.max_queue_delay_us,
+                preferred_batch_size=rep.preferred_batch_sizes or None,
+            ),
+        )
+        if batching
+        else ModelConfig(batching=False)
+    )
+
+    def tensors(ts: list[Any]) -> list[Any]:
+        # A batching model's tensors leave out the batch dim (Triton adds it).
+        return [
+            Tensor(
+                name=t.name, dtype=np.dtype(t.dtype), shape=t.dims if batching else (-1, *t.dims)
+            )
+            for t in ts
+        ]
+
+    funcs = [_infer_func(runtime, spec, [t.name for t in plan.outputs]) for _ in range(instances)]
+    with Triton(config=cfg) as triton:
+        triton.bind(
+            model_name="model",
+            infer_func=funcs if instances > 1 else funcs[0],
+            inputs=tensors(plan.inputs),
+            outputs=tensors(plan.outputs),
+            config=model_cfg,
+            strict=False,
+        )
+        triton.run()
+        # A batching model takes one sample; without batching the whole batch-1 tensor.
+        request = {k: v[0] for k, v in plan.feeds.items()} if batching else plan.feeds
+        yield f"grpc://127.0.0.1:{ports[1]}", request
+
+
+def _point(mode: str, clients: int, lat: list[float], errors: int, wall: float) -> LoadPoint:
+    return LoadPoint(
+        mode=mode,
+        clients=clients,
+        requests=len(lat),
+        errors=errors,
+        p50_ms=statistics.median(lat) * 1e3 if lat else float("nan"),
+        p99_ms=_percentile(lat, 0.99) * 1e3,
+        throughput=len(lat) / wall if wall > 0 else 0.0,
+    )
+
+
+def serve_test(
+    runtime: Any,
+    spec: Any,
+    *,
+    clients: Sequence[int] = (1, 4, 16),
+    batches: Sequence[int] | None = None,
+    duration_s: float = 5.0,
+    max_requests: int = 2000,
+    port: int | None = None,
+    modes: Sequence[str] = MODES,
+    log: Callable[[str], None] = lambda s: None,
+    progress: Callable[[float, str], None] = lambda f, m: None,
+    cancel: Callable[[], bool] = _never,
+    instances: int = 1,
+    client_process: bool = True,
+) -> ServeReport:
+    """Batch sweep, then the served load per mode and client count (see the module doc).
+    ``instances``: model instances in the server (each one thread running ``runtime``);
+    ``client_process``: run the clients in a spawned process (else threads here)."""
+    check_pytriton()
+    if cancel():
+        raise Cancelled("serve test cancelled")
+    progress(0.0, "batch sweep")
+    plan = _plan(runtime, spec, batches, log)
     _python_lib_env()
     if port is not None:
         for p in (port, port + 1, port + 2):
             check_port(p)
-    feeds = {n.name: one[t.name].numpy() for n, t in zip(inputs, spec.inputs, strict=False)}
-    sample_feeds = {k: v[0] for k, v in feeds.items()}
+    steps, done = len(modes) * len(clients), 0
     for mode in modes:
-        batching = mode == "dynamic batching"
-        ports = (port, port + 1, port + 2) if port else (free_port(), free_port(), free_port())
-        cfg = TritonConfig(
-            http_address="127.0.0.1",
-            http_port=ports[0],
-            grpc_address="127.0.0.1",
-            grpc_port=ports[1],
-            metrics_address="127.0.0.1",
-            metrics_port=ports[2],
-            log_verbose=0,
-        )
-
-        def shape(t: Any, batching: bool = batching) -> tuple[int, ...]:
-            return tuple(t.dims) if batching else (-1, *t.dims)
-
-        model_cfg = (
-            ModelConfig(
-                max_batch_size=max_batch,
-                batcher=DynamicBatcher(
-                    max_queue_delay_microseconds=delay, preferred_batch_size=preferred or None
-                ),
-            )
-            if batching
-            else ModelConfig(batching=False)
-        )
-        log(f"starting Triton ({mode}) on 127.0.0.1:{ports[1]}")
-        with Triton(config=cfg) as triton:
-            triton.bind(
-                model_name="model",
-                infer_func=infer_func,
-                inputs=[
-                    Tensor(name=t.name, dtype=np.dtype(t.dtype), shape=shape(t)) for t in inputs
-                ],
-                outputs=[
-                    Tensor(name=t.name, dtype=np.dtype(t.dtype), shape=shape(t)) for t in outputs
-                ],
-                config=model_cfg,
-                strict=False,
-            )
-            triton.run()
-            from pytriton.client import ModelClient
-
+        log(f"starting Triton ({mode}) on 127.0.0.1")
+        progress(done / steps, f"starting Triton ({mode})")
+        with _serving(runtime, spec, plan, mode, port, instances) as (url, request):
             for n in clients:
-                local = threading.local()
-                opened: list[Any] = []
-
-                url = f"grpc://127.0.0.1:{ports[1]}"
-                request = sample_feeds if batching else feeds
-
-                def infer(
-                    local: Any = local, opened: list[Any] = opened, url: str = url, request=request
-                ) -> Any:
-                    c = getattr(local, "client", None)
-                    if c is None:
-                        c = local.client = ModelClient(url, "model", init_timeout_s=60)
-                        opened.append(c)
-                    # A batching model takes one sample (Triton adds the batch dim);
-                    # without batching the request is the whole batch-1 tensor.
-                    return c.infer_sample(**request)
-
-                try:
-                    infer()  # connect and warm up once
-                    lat, errors, wall = load_test(
-                        infer, n, duration_s=duration_s, max_requests=max_requests
-                    )
-                finally:
-                    for c in opened:
-                        with contextlib.suppress(Exception):
-                            c.close()
-                point = LoadPoint(
-                    mode=mode,
-                    clients=n,
-                    requests=len(lat),
-                    errors=errors,
-                    p50_ms=statistics.median(lat) * 1e3 if lat else float("nan"),
-                    p99_ms=_percentile(lat, 0.99) * 1e3,
-                    throughput=len(lat) / wall if wall > 0 else 0.0,
-                )
-                report.load.append(point)
+                if cancel():
+                    raise Cancelled("serve test cancelled")
+                progress(done / steps, f"{mode}: {n} client(s)")
+                args = (url, request, n, duration_s, max_requests)
+                if client_process:
+                    lat, errors, wall = _load_in_process(args, cancel, duration_s + 120)
+                else:
+                    lat, errors, wall = client_load(*args, cancel=cancel)
+                point = _point(mode, n, lat, errors, wall)
+                plan.report.load.append(point)
+                done += 1
                 log(
                     f"{mode:16s} {n:3d} clients: {point.throughput:9.1f} req/s, "
                     f"p50 {point.p50_ms:7.2f} ms, p99 {point.p99_ms:7.2f} ms"
                     + (f", {errors} errors" if errors else "")
                 )
-    return report
+            if mode == "no batching" and not cancel():
+                rep = plan.report
+                rounds = max(5, min(50, int(duration_s * 1e3 / max(rep.direct_p50_ms, 1.0))))
+                rep.direct_p50_ms, rep.served_p50_ms = _overhead(
+                    runtime, plan.one, url, request, rounds
+                )
+    if cancel():
+        raise Cancelled("serve test cancelled")
+    progress(1.0, "done")
+    return plan.report
+
+
+def serve_job(params: dict[str, Any], emit: Callable, cancel: Callable[[], bool]) -> dict:
+    """The worker job behind the GUI's serve test. params: ``artifact`` ({kind, path}: the
+    run's model file), ``input_spec`` (text), ``clients``, ``batches`` (None: default),
+    ``duration_s``, ``max_requests``. Returns ``ServeReport.to_dict()``; the studio stores it."""
+    from accel.deploy.triton import load_runtime
+    from accel.models import InputSpec
+
+    art = params["artifact"]
+    spec = InputSpec.parse(str(params["input_spec"]))
+    runtime = load_runtime(str(art["kind"]), str(art["path"]))
+
+    def progress(fraction: float, message: str) -> None:
+        emit({"event": "progress", "index": -1, "fraction": fraction, "message": message})
+
+    def log(message: str) -> None:
+        emit({"event": "log", "level": "info", "message": message, "index": None})
+
+    report = serve_test(
+        runtime,
+        spec,
+        clients=[int(c) for c in params.get("clients") or (1, 4, 16)],
+        batches=[int(b) for b in params["batches"]] if params.get("batches") else None,
+        duration_s=float(params.get("duration_s", 5.0)),
+        max_requests=int(params.get("max_requests", 2000)),
+        log=log,
+        progress=progress,
+        cancel=cancel,
+    )
+    return report.to_dict()

@@ -31,6 +31,7 @@ from studio.fmt import fmt_ms, fmt_speedup
 from studio.ui.history_columns import sort_rows
 from studio.ui.history_searches import SearchesView
 from studio.ui.serve_results import ServeResultsView
+from studio.ui.serve_test_dialog import ServeTestButton
 from studio.ui.slots import on_click
 
 log = logging.getLogger(__name__)
@@ -281,8 +282,11 @@ class HistoryView(QWidget):
         self.btn_export.setMenu(export_menu)
         self.count_label = QLabel()
         actions = QHBoxLayout()
+        self.serve_view = ServeResultsView(self.repo, self)  # the selected run's serve test
+        self.serve_test = ServeTestButton(services, self.serve_view, self)
         for b in (self.btn_compare, self.btn_tag, self.btn_delete, self.btn_export):
             actions.addWidget(b)
+        actions.addWidget(self.serve_test.button)
         actions.addStretch(1)
         actions.addWidget(self.count_label)
 
@@ -291,7 +295,6 @@ class HistoryView(QWidget):
         root.setContentsMargins(2, 2, 2, 2)
         root.addLayout(filters)
         root.addWidget(self.table, 1)
-        self.serve_view = ServeResultsView(self.repo, self)  # the selected run's serve test
         root.addWidget(self.serve_view)
         root.addLayout(actions)
         # Runs and, on a second tab, recipe searches with their trials.
@@ -343,6 +346,7 @@ class HistoryView(QWidget):
         self._update_buttons()
         ids = self.selected_ids()
         self.serve_view.show_run(ids[0] if len(ids) == 1 else None)
+        self.serve_test.set_runs(ids)
 
     def _update_buttons(self) -> None:
         n = len(self.selected_ids())

@@ -68,6 +68,14 @@ class WindowActions:
         self.act_deploy.setEnabled(False)
         self.state.currentRunChanged.connect(lambda rid: self.act_deploy.setEnabled(bool(rid)))
         self.services.deployFinished.connect(self._on_deployed)
+        self.act_serve_test = self._action(
+            "Serve &test run…",
+            lambda: self.serve_test_run(),
+            None,
+            "Serve the selected run's model with Triton on 127.0.0.1 under concurrent clients",
+        )
+        self.act_serve_test.setEnabled(False)
+        self.state.currentRunChanged.connect(lambda r: self.act_serve_test.setEnabled(bool(r)))
         self.act_optimize = self._action(
             "&Optimize…",
             self.optimize_dialog,
@@ -110,6 +118,7 @@ class WindowActions:
         m = mb.addMenu("&Recipe")
         m.addAction(self.act_run)
         m.addAction(self.act_deploy)
+        m.addAction(self.act_serve_test)
         m.addAction(self.act_optimize)
         m = mb.addMenu("&View")
         m.addAction(self.act_find)

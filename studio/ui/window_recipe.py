@@ -61,6 +61,14 @@ class WindowRecipe:
             force = True
         self.services.deploy_triton(run_id, out, force=force)
 
+    def serve_test_run(self) -> None:
+        """The serve-test dialog for the current run (it shows why when it cannot run)."""
+        from studio.ui.serve_test_dialog import ServeTestDialog
+
+        if self.state.current_run_id:
+            self._serve_dialog = ServeTestDialog(self.services, self.state.current_run_id, self)
+            self._serve_dialog.show()
+
     def _on_deployed(self, run_id: str, result: object, error: str) -> None:
         if error or not isinstance(result, dict):
             self.statusBar().showMessage(f"deploy failed: {error}", 10000)

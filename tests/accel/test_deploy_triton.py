@@ -153,6 +153,68 @@ def test_served_by_triton_under_two_clients_with_and_without_batching(onnx_file)
         assert p.clients == 2 and p.errors == 0 and 0 < p.requests <= 100
         assert p.p50_ms <= p.p99_ms and p.throughput > 0
     assert [s.batch for s in report.sweep] == [1, 2]
+    # the served path at one client, timed in alternation with direct calls
+    assert report.served_p50_ms > 0 and report.direct_p50_ms > 0
+
+
+def test_sweep_gain_is_the_best_throughput_over_batch_one():
+    from accel.deploy.serve import ServeReport
+    from accel.deploy.triton import SweepPoint
+
+    sweep = [SweepPoint(1, 1.0, 1000.0), SweepPoint(4, 2.0, 2000.0), SweepPoint(8, 5.0, 1600.0)]
+    assert ServeReport(sweep, [4], 500, 8, 1.0).sweep_gain == pytest.approx(2.0)
+    assert ServeReport(sweep, [4], 500, 8, 1.0).to_dict()["sweep_gain"] == pytest.approx(2.0)
+
+
+@pytest.mark.slow
+def test_cancel_stops_the_clients_and_the_server(onnx_file):
+    """Cancelled while clients load it, serve_test raises Cancelled and its Triton server and
+    client process are gone (the server is a context manager; the clients are terminated)."""
+    pytest.importorskip("pytriton")
+    import psutil
+
+    from accel.deploy.serve import serve_test
+    from accel.deploy.triton import load_runtime
+    from accel.errors import Cancelled
+
+    servers: list = []  # the Triton server processes seen while serving
+
+    def progress(fraction: float, message: str) -> None:
+        if "client" in message:
+            kids = psutil.Process().children(recursive=True)
+            servers.extend(p for p in kids if "tritonserver" in " ".join(_cmdline(p)))
+
+    def cancel() -> bool:
+        return bool(servers)
+
+    runtime = load_runtime("onnx", onnx_file)
+    with pytest.raises(Cancelled):
+        serve_test(
+            runtime, SPEC, clients=[2], batches=[1], duration_s=120, progress=progress,
+            cancel=cancel,
+        )  # fmt: skip
+    assert servers and not [p for p in servers if _alive(p)]
+    left = [" ".join(_cmdline(p)) for p in psutil.Process().children(recursive=True) if _alive(p)]
+    # multiprocessing's resource tracker stays for this process's life; nothing else may
+    assert not [c for c in left if "resource_tracker" not in c], left
+
+
+def _cmdline(p) -> list[str]:
+    import psutil
+
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []
+
+
+def _alive(p) -> bool:
+    import psutil
+
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def test_openvino_ir_repository_parses_and_names_match_the_model(tmp_path):

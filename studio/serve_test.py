@@ -1,0 +1,135 @@
+"""Serve tests of stored runs, shared by `studio serve-test` and the GUI (no Qt here).
+
+``servable_run`` finds a run's model file Triton can serve (`studio deploy` uses it too),
+``unavailable_reason`` says why a run cannot be serve-tested (PyTriton missing, no servable
+model file — the CLI's own checks), ``job_params`` is what the GUI's worker job
+(``accel.jobs`` kind ``serve_test``) gets, and ``store_result`` keeps a finished test with its
+run: the store rows and ``serve_test.json`` in the run folder.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+DEFAULT_CLIENTS = (1, 4, 16)
+
+
+@functools.cache
+def pytriton_missing() -> str | None:
+    """Why PyTriton cannot serve here, or None. Looks the packages up without importing them
+    (the GUI asks on every selection; the worker imports them for real)."""
+    if not sys.platform.startswith("linux"):
+        return (
+            "PyTriton (the Triton server it ships) runs on Linux only; on this platform use "
+            "Deploy run to Triton and a Triton server on a Linux machine"
+        )
+    for mod, pkg in (("pytriton", "nvidia-pytriton"), ("tritonclient", "tritonclient[grpc]")):
+        if importlib.util.find_spec(mod) is None:
+            return f"serving needs {pkg}, which is not installed: pip install 'accel-studio[serve]'"
+    return None
+
+
+def servable_run(repo: Any, run_id: str) -> tuple[Any, dict[str, Any], Any]:
+    """(run detail, servable artifact, input spec) of a finished run; CliError otherwise."""
+    from accel.deploy.triton import servable_artifact
+    from accel.models import InputSpec
+    from studio.cli import CliError
+    from studio.store import RunNotFound
+
+    try:
+        detail = repo.get_run(run_id)
+    except RunNotFound as exc:
+        raise CliError(str(exc)) from None
+    if detail.run.status != "succeeded":
+        raise CliError(
+            f"run {detail.id[:12]} is {detail.run.status}: only a succeeded run can be deployed "
+            "or serve-tested"
+        )
+    steps = sorted((s for s in detail.steps if s.index >= 0), key=lambda s: s.index)
+    artifacts = [
+        {"kind": a.kind, "path": a.path, "step": s.index, "pass": s.pass_name}
+        for s in steps
+        for a in s.artifacts
+    ]
+    art = servable_artifact(artifacts)
+    if art is None:
+        last = steps[-1].pass_name if steps else "none"
+        raise CliError(
+            f"run {detail.id[:12]} has no model file Triton can serve (its last step: {last}; "
+            "a torch.compile'd or eager module is not a file). Add an export_onnx step (or "
+            "torchscript) at the end of the recipe and run it again."
+        )
+    if not detail.model_input_spec:
+        raise CliError(f"run {detail.id[:12]} has no input spec recorded")
+    spec = InputSpec.parse(detail.model_input_spec)
+    return detail, art, spec
+
+
+def unavailable_reason(repo: Any, run_id: str | None) -> str | None:
+    """None when run ``run_id`` can be serve-tested here; else the reason, saying what to do."""
+    if not run_id:
+        return "select one finished run"
+    if repo is None:
+        return "no database: the run cannot be looked up"
+    missing = pytriton_missing()
+    if missing:
+        return missing
+    try:
+        servable_run(repo, run_id)
+    except Exception as exc:  # noqa: BLE001 - CliError / store errors: their text is the reason
+        return str(exc)
+    return None
+
+
+def parse_counts(text: str, what: str) -> list[int]:
+    """``"1,4,16"`` -> [1, 4, 16]; ValueError saying what to type otherwise."""
+    try:
+        out = sorted({int(x) for x in text.replace(" ", "").split(",") if x})
+    except ValueError:
+        raise ValueError(f"{what} {text!r}: give whole numbers separated by commas") from None
+    if not out or out[0] < 1:
+        raise ValueError(f"{what} {text!r}: give numbers >= 1, e.g. 1,4,16")
+    return out
+
+
+def job_params(
+    repo: Any,
+    run_id: str,
+    *,
+    clients: list[int],
+    batches: list[int] | None = None,
+    duration_s: float = 5.0,
+    max_requests: int = 2000,
+) -> dict[str, Any]:
+    """Params of a ``serve_test`` job for run ``run_id`` (CliError when it cannot be served)."""
+    detail, art, spec = servable_run(repo, run_id)
+    return {
+        "run_id": detail.id,
+        "artifact": art,
+        "input_spec": str(spec),
+        "clients": list(clients),
+        "batches": list(batches) if batches else None,
+        "duration_s": float(duration_s),
+        "max_requests": int(max_requests),
+    }
+
+
+def store_result(repo: Any, run_id: str, report: dict[str, Any], art: dict[str, Any]) -> dict:
+    """Keep a serve test with its run: the store (``add_serve_test``) and ``serve_test.json``
+    in the run folder. Returns ``{"serve_test_id", "saved_to"?}``."""
+    from studio.store.serve_tests import add_serve_test
+
+    detail = repo.get_run(run_id)
+    out: dict[str, Any] = {}
+    if detail.run_dir and Path(detail.run_dir).is_dir():
+        path = Path(detail.run_dir) / "serve_test.json"
+        data = {**report, "run_id": detail.id, "artifact": art}
+        path.write_text(json.dumps(data, indent=1, default=str))
+        out["saved_to"] = str(path)
+    out["serve_test_id"] = add_serve_test(repo, detail.id, report, art)
+    return out
