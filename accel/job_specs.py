@@ -35,6 +35,7 @@ __all__ = [
     "ProfileJob",
     "RunRecipeJob",
     "SPECS",
+    "ServeTestJob",
 ]
 
 _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
@@ -220,9 +221,47 @@ class RunRecipeJob(JobParams):
         return d
 
 
+class ServeTestJob(JobParams):
+    """Serve a run's model file with Triton (PyTriton) on loopback under concurrent clients,
+    with and without dynamic batching (``accel.deploy.serve``)."""
+
+    kind: ClassVar[str] = "serve_test"
+    artifact_kind: str = Field(description="the model file's artifact kind (onnx, torchscript…)")
+    artifact_path: str = Field(description="the model file Triton serves")
+    input_spec: str = Field(description="the run's input spec; its first dim is the batch")
+    clients: list[int] = Field([1, 4, 16], min_length=1, description="client counts")
+    batches: list[int] | None = Field(None, min_length=1, description="batch sizes of the sweep")
+    duration_s: float = Field(5.0, gt=0, le=600, description="seconds per load test")
+    max_requests: int = Field(2000, ge=1, description="requests per client at most")
+    run_id: str | None = Field(None, description="the run it tests (the studio stores by it)")
+
+    @field_validator("clients", "batches")
+    @classmethod
+    def _counts(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and min(v) < 1:
+            raise ValueError("give numbers >= 1, e.g. [1, 4, 16]")
+        return sorted(set(v)) if v is not None else None
+
+    @field_validator("input_spec")
+    @classmethod
+    def _spec(cls, v: str) -> str:
+        try:
+            return str(_input_spec_text(v) or "")
+        except InputSpecError as exc:
+            raise ValueError(str(exc)) from None
+
+
 SPECS: dict[str, type[JobParams]] = {
     s.kind: s
-    for s in (InspectJob, ProfileJob, AnalyzeJob, ExportOnnxJob, GraphDiffJob, RunRecipeJob)
+    for s in (
+        InspectJob,
+        ProfileJob,
+        AnalyzeJob,
+        ExportOnnxJob,
+        GraphDiffJob,
+        RunRecipeJob,
+        ServeTestJob,
+    )
 }
 
 

@@ -427,10 +427,11 @@ def search_trial_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) ->
 
 
 def serve_test_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
-    """A served load test of a run's model file (``accel.deploy.serve.serve_job``)."""
-    from accel.deploy.serve import serve_job
+    """A served load test of a run's model file (``accel.deploy.serve.serve_run``)."""
+    from accel.deploy.serve import serve_run
+    from accel.job_specs import ServeTestJob
 
-    return serve_job(params, emit, cancel)
+    return serve_run(ServeTestJob.from_params(params), emit, cancel).to_dict()
 
 
 JOBS: dict[str, Job] = {

@@ -3,7 +3,7 @@
 ``servable_run`` finds a run's model file Triton can serve (`studio deploy` uses it too),
 ``unavailable_reason`` says why a run cannot be serve-tested (PyTriton missing, no servable
 model file — the CLI's own checks), ``job_params`` is what the GUI's worker job
-(``accel.jobs`` kind ``serve_test``) gets, and ``store_result`` keeps a finished test with its
+(``accel.jobs`` kind ``serve_test``, spec ``accel.job_specs.ServeTestJob``) gets, and ``store_result`` keeps a finished test with its
 run: the store rows and ``serve_test.json`` in the run folder.
 """
 
@@ -105,18 +105,24 @@ def job_params(
     batches: list[int] | None = None,
     duration_s: float = 5.0,
     max_requests: int = 2000,
-) -> dict[str, Any]:
-    """Params of a ``serve_test`` job for run ``run_id`` (CliError when it cannot be served)."""
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the ``serve_test`` job's params (``accel.job_specs.ServeTestJob``), the artifact it
+    serves) for run ``run_id``; CliError when the run cannot be served, JobParamsError for bad
+    numbers."""
+    from accel.job_specs import ServeTestJob
+
     detail, art, spec = servable_run(repo, run_id)
-    return {
-        "run_id": detail.id,
-        "artifact": art,
-        "input_spec": str(spec),
-        "clients": list(clients),
-        "batches": list(batches) if batches else None,
-        "duration_s": float(duration_s),
-        "max_requests": int(max_requests),
-    }
+    job = ServeTestJob(
+        artifact_kind=art["kind"],
+        artifact_path=art["path"],
+        input_spec=str(spec),
+        clients=list(clients),
+        batches=list(batches) if batches else None,
+        duration_s=duration_s,
+        max_requests=max_requests,
+        run_id=detail.id,
+    )
+    return job.to_params(), art
 
 
 def store_result(repo: Any, run_id: str, report: dict[str, Any], art: dict[str, Any]) -> dict:

@@ -379,9 +379,9 @@ class Services(QObject):
         ``serveTestFinished``. Raises CliError when the run cannot be served."""
         from studio.serve_test import job_params
 
-        params = job_params(self.repo, run_id, **options)
+        params, art = job_params(self.repo, run_id, **options)
         job_id = self._submit("serve", "serve_test", params, device="cpu")
-        self._context[job_id] = {"run_id": params["run_id"], "artifact": params["artifact"]}
+        self._context[job_id] = {"run_id": params["run_id"], "artifact": art}
         self.state.status.emit("serve test: batch sweep, then Triton on 127.0.0.1…")
         return job_id
 

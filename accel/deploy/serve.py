@@ -469,16 +469,15 @@ def serve_test(
     return plan.report
 
 
-def serve_job(params: dict[str, Any], emit: Callable, cancel: Callable[[], bool]) -> dict:
-    """The worker job behind the GUI's serve test. params: ``artifact`` ({kind, path}: the
-    run's model file), ``input_spec`` (text), ``clients``, ``batches`` (None: default),
-    ``duration_s``, ``max_requests``. Returns ``ServeReport.to_dict()``; the studio stores it."""
+def serve_run(
+    job: Any, emit: Callable[[dict], None], cancel: Callable[[], bool] = _never
+) -> ServeReport:
+    """The use case behind the ``serve_test`` job (``accel.job_specs.ServeTestJob``): load the
+    model file, serve it, report progress and log lines as runner event dicts."""
     from accel.deploy.triton import load_runtime
     from accel.models import InputSpec
 
-    art = params["artifact"]
-    spec = InputSpec.parse(str(params["input_spec"]))
-    runtime = load_runtime(str(art["kind"]), str(art["path"]))
+    runtime = load_runtime(job.artifact_kind, job.artifact_path)
 
     def progress(fraction: float, message: str) -> None:
         emit({"event": "progress", "index": -1, "fraction": fraction, "message": message})
@@ -486,15 +485,14 @@ def serve_job(params: dict[str, Any], emit: Callable, cancel: Callable[[], bool]
     def log(message: str) -> None:
         emit({"event": "log", "level": "info", "message": message, "index": None})
 
-    report = serve_test(
+    return serve_test(
         runtime,
-        spec,
-        clients=[int(c) for c in params.get("clients") or (1, 4, 16)],
-        batches=[int(b) for b in params["batches"]] if params.get("batches") else None,
-        duration_s=float(params.get("duration_s", 5.0)),
-        max_requests=int(params.get("max_requests", 2000)),
+        InputSpec.parse(job.input_spec),
+        clients=job.clients,
+        batches=job.batches,
+        duration_s=job.duration_s,
+        max_requests=job.max_requests,
         log=log,
         progress=progress,
         cancel=cancel,
     )
-    return report.to_dict()

@@ -101,3 +101,28 @@ def test_run_recipe_job_sends_only_the_callers_opt_ins():
     assert job.to_params() == {"recipe": "r.yaml", "trust_pickle": True, "device": "cuda:1"}
     plain = RunRecipeJob.from_params({"recipe": {"name": "x", "model": {"trust_pickle": True}}})
     assert plain.trust_pickle is False and "trust_pickle" not in plain.to_params()
+
+
+def test_serve_test_job_params_round_trip_and_bad_numbers():
+    from accel.job_specs import ServeTestJob
+
+    params = {
+        "artifact_kind": "onnx",
+        "artifact_path": "/runs/r/model.onnx",
+        "input_spec": "x:float32[batch,6]; batch=1..8:2",
+        "clients": [16, 1, 4, 4],
+        "duration_s": 2,
+    }
+    job = ServeTestJob.from_params(params)
+    assert job.clients == [1, 4, 16] and job.batches is None and job.max_requests == 2000
+    assert ServeTestJob.from_params(json.loads(json.dumps(job.to_params()))) == job
+    for bad, words in (
+        ({"clients": [0, 2]}, ["serve_test job", "clients", ">= 1"]),
+        ({"duration_s": 0}, ["duration_s", "greater"]),
+        ({"input_spec": "x:float32[batch,"}, ["input_spec"]),
+        ({"port": 8000}, ["port", "unknown parameter"]),
+    ):
+        with pytest.raises(JobParamsError) as info:
+            JOBS["serve_test"]({**params, **bad}, lambda e: None, lambda: False)
+        for word in words:
+            assert word in str(info.value)

@@ -203,7 +203,7 @@ def test_serve_test_runs_as_a_worker_job_and_lands_in_history(qtbot, runs, servi
     report = info["report"]
     assert report["worker_pid"] != os.getpid()  # ran in a worker process
     assert report["params"]["clients"] == [2] and report["params"]["batches"] == [1, 2]
-    assert report["params"]["artifact"]["kind"] == "onnx"
+    assert report["params"]["artifact_kind"] == "onnx" and report["params"]["run_id"] == served
     (stored,) = serve_tests(repo, served)
     assert stored.id == info["serve_test_id"] and stored.speedup(2) == pytest.approx(1.8)
     assert Path(info["saved_to"]).is_file()  # serve_test.json in the run folder, as the CLI
