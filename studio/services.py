@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal
 
+from accel.events import Progress
 from accel.job_specs import ExportOnnxJob, GraphDiffJob, InspectJob, JobParamsError, ProfileJob
 from studio.state import AppState
-from studio.usecases import Session, UnconfirmedCode, store_profile
+from studio.usecases import Session, UnconfirmedCode, store_profile, typed_event
 from studio.workers import JobOutcome, WorkerPool
 from studio.workers.qt_bridge import PoolBridge
 
@@ -415,10 +416,9 @@ class Services(QObject):
         kind = self._kinds.get(job_id)
         if kind is None:
             return
-        if event.get("event") == "progress":
-            self.jobProgress.emit(
-                job_id, kind, float(event.get("fraction") or 0.0), str(event.get("message") or "")
-            )
+        typed = typed_event(event)
+        if isinstance(typed, Progress):
+            self.jobProgress.emit(job_id, kind, float(typed.fraction or 0.0), typed.message or "")
         if kind == "run":
             self.state.runsChanged.emit()
 

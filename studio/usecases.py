@@ -64,6 +64,17 @@ def run_in_process(
     return _use_case(same)(same, emit or (lambda event: None), cancel or (lambda: False))
 
 
+def typed_event(event: Mapping[str, Any]) -> Any:
+    """A job's event dict as its ``accel.events`` object (``Progress``, ``Log``, runner
+    events), or None for a kind that module does not define (a plugin's own events)."""
+    from accel.events import event_from_dict
+
+    try:
+        return event_from_dict(dict(event))
+    except (ValueError, TypeError):
+        return None
+
+
 def profile_rows(prof: Any) -> list[dict[str, Any]]:
     """A ModelProfile's layer rows as the store keeps them."""
     return [

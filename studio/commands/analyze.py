@@ -58,9 +58,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
+    from accel.events import Progress
     from accel.job_specs import AnalyzeJob
     from studio.cli import CliError
-    from studio.usecases import model_job, run_in_process
+    from studio.usecases import model_job, run_in_process, typed_event
 
     try:
         params = json.loads(args.params)
@@ -87,8 +88,9 @@ def run(args: argparse.Namespace) -> int:
     )
 
     def emit(event: dict) -> None:
-        if event.get("event") == "progress" and not args.json:
-            f, msg = event["fraction"], event.get("message", "")
+        progress = typed_event(event)
+        if isinstance(progress, Progress) and not args.json:
+            f, msg = progress.fraction, progress.message
             print(f"\r[{f * 100:3.0f}%] {msg[:70]:<70}", end="", file=sys.stderr, flush=True)
 
     result = run_in_process(spec, emit)

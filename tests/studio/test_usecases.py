@@ -121,3 +121,16 @@ def test_session_grants_only_what_the_person_allowed():
     }
     recipe_pt = {"model": {"source": "m.pt"}, "steps": []}
     assert session.run_spec(recipe_pt, out="o").to_params()["trust_pickle"] is True
+
+
+def test_job_events_read_back_as_typed_events():
+    from accel.events import Log, Progress
+    from studio.usecases import typed_event
+
+    events: list = []
+    jobs.JOBS["inspect"]({"model": "zoo:mlp"}, events.append, lambda: False)
+    typed = [typed_event(e) for e in events]
+    assert typed and all(isinstance(e, Progress) and e.index == -1 for e in typed)
+    assert [e.message for e in typed] == ["loading the model", "building the graph"]
+    assert typed_event(Log("info", "hi").to_dict()) == Log("info", "hi")
+    assert typed_event({"event": "plugin_thing", "x": 1}) is None
