@@ -39,6 +39,7 @@ class ServeTestDialog(QDialog):
         self.job_id: str | None = None
         self.result: dict[str, Any] | None = None
         self.setWindowTitle(f"Serve test of run {run_id[:12]}")
+        self.setMinimumWidth(480)
         self.clients = QLineEdit(",".join(map(str, DEFAULT_CLIENTS)))
         self.clients.setToolTip("concurrent clients, one load test per count")
         self.batches = QLineEdit()
@@ -58,6 +59,7 @@ class ServeTestDialog(QDialog):
         self.reason.setWordWrap(True)
         self.progress = QProgressBar()
         self.progress.setRange(0, 100)
+        self.progress.setVisible(False)  # until a test starts
         self.status = QLabel("Triton (PyTriton) serves the run's model on 127.0.0.1.")
         self.status.setWordWrap(True)
         buttons = QDialogButtonBox()
@@ -85,6 +87,8 @@ class ServeTestDialog(QDialog):
         self.btn_start.setEnabled(why is None and self.job_id is None)
         self.btn_start.setToolTip(why or "run the batch sweep and the served load test")
         self.btn_cancel.setEnabled(self.job_id is not None)
+        for w in (self.clients, self.batches, self.duration):
+            w.setEnabled(self.job_id is None)
 
     def start(self) -> None:
         try:
@@ -99,6 +103,7 @@ class ServeTestDialog(QDialog):
             return
         self.result = None
         self.progress.setValue(0)
+        self.progress.setVisible(True)
         self.status.setText("batch sweep of the model called directly…")
         self.refresh()
 
