@@ -170,7 +170,7 @@ def batch_spec(spec: Any) -> tuple[str | None, int]:
 
 # -- runtimes: load the model once, describe its tensors, run it -------------------------------
 class _Runtime:
-    def __init__(self, kind: str, path: Path, device: str) -> None:
+    def __init__(self, kind: str, path: Path, device: str, threads: int | None = None) -> None:
         self.kind, self.path, self.device = kind, path, device
         platform = TRITON_KINDS[kind][0]
         try:
@@ -179,6 +179,8 @@ class _Runtime:
 
                 opts = ort.SessionOptions()
                 opts.log_severity_level = 3
+                if threads:
+                    opts.intra_op_num_threads = threads
                 self.session = ort.InferenceSession(
                     str(path), opts, providers=["CPUExecutionProvider"]
                 )
@@ -283,13 +285,17 @@ def _write_model(src: Path, version: Path, file_name: str, input_names: Sequence
             shutil.copy2(extra, version / target)
 
 
-def load_runtime(kind: str, path: str | Path, device: str = "cpu") -> _Runtime:
+def load_runtime(
+    kind: str, path: str | Path, device: str = "cpu", *, threads: int | None = None
+) -> _Runtime:
+    """Load a model file once with its runtime; ``threads``: ONNX Runtime's intra-op threads
+    (default: ORT's, one per core)."""
     if kind not in TRITON_KINDS:
         raise DeployError(f"artifact kind {kind!r} cannot be served by Triton")
     p = Path(path)
     if not p.is_file():
         raise DeployError(f"the model file {p} is gone (was the run folder deleted?)")
-    return _Runtime(kind, p, device)
+    return _Runtime(kind, p, device, threads)
 
 
 def tensor_configs(
