@@ -89,6 +89,44 @@ def x86_quant_config(observer="histogram", is_qat=False):
     return dataclasses.replace(config, input_activation=act, output_activation=act)
 
 
+def float_tensors_only(quantizer):
+    """``quantizer`` that never observes an integer tensor: X86InductorQuantizer annotates
+    binary ops whatever their dtype, and models compute integer tensors with them (Hugging
+    Face position ids: ``cumsum(mask) * mask + pad``), which the activation observers cannot
+    take ("histogram_cpu not implemented for 'Long'"). Integer inputs and outputs drop their
+    annotation and stay as they are."""
+    import torch
+    from torchao.quantization.pt2e.quantizer import Quantizer
+
+    def is_float(node):
+        val = getattr(node, "meta", {}).get("val")
+        return not isinstance(val, torch.Tensor) or val.dtype.is_floating_point
+
+    class FloatTensorsOnly(Quantizer):
+        def transform_for_annotation(self, model):
+            return quantizer.transform_for_annotation(model)
+
+        def annotate(self, model):
+            model = quantizer.annotate(model) or model
+            for node in model.graph.nodes:
+                ann = node.meta.get("quantization_annotation")
+                if ann is None:
+                    continue
+                for arg in [a for a in ann.input_qspec_map if not is_float(a)]:
+                    del ann.input_qspec_map[arg]
+                if ann.output_qspec is not None and not is_float(node):
+                    ann.output_qspec = None
+            return model
+
+        def validate(self, model):
+            return quantizer.validate(model)
+
+        def prepare_obs_or_fq_callback(self, model, edge_or_node_to_obs_or_fq):
+            return quantizer.prepare_obs_or_fq_callback(model, edge_or_node_to_obs_or_fq)
+
+    return FloatTensorsOnly()
+
+
 def pt2e_static_quantize(
     model, batches, observer="histogram", exclude_names=(), on_batch=None, example=None
 ):
@@ -112,7 +150,7 @@ def pt2e_static_quantize(
     quantizer.set_global(x86_quant_config(observer))
     for name in exclude_names:
         quantizer.set_module_name_qconfig(name, None)  # stays float
-    prepared = prepare_pt2e(graph, quantizer)
+    prepared = prepare_pt2e(graph, float_tensors_only(quantizer))
     with torch.no_grad():
         for i, batch in enumerate(batches):
             prepared(*batch.values())

@@ -486,6 +486,7 @@ class QuantizeStaticInt8(Pass):
                 h.select_layers,
                 h.export_for_quantization,
                 h.x86_quant_config,
+                h.float_tensors_only,
                 h.pt2e_static_quantize,
             ),
         )

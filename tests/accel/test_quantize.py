@@ -196,6 +196,48 @@ def test_static_int8_observers_and_exclude(zoo):
     assert error(model, q)[0] < error(model, full)[0]
 
 
+_POSITION_IDS_MODEL = """
+import torch
+from torch import nn
+
+
+class Encoder(nn.Module):
+    # Position ids computed from the token ids with integer adds/multiplies, as Hugging Face's
+    # RoBERTa does: the quantizer must not put an activation observer on them.
+    def __init__(self):
+        super().__init__()
+        self.tok = nn.Embedding(50, 16)
+        self.pos = nn.Embedding(40, 16)
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, ids):
+        mask = ids.ne(1).int()
+        positions = (torch.cumsum(mask, dim=1).type_as(mask) + 0) * mask
+        x = self.tok(ids) + self.pos(positions.long() + 1)
+        return self.fc(x)
+
+
+def make():
+    torch.manual_seed(0)
+    return Encoder()
+"""
+
+
+def test_static_int8_leaves_integer_tensors_unobserved(tmp_path):
+    """Observers cannot take int tensors ("histogram_cpu not implemented for 'Long'"): integer
+    position-id arithmetic stays as it is and the Linear is still quantized."""
+    (tmp_path / "posmodel.py").write_text(_POSITION_IDS_MODEL)
+    model = load_model(
+        f"{tmp_path / 'posmodel.py'}:make", "ids:int64[batch,seq]{2..50}; batch=1..4:2; seq=1..32:8"
+    )
+    q, ctx = apply("quantize_static_int8", model, {"calibration_batches": 2})
+    assert ctx.details["quantized_layers"] == ["fc"]
+    max_abs, cos = error(model, q)
+    assert cos > 0.99
+    ops = {str(n.target) for n in q.module.graph.nodes if n.op == "call_function"}
+    assert any("quantize_per_tensor" in o for o in ops)
+
+
 def test_static_int8_cancel(zoo):
     with pytest.raises(Cancelled):
         apply(
