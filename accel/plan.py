@@ -5,11 +5,13 @@ why a step cannot run where it is, found without loading the model.
 model's form from its source (accel.models.forms.source_form) and walks the enabled steps
 with each pass's declared ``Requirements.accepts`` / ``produces``, its device and library
 needs. The runner calls it before any work (an impossible order fails the run at once),
-``studio run --dry-run`` prints it, and the search and the GUI palette ask
-``passes_after(form)`` which passes can follow a model of some form."""
+``studio run --dry-run`` prints it, the search asks ``passes_after(form)`` which passes can
+follow a model of some form, and the GUI's recipe editor asks ``step_problems`` (each step's
+problem, never raising) and ``palette`` (which pass can be added where, or why not)."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.errors import RecipeError
-from accel.models.forms import describe, kind_of, source_form
+from accel.models.forms import default_form, describe, kind_of, source_form
 from accel.recipe import Recipe, load_recipe
 
 
@@ -178,11 +180,104 @@ def passes_after(form: str | None, device: str = "cpu") -> list[tuple[str, str |
     return [(cls.name, step_problem(cls, form, device)) for cls in list_passes()]
 
 
+def start_form(source: str, kind: str | None = None) -> str:
+    """The form a model starts in for an editor: read from its ``source``, else the default
+    form of ``kind`` (the loaded model's kind; None: torch, what the studio opens by
+    default)."""
+    form = source_form(source)
+    return form if form is not None else default_form(kind or "torch")
+
+
+def step_problems(steps: Any, start_form: str | None, device: str) -> list[str | None]:
+    """Why each of ``steps`` (accel.recipe.Step, disabled ones included) cannot run where it
+    is on ``device`` (None: it can), never raising: an unknown pass or invalid parameters is
+    that step's problem. For editors that show every step's problem at once (the GUI's
+    step list); ``plan`` is the same check for a whole, valid recipe."""
+    from accel.errors import PassError
+    from accel.passes import get_pass
+
+    out: list[str | None] = []
+    for step, form in zip(steps, forms_along(steps, start_form), strict=False):
+        try:
+            cls = get_pass(step.pass_name)
+        except PassError:
+            out.append(f"unknown pass {step.pass_name!r}")
+            continue
+        problem = step_problem(cls, form, device)
+        if problem is None:
+            try:
+                cls.parse_config(step.params)
+            except Exception as exc:  # noqa: BLE001 - the validation message is the problem
+                problem = f"invalid parameters: {_first_error(exc)}"
+        out.append(problem)
+    return out
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a new step of ``pass_name`` can go in a recipe."""
+
+    pass_name: str
+    index: int | None  # insert before this step; None: append (or nowhere, see problem)
+    problem: str | None  # why it can go nowhere: it cannot follow the last step's form
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+
+def placement(steps: Any, pass_name: str, start_form: str | None, device: str) -> Placement:
+    """Where a new ``pass_name`` step goes in ``steps``: at the end when it can follow the
+    last form; else before the latest step where it can run and the steps after it still
+    can (a torch pass clicked after an ONNX export goes before the export); else nowhere,
+    with the reason it cannot follow the last form (``step_problem``)."""
+    from accel.passes import get_pass
+    from accel.recipe import Step
+
+    cls = get_pass(pass_name)
+    forms = forms_along(steps, start_form)
+    at_end = step_problem(cls, forms[-1], device)
+    if at_end is None:
+        return Placement(pass_name, None, None)
+    before = step_problems(steps, start_form, device)
+    new = Step.model_validate({"pass": pass_name})
+    for i in range(len(steps) - 1, -1, -1):
+        if step_problem(cls, forms[i], device) is not None:
+            continue
+        after = step_problems([*steps[:i], new, *steps[i:]], start_form, device)[i + 1 :]
+        if all(now is None or was is not None for now, was in zip(after, before[i:])):
+            return Placement(pass_name, i, None)
+    return Placement(pass_name, None, at_end)
+
+
+def palette(steps: Any, start_form: str | None, device: str) -> list[Placement]:
+    """``placement`` of every listed pass (sorted like ``accel.passes.list_passes``): what
+    the GUI's pass palette enables, where a click inserts, and why a pass is disabled."""
+    from accel.passes import list_passes
+
+    return [placement(steps, cls.name, start_form, device) for cls in list_passes()]
+
+
+def _first_error(exc: Exception) -> str:
+    """'ratio: Input should be less than 1' from a pydantic ValidationError, else the
+    exception's first line."""
+    errors = getattr(exc, "errors", None)
+    try:
+        first = errors()[0] if callable(errors) else None
+    except Exception:  # noqa: BLE001 - not a pydantic error after all
+        first = None
+    if first:
+        where = ".".join(str(part) for part in first.get("loc", ()))
+        return f"{where}: {first.get('msg', '')}" if where else str(first.get("msg", ""))
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
 def _known_output(cls: Any) -> str | None:
     """The form a pass produces whatever it receives (exports), else None (unknown)."""
     return cls.requires.produces or cls.output_kind
 
 
+@functools.lru_cache(maxsize=64)
 def _installed(lib: str) -> bool:
     try:
         return importlib.util.find_spec(lib) is not None

@@ -7,8 +7,6 @@ Clicking a pass in the palette (double-click or Add) records it as a step of
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import logging
 from typing import Any
 
@@ -35,11 +33,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from accel.backends import reach_hint
-from accel.models.forms import default_form, source_form
 from accel.passes import list_passes
-from accel.plan import forms_along
-from accel.recipe import BenchSettings, Gates, Step
+from accel.plan import palette, placement, start_form, step_problems
+from accel.recipe import BenchSettings, Gates
 from accel.recipe_checks import step_warnings
 from studio.ui.param_form import ParamForm
 from studio.ui.recipe_edits import RecipeEditsMixin, _short
@@ -56,38 +52,6 @@ CATEGORY_TITLES = {
     "export": "Export",
     "runtime": "Runtime",
 }
-
-
-def kinds_along(recipe_steps: list[Step], start_kind: str) -> list[str]:
-    """The model kind each step receives (torch / onnx), following export passes."""
-    from accel.passes import get_pass
-
-    kinds = []
-    kind = start_kind
-    for step in recipe_steps:
-        kinds.append(kind)
-        if not step.enabled:
-            continue
-        try:
-            out = get_pass(step.pass_name).output_kind
-        except Exception:  # unknown pass: the step list shows the error
-            out = None
-        kind = out or kind
-    kinds.append(kind)
-    return kinds
-
-
-@functools.lru_cache(maxsize=64)
-def _library_missing(lib: str) -> bool:
-    return importlib.util.find_spec(lib) is None
-
-
-def _missing_library(p: Any) -> str:
-    """Why pass ``p`` cannot run in this installation (a library it needs is missing)."""
-    for lib in p.requires.libraries:
-        if _library_missing(lib):
-            return f"needs the {lib} package, which is not installed"
-    return ""
 
 
 class RecipeView(RecipeEditsMixin, QWidget):
@@ -281,9 +245,8 @@ class RecipeView(RecipeEditsMixin, QWidget):
             recipe = self.state.recipe
             row = self.steps.currentRow()
             self.steps.clear()
-            start_kind = (self.state.model_info or {}).get("kind", "torch")
-            kinds = kinds_along(recipe.steps, start_kind)
-            forms = forms_along(recipe.steps, self._start_form())
+            start = self._start_form()
+            step_why = step_problems(recipe.steps, start, recipe.device)  # accel.plan
             problems = []
             warnings = step_warnings(recipe.steps, recipe.device)
             for i, step in enumerate(recipe.steps):
@@ -296,7 +259,7 @@ class RecipeView(RecipeEditsMixin, QWidget):
                 item.setCheckState(
                     Qt.CheckState.Checked if step.enabled else Qt.CheckState.Unchecked
                 )
-                why = self._step_problem(step, kinds[i], forms[i])
+                why = step_why[i]
                 if why:
                     item.setForeground(Qt.GlobalColor.red)
                     item.setToolTip(why)
@@ -324,7 +287,7 @@ class RecipeView(RecipeEditsMixin, QWidget):
             self.skip_check.setChecked(recipe.on_step_error == "skip")
             self.gates_form.set_values(recipe.gates.model_dump())
             self.bench_form.set_values(recipe.benchmark.model_dump())
-            self._update_palette(kinds[-1])
+            self._update_palette(start)
         finally:
             self._syncing = False
         self._update_run_button()
@@ -355,62 +318,28 @@ class RecipeView(RecipeEditsMixin, QWidget):
             tip = "add at least one step to run"
         self.btn_run.setToolTip(tip)
 
-    def _has_gpu(self) -> bool:
-        lanes = getattr(getattr(self.services, "pool", None), "lanes", []) or []
-        return any(lane.name.startswith("cuda") for lane in lanes)
-
     def _start_form(self) -> str | None:
-        """The loaded model's form (accel.models.forms), from its source."""
+        """The loaded model's form (accel.plan.start_form: from its source or kind)."""
         info = self.state.model_info or {}
-        form = source_form(self.state.recipe.model.source)
-        return form if form is not None else default_form(info.get("kind", "torch"))
+        return start_form(self.state.recipe.model.source, info.get("kind"))
 
-    def _step_problem(self, step: Step, kind: str, form: str | None = None) -> str:
-        p = self._passes.get(step.pass_name)
-        if p is None:
-            return f"unknown pass {step.pass_name!r}"
-        form_problem = p.form_problem(form) if form and kind in p.requires.model_kinds else None
-        if form_problem:
-            return form_problem
-        if kind not in p.requires.model_kinds:
-            need = "/".join(p.requires.model_kinds)
-            fix = reach_hint(p.requires.model_kinds, kind).strip().rstrip(".")
-            fix = fix[:1].lower() + fix[1:]
-            return f"{p.name} needs a {need} model here, the model is {kind}: {fix}"
-        if p.requires.cuda and not self._has_gpu():
-            return f"{p.name} needs a CUDA GPU; none on this machine"
-        missing = _missing_library(p)
-        if missing:
-            return missing
-        try:
-            p.parse_config(step.params)
-        except Exception as exc:  # pydantic error text is the message
-            return f"invalid parameters: {exc}".splitlines()[0]
-        return ""
-
-    def _update_palette(self, kind: str) -> None:
-        for name, item in self._palette_items.items():
-            p = self._passes[name]
-            reason = ""
-            before_export = (
-                kind not in p.requires.model_kinds and self._insert_index(name) is not None
-            )
-            if kind not in p.requires.model_kinds and not before_export:
-                hint = reach_hint(p.requires.model_kinds, kind).strip().rstrip(".")
-                reason = (
-                    f"needs a {'/'.join(p.requires.model_kinds)} model; the recipe's model is {kind} at the end"
-                    + (f" — {hint[:1].lower() + hint[1:]}" if hint else "")
-                )
-            elif p.requires.cuda and not self._has_gpu():
-                reason = "needs a CUDA GPU; none on this machine"
-            elif _missing_library(p):
-                reason = _missing_library(p)
+    def _update_palette(self, start_form: str | None) -> None:
+        """Enable the passes accel.plan can place in the recipe; a disabled one shows why."""
+        recipe = self.state.recipe
+        for place in palette(recipe.steps, start_form, recipe.device):
+            item = self._palette_items.get(place.pass_name)
+            if item is None:
+                continue
+            reason, where = place.problem or "", ""
+            if place.index is not None:
+                step = f"{place.index + 1} ({recipe.steps[place.index].label})"
+                where = f"Added before step {step}: it cannot follow the last step."
+            note = f"Unavailable: {reason}" if reason else where
             item.setDisabled(bool(reason))
-            note = f"\n\nUnavailable: {reason}" if reason else ""
-            if before_export and not reason:
-                note = "\n\nAdded before the export step (it needs a torch model)."
-            item.setToolTip(0, p.summary + note)
+            tip = self._passes[place.pass_name].summary
+            item.setToolTip(0, f"{tip}\n\n{note}" if note else tip)
             item.setData(0, Qt.ItemDataRole.UserRole + 1, reason)
+            item.setData(0, Qt.ItemDataRole.UserRole + 2, where)
 
     def _palette_selected(self, item: QTreeWidgetItem | None, _prev: Any = None) -> None:
         if item is None or item.data(0, Qt.ItemDataRole.UserRole) is None:
@@ -418,7 +347,9 @@ class RecipeView(RecipeEditsMixin, QWidget):
             return
         p = self._passes[item.data(0, Qt.ItemDataRole.UserRole)]
         reason = item.data(0, Qt.ItemDataRole.UserRole + 1)
-        self.palette_hint.setText(p.summary + (f"\n⚠ {reason}" if reason else ""))
+        where = item.data(0, Qt.ItemDataRole.UserRole + 2)
+        note = f"\n⚠ {reason}" if reason else (f"\n{where}" if where else "")
+        self.palette_hint.setText(p.summary + note)
 
     def _show_step(self, row: int) -> None:
         if not self._syncing:  # refresh() syncs the form once it has rebuilt the list
@@ -466,17 +397,9 @@ class RecipeView(RecipeEditsMixin, QWidget):
         self.steps.setCurrentRow(index)
 
     def _insert_index(self, name: str) -> int | None:
-        """Append, or, for a torch pass after the model became ONNX, insert before the export."""
-        steps = self.state.recipe.steps
-        kinds = kinds_along(steps, (self.state.model_info or {}).get("kind", "torch"))
-        p = self._passes[name]
-        if kinds[-1] in p.requires.model_kinds:
-            return None
-        for i, kind in enumerate(kinds[:-1]):
-            if kind in p.requires.model_kinds and kinds[i + 1] not in p.requires.model_kinds:
-                # the step at i changes the kind (an export): insert the new step before it
-                return i
-        return None
+        """Where accel.plan puts a new ``name`` step: None appends (see ``placement``)."""
+        recipe = self.state.recipe
+        return placement(recipe.steps, name, self._start_form(), recipe.device).index
 
     def run(self) -> None:
         # Ctrl+R does not move the focus: commit what is typed in the forms first.

@@ -152,3 +152,35 @@ def test_forms_along_for_the_gui():
     steps = load_recipe(_recipe("compile", "export_onnx", "onnxruntime")).steps
     steps[2] = steps[2].model_copy(update={"enabled": False})
     assert forms_along(steps, EAGER) == [EAGER, COMPILED, ONNX, ONNX]
+
+
+def test_step_problems_never_raise_and_name_each_steps_problem():
+    from accel.plan import step_problems
+    from accel.recipe import Step
+
+    steps = [
+        Step.model_validate({"pass": "prune_channels", "params": {"ratio": 7}}),
+        Step.model_validate({"pass": "compile"}),
+        Step.model_validate({"pass": "torch_export"}),
+        Step.model_validate({"pass": "no_such_pass"}),
+    ]
+    first, second, third, fourth = step_problems(steps, EAGER, "cpu")
+    assert first.startswith("invalid parameters:") and "ratio" in first
+    assert second is None and "before the compile step" in third
+    assert fourth == "unknown pass 'no_such_pass'"
+
+
+def test_placement_appends_inserts_before_the_export_or_says_why_not():
+    from accel.plan import palette, placement
+    from accel.recipe import Step
+
+    steps = [Step.model_validate({"pass": p}) for p in ("bf16", "export_onnx", "onnxruntime")]
+    assert placement(steps, "quantize_onnx_dynamic", EAGER, "cpu").index is None  # appended
+    torch_pass = placement(steps, "channels_last", EAGER, "cpu")
+    assert torch_pass.ok and torch_pass.index == 1  # before the export
+    again = placement(steps, "export_onnx", EAGER, "cpu")  # a second export breaks the first
+    assert not again.ok and again.problem == dict(passes_after(ONNX))["export_onnx"]
+    assert "CUDA" in placement([], "cuda_graphs", EAGER, "cpu").problem
+    assert [p.pass_name for p in palette(steps, EAGER, "cpu")] == [
+        name for name, _ in passes_after(ONNX)
+    ]

@@ -95,7 +95,9 @@ def test_palette_records_steps_and_checks_their_order(panels):
     state, _services, views, _ = panels
     rv = views["recipe"]
     assert _palette_item(rv, "onnxruntime").isDisabled()  # needs an ONNX model first
-    assert "add an export_onnx step before it" in _palette_item(rv, "onnxruntime").toolTip(0)
+    assert (
+        "add an export_onnx step before it" in _palette_item(rv, "onnxruntime").toolTip(0).lower()
+    )
     rv._add_from_palette(_palette_item(rv, "bf16"))
     rv._add_from_palette(_palette_item(rv, "export_onnx"))
     assert not _palette_item(rv, "onnxruntime").isDisabled()
@@ -129,7 +131,10 @@ def test_palette_records_steps_and_checks_their_order(panels):
     rv._remove()
     rv.steps.setCurrentRow(2)
     rv._move(-1)  # onnxruntime before export_onnx: flagged, run disabled
-    assert not rv.btn_run.isEnabled() and "add an export_onnx step before it" in rv.problem.text()
+    assert (
+        not rv.btn_run.isEnabled()
+        and "add an export_onnx step before it" in rv.problem.text().lower()
+    )
     rv._move(1)
     assert rv.btn_run.isEnabled() and rv.problem.isHidden()
     assert [s.pass_name for s in state.recipe.steps] == ["bf16", "export_onnx", "onnxruntime"]
