@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyqtgraph as pg
@@ -22,13 +22,16 @@ from studio.fmt import fmt_bytes, fmt_count, fmt_ms, fmt_num, fmt_speedup
 from studio.report import fastest, pareto_front, step_rows
 from studio.ui import plot_theme
 
+if TYPE_CHECKING:
+    from studio.store.api import RunReader
+
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 
 
 class CompareView(QDialog):
     """Two or more runs from the store, side by side."""
 
-    def __init__(self, repo, run_ids: list[str], parent=None):
+    def __init__(self, repo: RunReader, run_ids: list[str], parent=None):
         super().__init__(parent)
         self.setWindowTitle(f"Compare {len(run_ids)} runs")
         self.resize(1000, 650)

@@ -9,7 +9,7 @@ recipe"), so "Open as recipe" here loads that recipe into the Recipe panel.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
@@ -27,6 +27,9 @@ from PySide6.QtWidgets import (
 
 from studio.fmt import fmt_ms, fmt_speedup
 from studio.ui.slots import on_click
+
+if TYPE_CHECKING:
+    from studio.store.api import Store
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +79,7 @@ def _fit_columns(t: QTableWidget, widest: int = 320) -> None:
 class SearchesView(QWidget):
     """Searches (newest first) over the trials of the selected one."""
 
-    def __init__(self, state, repo, parent: QWidget | None = None):
+    def __init__(self, state, repo: Store | None, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
         self.repo = repo

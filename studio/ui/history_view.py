@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, QTimer
 from PySide6.QtWidgets import (
@@ -33,6 +33,9 @@ from studio.ui.history_searches import SearchesView
 from studio.ui.serve_results import ServeResultsView
 from studio.ui.serve_test_dialog import ServeTestButton
 from studio.ui.slots import on_click
+
+if TYPE_CHECKING:
+    from studio.store.api import Store
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +70,7 @@ class RunTableModel(QAbstractTableModel):
         "notes",
     ]
 
-    def __init__(self, repo, parent=None):
+    def __init__(self, repo: Store | None, parent=None):
         super().__init__(parent)
         self.repo = repo
         self.filter: Any = None
@@ -208,7 +211,7 @@ class HistoryView(QWidget):
         super().__init__(parent)
         self.state = state
         self.services = services
-        self.repo = getattr(services, "repo", None)
+        self.repo: Store | None = getattr(services, "repo", None)
         self.model = RunTableModel(self.repo, self)
 
         self.search = QLineEdit()
