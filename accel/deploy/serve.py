@@ -431,6 +431,11 @@ def serve_test(
         raise Cancelled("serve test cancelled")
     progress(0.0, "batch sweep")
     plan = _plan(runtime, spec, batches, log)
+    if plan.report.sweep_gain < 1.1:  # choose_batching's own threshold
+        log(
+            f"the direct sweep gains {plan.report.sweep_gain:.2f}x at best over batch 1: "
+            "dynamic batching has little to win for this model on this machine"
+        )
     _python_lib_env()
     if port is not None:
         for p in (port, port + 1, port + 2):
@@ -438,12 +443,12 @@ def serve_test(
     steps, done = len(modes) * len(clients), 0
     for mode in modes:
         log(f"starting Triton ({mode}) on 127.0.0.1")
-        progress(done / steps, f"starting Triton ({mode})")
+        progress(0.1 + 0.9 * done / steps, f"starting Triton ({mode})")
         with _serving(runtime, spec, plan, mode, port, instances) as (url, request):
             for n in clients:
                 if cancel():
                     raise Cancelled("serve test cancelled")
-                progress(done / steps, f"{mode}: {n} client(s)")
+                progress(0.1 + 0.9 * done / steps, f"{mode}: {n} client(s)")
                 args = (url, request, n, duration_s, max_requests)
                 if client_process:
                     lat, errors, wall = _load_in_process(args, cancel, duration_s + 120)
