@@ -3,7 +3,7 @@
 Like MLflow's ``AbstractStore`` beside its ``SqlAlchemyStore``: callers are typed against
 these Protocols, ``studio.store.repo.Repository`` (SQLAlchemy) is the implementation.
 This module imports no SQLAlchemy. The feature Protocols match the feature modules
-(runs + events, queries, profiles, searches); ``Store`` is all of them plus opening and
+(runs + events, queries, profiles, searches, serve tests); ``Store`` is all of them plus opening and
 closing. tests/studio/test_store_api.py checks that every method here has the same
 signature in ``Repository`` and that ``Repository`` has no public method missing here.
 
@@ -28,6 +28,7 @@ from studio.store.records import (
     RunFilter,
     RunRecord,
     SearchRecord,
+    ServeTest,
 )
 
 
@@ -176,7 +177,18 @@ class SearchStore(Protocol):
 
 
 @runtime_checkable
-class Store(RunWriter, RunReader, ProfileStore, SearchStore, Protocol):
+class ServeTestStore(Protocol):
+    """Serve tests of runs (studio.store.serve_tests)."""
+
+    def add_serve_test(
+        self, run_id: str, report: dict[str, Any], artifact: dict[str, Any] | None = None
+    ) -> int: ...
+
+    def serve_tests(self, run_id: str) -> list[ServeTest]: ...
+
+
+@runtime_checkable
+class Store(RunWriter, RunReader, ProfileStore, SearchStore, ServeTestStore, Protocol):
     """The whole store, as ``Repository.open(db)`` returns it."""
 
     @property

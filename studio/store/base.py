@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from studio.store import db as dbmod
-from studio.store.errors import RunNotFound
+from studio.store.errors import RunNotFound, StoreError
 from studio.store.models import FINAL_STATUSES, ModelRow, RecipeRow, RunRow, StepRow, utcnow
 from studio.store.values import aware, is_number, json_safe, recipe_hash
 
@@ -45,6 +45,33 @@ class StoreBase:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def check_writable(self) -> None:
+        """Raise StoreError unless runs can be recorded: the database accepts a write (not
+        read-only) and, for SQLite, its pages pass a quick check (not damaged). Nothing is
+        changed: the probe write is rolled back."""
+        from sqlalchemy import text
+
+        try:
+            with self._write_engine.connect() as conn:
+                if conn.dialect.name == "sqlite":
+                    problems = [r[0] for r in conn.exec_driver_sql("PRAGMA quick_check(3)")]
+                    if problems != ["ok"]:
+                        raise StoreError(
+                            f"the database {self.url} is damaged ({'; '.join(problems)}); "
+                            "runs cannot be recorded. Restore a backup (studio.db.bak-*) or "
+                            "use another database with --db."
+                        )
+                conn.execute(text("UPDATE alembic_version SET version_num = version_num"))
+                conn.rollback()
+        except StoreError:
+            raise
+        except Exception as exc:
+            reason = str(exc).splitlines()[0][:300]
+            raise StoreError(
+                f"the database {self.url} cannot record runs ({reason}). Check that the file "
+                "and its folder are writable, or use another database with --db."
+            ) from None
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[Session]:

@@ -269,3 +269,48 @@ class SearchRecord:
     @property
     def short_id(self) -> str:
         return self.id[:8]
+
+
+# --- serve tests (studio serve-test; studio.store.serve_tests) ---------------------------
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    batch: int
+    latency_ms: float
+    throughput: float
+
+
+@dataclass(frozen=True)
+class ServedPoint:
+    clients: int
+    dynamic_batching: bool
+    requests: int
+    errors: int
+    p50_ms: float
+    p99_ms: float
+    throughput: float
+    overhead_ms: float | None
+
+
+@dataclass(frozen=True)
+class ServeTest:
+    id: int
+    run_id: str
+    created_at: dt.datetime
+    artifact_kind: str
+    artifact_path: str
+    preferred_batch_sizes: list[int]
+    max_queue_delay_us: int
+    max_batch_size: int
+    direct_p50_ms: float | None
+    sweep: list[SweepPoint] = field(default_factory=list)
+    load: list[ServedPoint] = field(default_factory=list)
+
+    def speedup(self, clients: int) -> float | None:
+        """Throughput with dynamic batching over without, at ``clients``."""
+        on = next((p for p in self.load if p.clients == clients and p.dynamic_batching), None)
+        off = next((p for p in self.load if p.clients == clients and not p.dynamic_batching), None)
+        if on is None or off is None or off.throughput <= 0:
+            return None
+        return on.throughput / off.throughput

@@ -2,12 +2,11 @@
 
 ``Repository`` composes the store's feature modules (mixins over ``studio.store.base``):
 ``runs`` (create, status, tags, recovery, delete), ``events`` (runner events -> steps,
-metrics, parity, artifacts), ``queries`` (get, list, search, compare), ``profiles`` and
-``searches``; serve tests are functions in ``serve_tests``. This module opens the database
-and holds what spans features (export, write probe, unrecorded-run import). Callers type
-against ``studio.store.api.Store``. Queries return the dataclasses of ``studio.store.records``;
-each public method is one transaction; writes start with BEGIN IMMEDIATE on SQLite (see
-``db.write_engine``).
+metrics, parity, artifacts), ``queries`` (get, list, search, compare), ``profiles``,
+``searches`` and ``serve_tests``. This module opens the database and holds what spans
+features (export, unrecorded-run import). Callers type against ``studio.store.api.Store``.
+Queries return the dataclasses of ``studio.store.records``; each public method is one
+transaction; writes start with BEGIN IMMEDIATE on SQLite (see ``db.write_engine``).
 """
 
 from __future__ import annotations
@@ -33,6 +32,7 @@ from studio.store.queries import RunQueries
 from studio.store.records import ModelRecord, RecipeRecord, to_json
 from studio.store.runs import RunWrites
 from studio.store.searches import Searches
+from studio.store.serve_tests import ServeTests
 from studio.store.values import (  # re-exported: importable from studio.store.repo as before
     flatten_parity,
     json_safe,
@@ -56,11 +56,11 @@ __all__ = [
 ]
 
 
-class Repository(RunWrites, RunEvents, RunQueries, Profiles, Searches):
+class Repository(RunWrites, RunEvents, RunQueries, Profiles, Searches, ServeTests):
     """Runs and their results in a SQL database (SQLite by default, PostgreSQL works).
 
-    The features live in their own modules (runs, events, queries, profiles, searches, and
-    serve_tests as functions); this class composes them and opens the database.
+    The features live in their own modules (runs, events, queries, profiles, searches,
+    serve_tests); this class composes them and opens the database.
     ``studio.store.api.Store`` is the typed interface callers use.
     """
 
@@ -128,33 +128,6 @@ class Repository(RunWrites, RunEvents, RunQueries, Profiles, Searches):
     def list_models(self) -> list[ModelRecord]:
         with self._read() as s:
             return [model_record(r) for r in s.scalars(select(ModelRow).order_by(ModelRow.id))]
-
-    def check_writable(self) -> None:
-        """Raise StoreError unless runs can be recorded: the database accepts a write (not
-        read-only) and, for SQLite, its pages pass a quick check (not damaged). Nothing is
-        changed: the probe write is rolled back."""
-        from sqlalchemy import text
-
-        try:
-            with self._write_engine.connect() as conn:
-                if conn.dialect.name == "sqlite":
-                    problems = [r[0] for r in conn.exec_driver_sql("PRAGMA quick_check(3)")]
-                    if problems != ["ok"]:
-                        raise StoreError(
-                            f"the database {self.url} is damaged ({'; '.join(problems)}); "
-                            "runs cannot be recorded. Restore a backup (studio.db.bak-*) or "
-                            "use another database with --db."
-                        )
-                conn.execute(text("UPDATE alembic_version SET version_num = version_num"))
-                conn.rollback()
-        except StoreError:
-            raise
-        except Exception as exc:
-            reason = str(exc).splitlines()[0][:300]
-            raise StoreError(
-                f"the database {self.url} cannot record runs ({reason}). Check that the file "
-                "and its folder are writable, or use another database with --db."
-            ) from None
 
     def import_unrecorded(self, record: Mapping[str, Any]) -> str:
         """Record a run the pool kept in a file when the store failed (``unrecorded_run.json``);

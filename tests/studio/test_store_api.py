@@ -11,7 +11,7 @@ import pytest
 from studio.store import Repository, api
 from studio.store.base import StoreBase
 
-FEATURES = [api.RunWriter, api.RunReader, api.ProfileStore, api.SearchStore]
+FEATURES = [api.RunWriter, api.RunReader, api.ProfileStore, api.SearchStore, api.ServeTestStore]
 
 
 def _members(proto: type) -> dict[str, object]:
