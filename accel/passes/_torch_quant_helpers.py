@@ -89,33 +89,74 @@ def x86_quant_config(observer="histogram", is_qat=False):
     return dataclasses.replace(config, input_activation=act, output_activation=act)
 
 
-def float_tensors_only(quantizer):
-    """``quantizer`` that never observes an integer tensor: X86InductorQuantizer annotates
-    binary ops whatever their dtype, and models compute integer tensors with them (Hugging
-    Face position ids: ``cumsum(mask) * mask + pad``), which the activation observers cannot
-    take ("histogram_cpu not implemented for 'Long'"). Integer inputs and outputs drop their
-    annotation and stay as they are."""
+def drop_integer_annotations(model):
+    """X86InductorQuantizer annotates binary ops whatever their dtype, and models compute
+    integer tensors with them (Hugging Face position ids: ``cumsum(mask) * mask + pad``),
+    which activation observers cannot take ("histogram_cpu not implemented for 'Long'"):
+    integer inputs and outputs lose their annotation and stay as they are."""
     import torch
-    from torchao.quantization.pt2e.quantizer import Quantizer
 
     def is_float(node):
         val = getattr(node, "meta", {}).get("val")
         return not isinstance(val, torch.Tensor) or val.dtype.is_floating_point
 
-    class FloatTensorsOnly(Quantizer):
+    for node in model.graph.nodes:
+        ann = node.meta.get("quantization_annotation")
+        if ann is None:
+            continue
+        for arg in [a for a in ann.input_qspec_map if not is_float(a)]:
+            del ann.input_qspec_map[arg]
+        if ann.output_qspec is not None and not is_float(node):
+            ann.output_qspec = None
+
+
+def split_repeated_calls(model, name_configs):
+    """A module called more than once (torchvision's ResNet reuses one ReLU per block,
+    ALBERT one layer for every depth) gives one source partition with several outputs, which
+    X86InductorQuantizer refuses ("Input partition has more than one output node"). Each
+    call's nodes get their own name (``relu@1``; torch.export already numbers the calls in
+    the stack's keys), and ``name_configs`` (the quantizer's per-module-name configs, e.g.
+    layers kept in float) cover the numbered names too. Returns a function that undoes both."""
+    saved, added = [], []
+    for node in model.graph.nodes:
+        stack = node.meta.get("nn_module_stack")
+        if not stack:
+            continue
+        key, (fqn, cls) = list(stack.items())[-1]
+        if "@" not in key:
+            continue
+        alias = f"{fqn}@{key.rpartition('@')[2]}"
+        saved.append((node, stack))
+        node.meta["nn_module_stack"] = {**stack, key: (alias, cls)}
+        if fqn in name_configs and alias not in name_configs:
+            name_configs[alias] = name_configs[fqn]
+            added.append(alias)
+
+    def undo():
+        for node, stack in saved:
+            node.meta["nn_module_stack"] = stack
+        for alias in added:
+            name_configs.pop(alias, None)
+
+    return undo
+
+
+def with_annotation_fixes(quantizer):
+    """``quantizer`` (X86InductorQuantizer) with ``split_repeated_calls`` around its
+    annotation and ``drop_integer_annotations`` after it."""
+    from torchao.quantization.pt2e.quantizer import Quantizer
+
+    class Fixed(Quantizer):
         def transform_for_annotation(self, model):
             return quantizer.transform_for_annotation(model)
 
         def annotate(self, model):
-            model = quantizer.annotate(model) or model
-            for node in model.graph.nodes:
-                ann = node.meta.get("quantization_annotation")
-                if ann is None:
-                    continue
-                for arg in [a for a in ann.input_qspec_map if not is_float(a)]:
-                    del ann.input_qspec_map[arg]
-                if ann.output_qspec is not None and not is_float(node):
-                    ann.output_qspec = None
+            undo = split_repeated_calls(model, quantizer.module_name_qconfig)
+            try:
+                model = quantizer.annotate(model) or model
+            finally:
+                undo()
+            drop_integer_annotations(model)
             return model
 
         def validate(self, model):
@@ -124,7 +165,7 @@ def float_tensors_only(quantizer):
         def prepare_obs_or_fq_callback(self, model, edge_or_node_to_obs_or_fq):
             return quantizer.prepare_obs_or_fq_callback(model, edge_or_node_to_obs_or_fq)
 
-    return FloatTensorsOnly()
+    return Fixed()
 
 
 def pt2e_static_quantize(
@@ -150,7 +191,7 @@ def pt2e_static_quantize(
     quantizer.set_global(x86_quant_config(observer))
     for name in exclude_names:
         quantizer.set_module_name_qconfig(name, None)  # stays float
-    prepared = prepare_pt2e(graph, float_tensors_only(quantizer))
+    prepared = prepare_pt2e(graph, with_annotation_fixes(quantizer))
     with torch.no_grad():
         for i, batch in enumerate(batches):
             prepared(*batch.values())

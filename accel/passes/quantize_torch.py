@@ -486,7 +486,9 @@ class QuantizeStaticInt8(Pass):
                 h.select_layers,
                 h.export_for_quantization,
                 h.x86_quant_config,
-                h.float_tensors_only,
+                h.drop_integer_annotations,
+                h.split_repeated_calls,
+                h.with_annotation_fixes,
                 h.pt2e_static_quantize,
             ),
         )
@@ -551,6 +553,30 @@ class QuantizationAwareTraining(Pass):
         note="trains the model for `steps` steps",
         accepts=(EAGER,),
     )
+
+    def preflight(self, model: LoadedModel, config: QATConfigModel) -> None:
+        """Grouped int4 weights need Linear layers whose input size the group size divides:
+        say so before training (with a group size that fits) when none does."""
+        import torch
+
+        from accel.passes._torch_quant_helpers import select_layers
+
+        module = model.module
+        if config.scheme == "int8_dynamic_act_int8_weight" or not isinstance(
+            module, torch.nn.Module
+        ):
+            return
+        keep, _, _ = select_layers(module, ("Linear",), config.exclude)
+        sizes = sorted({module.get_submodule(n).in_features for n in keep})
+        if not sizes or any(s % config.group_size == 0 for s in sizes):
+            return
+        fits = [g for g in (256, 128, 64, 32, 16, 8) if any(s % g == 0 for s in sizes)]
+        hint = f"set group_size {fits[0]}, or " if fits else ""
+        raise NotApplicable(
+            f"qat: no Linear layer's input size ({', '.join(map(str, sizes[:6]))}) is a multiple "
+            f"of group_size {config.group_size}; {hint}use scheme int8_dynamic_act_int8_weight "
+            "(per-channel weights)."
+        )
 
     def apply(self, model: LoadedModel, config: QATConfigModel, ctx: PassContext) -> LoadedModel:
         import copy

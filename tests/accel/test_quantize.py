@@ -238,6 +238,59 @@ def test_static_int8_leaves_integer_tensors_unobserved(tmp_path):
     assert any("quantize_per_tensor" in o for o in ops)
 
 
+_SHARED_MODULES_MODEL = """
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    # One ReLU for every activation (torchvision's ResNet blocks) and one Linear called twice
+    # (ALBERT's shared layer).
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.relu = nn.ReLU(inplace=True)
+        self.shared = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = self.relu(self.conv1(x))
+        y = self.relu(self.conv2(y) + y).mean((2, 3))
+        return self.head(self.shared(self.relu(self.shared(y))))
+
+
+def make():
+    torch.manual_seed(0)
+    return Net().eval()
+"""
+
+
+def test_static_int8_takes_modules_called_more_than_once(tmp_path):
+    """A module called several times made one partition with several outputs ("Input
+    partition has more than one output node"); each call is quantized on its own, and a
+    shared layer kept in float stays float at every call."""
+    (tmp_path / "shared.py").write_text(_SHARED_MODULES_MODEL)
+    model = load_model(f"{tmp_path / 'shared.py'}:make", "x:float32[batch,3,16,16]; batch=1..4:2")
+    q, ctx = apply("quantize_static_int8", model, {"calibration_batches": 2})
+    assert ctx.details["quantized_layers"] == ["conv1", "conv2", "shared", "head"]
+    assert error(model, q)[1] > 0.99
+
+    def linears_int8(qm):  # per-channel int8 weights feeding an aten.linear
+        return sum(
+            1
+            for n in qm.module.graph.nodes
+            if "dequantize_per_channel" in str(n.target)
+            and any("linear" in str(u.target) for u in n.users)
+        )
+
+    assert linears_int8(q) == 3  # shared twice + head
+    kept, _ = apply(
+        "quantize_static_int8", model, {"calibration_batches": 2, "exclude": ["shared"]}
+    )
+    assert linears_int8(kept) == 1  # only the head: both calls of `shared` stay float
+
+
 def test_static_int8_cancel(zoo):
     with pytest.raises(Cancelled):
         apply(
@@ -441,3 +494,20 @@ def test_script_trains_qat_on_the_recipes_data(tmp_path, kind):
     ours = torch.load(tmp_path / "run" / "step_00_qat" / "outputs.pt")
     theirs = torch.load(tmp_path / "out" / "step_00_qat" / "outputs.pt")
     assert torch.allclose(ours, theirs, rtol=1e-4, atol=1e-5), float((ours - theirs).abs().max())
+
+
+def test_qat_says_before_training_when_no_group_fits(tmp_path):
+    """torchvision's RegNetY-800MF head takes 784 inputs: int4 groups of 32 do not fit, and the
+    pre-flight check says which group size does (or to use per-channel int8 weights)."""
+    from accel.errors import NotApplicable
+
+    (tmp_path / "head.py").write_text(
+        "import torch\n\ndef make():\n    torch.manual_seed(0)\n"
+        "    return torch.nn.Sequential(torch.nn.Linear(784, 10))\n"
+    )
+    model = load_model(f"{tmp_path / 'head.py'}:make", "x:float32[batch,784]; batch=1..4:2")
+    qat = get_pass("qat")
+    with pytest.raises(NotApplicable, match="set group_size 16"):
+        qat().preflight(model, qat.parse_config({}))
+    qat().preflight(model, qat.parse_config({"group_size": 16}))  # fits: no error
+    qat().preflight(model, qat.parse_config({"scheme": "int8_dynamic_act_int8_weight"}))
