@@ -233,6 +233,7 @@ class ServeTestJob(JobParams):
     batches: list[int] | None = Field(None, min_length=1, description="batch sizes of the sweep")
     duration_s: float = Field(5.0, gt=0, le=600, description="seconds per load test")
     max_requests: int = Field(2000, ge=1, description="requests per client at most")
+    port: int | None = Field(None, ge=1, le=65533, description="HTTP port (gRPC +1, metrics +2)")
     run_id: str | None = Field(None, description="the run it tests (the studio stores by it)")
 
     @field_validator("clients", "batches")

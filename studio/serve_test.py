@@ -112,15 +112,17 @@ def job_params(
     from accel.job_specs import ServeTestJob
 
     detail, art, spec = servable_run(repo, run_id)
-    job = ServeTestJob(
-        artifact_kind=art["kind"],
-        artifact_path=art["path"],
-        input_spec=str(spec),
-        clients=list(clients),
-        batches=list(batches) if batches else None,
-        duration_s=duration_s,
-        max_requests=max_requests,
-        run_id=detail.id,
+    job = ServeTestJob.from_params(
+        {
+            "artifact_kind": art["kind"],
+            "artifact_path": art["path"],
+            "input_spec": str(spec),
+            "clients": list(clients),
+            "batches": list(batches) if batches else None,
+            "duration_s": duration_s,
+            "max_requests": max_requests,
+            "run_id": detail.id,
+        }
     )
     return job.to_params(), art
 

@@ -15,7 +15,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from accel.job_specs import AnalyzeJob, InspectJob, JobParams, ModelJob, ProfileJob, RunRecipeJob
+from accel.job_specs import (
+    AnalyzeJob,
+    InspectJob,
+    JobParams,
+    ModelJob,
+    ProfileJob,
+    RunRecipeJob,
+    ServeTestJob,
+)
 
 if TYPE_CHECKING:
     from studio.store.api import ProfileStore
@@ -40,11 +48,13 @@ def model_job(
 
 def _use_case(spec: JobParams) -> Callable[..., Any]:
     from accel import jobs
+    from accel.deploy.serve import serve_run
 
     cases: dict[type[JobParams], Callable[..., Any]] = {
         ProfileJob: jobs.profile,
         AnalyzeJob: jobs.analyze,
         InspectJob: jobs.inspect,
+        ServeTestJob: serve_run,
     }
     try:
         return cases[type(spec)]

@@ -22,6 +22,7 @@ import socket
 import statistics
 import sys
 import sysconfig
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -338,7 +339,13 @@ def _infer_func(runtime: Any, spec: Any, out_names: list[str]) -> Callable[..., 
 
 @contextlib.contextmanager
 def _serving(
-    runtime: Any, spec: Any, plan: _Plan, mode: str, port: int | None, instances: int
+    runtime: Any,
+    spec: Any,
+    plan: _Plan,
+    mode: str,
+    port: int | None,
+    instances: int,
+    log_dir: str,
 ) -> Iterator[tuple[str, dict[str, Any]]]:
     """Triton serving the model in ``mode`` on 127.0.0.1; yields (gRPC url, one request).
     The server stops when the block ends, whatever ends it."""
@@ -356,6 +363,8 @@ def _serving(
         metrics_address="127.0.0.1",
         metrics_port=ports[2],
         log_verbose=0,
+        # PyTriton prints the server's log on stdout otherwise (and `--json` output with it)
+        log_file=Path(log_dir) / "tritonserver.log",
     )
     rep = plan.report
     model_cfg = (
@@ -381,18 +390,29 @@ def _serving(
 
     funcs = [_infer_func(runtime, spec, [t.name for t in plan.outputs]) for _ in range(instances)]
     with Triton(config=cfg) as triton:
-        triton.bind(
-            model_name="model",
-            infer_func=funcs if instances > 1 else funcs[0],
-            inputs=tensors(plan.inputs),
-            outputs=tensors(plan.outputs),
-            config=model_cfg,
-            strict=False,
-        )
-        triton.run()
+        try:
+            triton.bind(
+                model_name="model",
+                infer_func=funcs if instances > 1 else funcs[0],
+                inputs=tensors(plan.inputs),
+                outputs=tensors(plan.outputs),
+                config=model_cfg,
+                strict=False,
+            )
+            triton.run()
+        except Exception as exc:
+            tail = "".join(_read(cfg.log_file).splitlines(keepends=True)[-15:])
+            raise DeployError(f"Triton did not start: {type(exc).__name__}: {exc}\n{tail}") from exc
         # A batching model takes one sample; without batching the whole batch-1 tensor.
         request = {k: v[0] for k, v in plan.feeds.items()} if batching else plan.feeds
         yield f"grpc://127.0.0.1:{ports[1]}", request
+
+
+def _read(path: Path | None) -> str:
+    try:
+        return path.read_text(errors="replace") if path else ""
+    except OSError:
+        return ""
 
 
 def _point(mode: str, clients: int, lat: list[float], errors: int, wall: float) -> LoadPoint:
@@ -444,7 +464,10 @@ def serve_test(
     for mode in modes:
         log(f"starting Triton ({mode}) on 127.0.0.1")
         progress(0.1 + 0.9 * done / steps, f"starting Triton ({mode})")
-        with _serving(runtime, spec, plan, mode, port, instances) as (url, request):
+        with (
+            tempfile.TemporaryDirectory(prefix="accel-triton-") as logs,
+            _serving(runtime, spec, plan, mode, port, instances, logs) as (url, request),
+        ):
             for n in clients:
                 if cancel():
                     raise Cancelled("serve test cancelled")
@@ -480,15 +503,16 @@ def serve_run(
     """The use case behind the ``serve_test`` job (``accel.job_specs.ServeTestJob``): load the
     model file, serve it, report progress and log lines as runner event dicts."""
     from accel.deploy.triton import load_runtime
+    from accel.events import Log, Progress
     from accel.models import InputSpec
 
     runtime = load_runtime(job.artifact_kind, job.artifact_path)
 
     def progress(fraction: float, message: str) -> None:
-        emit({"event": "progress", "index": -1, "fraction": fraction, "message": message})
+        emit(Progress(-1, fraction, message).to_dict())
 
     def log(message: str) -> None:
-        emit({"event": "log", "level": "info", "message": message, "index": None})
+        emit(Log("info", message).to_dict())
 
     return serve_test(
         runtime,
@@ -497,6 +521,7 @@ def serve_run(
         batches=job.batches,
         duration_s=job.duration_s,
         max_requests=job.max_requests,
+        port=job.port,
         log=log,
         progress=progress,
         cancel=cancel,

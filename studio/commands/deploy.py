@@ -115,42 +115,42 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_serve_test(args: argparse.Namespace) -> int:
+    import contextlib
     import sys
 
-    from accel.deploy.serve import serve_test
-    from accel.deploy.triton import load_runtime
-    from studio.cli import CliError
+    from accel.job_specs import ServeTestJob
     from studio.commands.history import _repo
-    from studio.serve_test import store_result
+    from studio.serve_test import job_params, store_result
+    from studio.usecases import run_in_process
 
     clients = parse_batches(args.clients)  # the same "1,4,16" syntax
-    if not clients:
-        raise CliError("--clients: give at least one client count")
-    if args.duration <= 0 or args.duration > 600:
-        raise CliError("--duration: give 0 < seconds <= 600")
-    if args.requests < 1:
-        raise CliError("--requests: give at least 1")
     repo = _repo(args)
-    try:
-        detail, art, spec = run_artifact(repo, args.run)
+    try:  # the GUI's job spec: bad numbers raise JobParamsError saying which
+        params, art = job_params(
+            repo,
+            args.run,
+            clients=clients or [],
+            batches=parse_batches(args.batch),
+            duration_s=args.duration,
+            max_requests=args.requests,
+        )
     finally:
         repo.close()
-    runtime = load_runtime(art["kind"], art["path"])
-    say = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
-    report = serve_test(
-        runtime,
-        spec,
-        clients=clients,
-        batches=parse_batches(args.batch),
-        duration_s=args.duration,
-        max_requests=args.requests,
-        port=args.port,
-        log=say,
-    )
-    data = {**report.to_dict(), "run_id": detail.id, "artifact": art}
+    job = ServeTestJob.from_params({**params, "port": args.port})
+
+    def say(event: dict) -> None:
+        if event.get("event") == "log" and not args.json:
+            print(event.get("message", ""), file=sys.stderr, flush=True)
+
+    # The GUI worker's use case (accel.deploy.serve.serve_run). PyTriton prints what the
+    # server writes on stdout: that goes to stderr, so stdout keeps the report (--json).
+    with contextlib.redirect_stdout(sys.stderr):
+        report = run_in_process(job, say)
+    detail_id = str(job.run_id)
+    data = {**report.to_dict(), "run_id": detail_id, "artifact": art}
     repo = _repo(args)
     try:  # the GUI's serve test stores through the same function
-        data.update(store_result(repo, detail.id, report.to_dict(), art))
+        data.update(store_result(repo, detail_id, report.to_dict(), art))
     finally:
         repo.close()
     if args.json:

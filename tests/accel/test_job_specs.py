@@ -120,7 +120,8 @@ def test_serve_test_job_params_round_trip_and_bad_numbers():
         ({"clients": [0, 2]}, ["serve_test job", "clients", ">= 1"]),
         ({"duration_s": 0}, ["duration_s", "greater"]),
         ({"input_spec": "x:float32[batch,"}, ["input_spec"]),
-        ({"port": 8000}, ["port", "unknown parameter"]),
+        ({"prot": 8000}, ["prot", "unknown parameter", "port"]),
+        ({"port": 0}, ["port", "greater"]),
     ):
         with pytest.raises(JobParamsError) as info:
             JOBS["serve_test"]({**params, **bad}, lambda e: None, lambda: False)

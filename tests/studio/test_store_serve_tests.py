@@ -110,15 +110,16 @@ def test_cli_serve_test_stores_its_report(tmp_path, monkeypatch, capsys):
     import accel.deploy.triton as triton_mod
     from accel.deploy.serve import LoadPoint, ServeReport
     from accel.deploy.triton import SweepPoint
-    from studio import cli
-    from studio.commands import deploy
+    from accel.models import InputSpec
+    from studio import cli, serve_test
 
     db = tmp_path / "c.db"
     repo = Repository.open(db)
     run = repo.create_run(model_source="zoo:mlp")
     repo.close()
     art = {"kind": "onnx", "path": str(tmp_path / "m.onnx"), "step": 0, "pass": "export_onnx"}
-    monkeypatch.setattr(deploy, "run_artifact", lambda r, rid: (r.get_run(rid), art, None))
+    spec = InputSpec.parse("x:float32[batch,4]; batch=1..4:1")
+    monkeypatch.setattr(serve_test, "servable_run", lambda r, rid: (r.get_run(rid), art, spec))
     monkeypatch.setattr(triton_mod, "load_runtime", lambda kind, path: object())
     report = ServeReport(
         sweep=[SweepPoint(1, 0.5, 2000.0), SweepPoint(4, 1.0, 4000.0)],
@@ -128,9 +129,13 @@ def test_cli_serve_test_stores_its_report(tmp_path, monkeypatch, capsys):
         direct_p50_ms=0.5,
         load=[LoadPoint("no batching", 2, 10, 0, 3.0, 4.0, 50.0)],
     )
-    monkeypatch.setattr(serve_mod, "serve_test", lambda *a, **k: report)
+    calls = []
+    monkeypatch.setattr(serve_mod, "serve_test", lambda *a, **k: calls.append(k) or report)
     assert cli.main(["--db", str(db), "serve-test", run.id, "--clients", "2"]) == 0
     assert "batch sweep" in capsys.readouterr().out
+    assert calls[0]["clients"] == [2] and calls[0]["port"] is None  # the GUI job's use case
+    assert cli.main(["--db", str(db), "serve-test", run.id, "--duration", "0"]) == 2
+    assert "duration_s" in capsys.readouterr().err  # the job spec says which number
     repo = Repository.open(db)
     (stored,) = serve_tests(repo, run.id)
     repo.close()
