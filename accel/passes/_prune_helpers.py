@@ -211,12 +211,14 @@ def prune_channels_tp(
     round_to=None,
     batches=(),
     on_step=None,
+    keep=(),
 ):
     """Structured channel pruning with torch-pruning's dependency graph (channels are removed).
 
     Coupled layers (residual adds, concatenations, BatchNorm, attention q/k/v/out) are pruned
     together. Attention blocks keep whole heads (prune_heads=True removes heads instead of
-    shrinking each head). Returns a dict of facts (ignored layers, channels before/after).
+    shrinking each head). Modules in ``keep`` keep their output channels (and so does every
+    layer coupled to them). Returns a dict of facts (ignored layers, channels before/after).
     """
     import torch
     import torch_pruning as tp
@@ -229,7 +231,9 @@ def prune_channels_tp(
         "taylor": lambda: tp.importance.TaylorImportance(),
     }
     outputs = output_norm_layers(model, inputs)
-    ignored, ignored_names = prunable_layers_to_ignore(model, ignore, ignore_head, outputs)
+    ignored, ignored_names = prunable_layers_to_ignore(
+        model, ignore, ignore_head, [*outputs, *keep]
+    )
     heads, blocks = attention_heads(model)
     # Rotary embeddings need the full head size, grouped-query attention whole kv groups.
     whole_heads = prune_heads or any(b["whole_heads"] for b in blocks)
@@ -276,6 +280,33 @@ def prune_channels_tp(
         "attention_blocks": len(blocks),
         "attention_pruning": ("whole heads" if whole_heads else "head size") if blocks else None,
     }
+
+
+def prune_channels_runnable(model, inputs, **kwargs):
+    """``prune_channels_tp``, and when the pruned model no longer runs while it has LayerNorms,
+    the same pruning again on an unpruned copy with every LayerNorm's width kept: a
+    transformer's residual stream is often reshaped with a width fixed at build time
+    (torchvision's ViT: ``x.reshape(n, self.hidden_dim, -1)``). MLP widths and heads are still
+    pruned. Returns (model, facts); the caller checks that the returned model runs."""
+    import copy
+
+    import torch
+
+    has_norms = any(isinstance(m, torch.nn.LayerNorm) for m in model.modules())
+    unpruned = copy.deepcopy(model) if has_norms else None
+    facts = prune_channels_tp(model, inputs, **kwargs)
+    try:
+        with torch.inference_mode():
+            model(*inputs.values())
+        return model, facts
+    except Exception as exc:  # noqa: BLE001 - retried once, else the caller reports it
+        if unpruned is None:
+            return model, facts
+        why = f"{type(exc).__name__}: {str(exc)[:200]}"
+    norms = [m for m in unpruned.modules() if isinstance(m, torch.nn.LayerNorm)]
+    facts = prune_channels_tp(unpruned, inputs, keep=norms, **kwargs)
+    facts["kept_residual_width"] = f"pruning the residual width broke the model ({why})"
+    return unpruned, facts
 
 
 def distill(student, teacher, batches, steps, lr=1e-3, on_step=None):

@@ -123,9 +123,10 @@ def _prune_and_check(
     batches: list[Any],
     ctx: PassContext,
     share: float,
-) -> dict[str, Any]:
+) -> tuple[Any, dict[str, Any]]:
     """Prune with torch-pruning (errors that say what to ignore), then check that something
-    was pruned and that the pruned model still runs. Returns torch-pruning's facts."""
+    was pruned and that the pruned model still runs. Returns the pruned module (a pruned copy
+    when the residual width had to be kept) and torch-pruning's facts."""
     import torch
 
     from accel.errors import AccelError, PassError
@@ -137,7 +138,7 @@ def _prune_and_check(
 
     try:
         with torch.enable_grad():
-            facts = h.prune_channels_tp(
+            module, facts = h.prune_channels_runnable(
                 module,
                 inputs,
                 ratio=config.ratio,
@@ -173,7 +174,9 @@ def _prune_and_check(
             f"the pruned model no longer runs ({type(exc).__name__}: {exc}); a layer reshapes with a fixed "
             "width. Add it to `ignore`, or make its forward use -1 / the layer's current size."
         ) from None
-    return facts
+    if facts.get("kept_residual_width"):
+        ctx.warn(f"kept the residual (LayerNorm) width: {facts['kept_residual_width']}")
+    return module, facts
 
 
 def _finetune(
@@ -254,7 +257,7 @@ class PruneChannels(Pass):
         teacher = copy.deepcopy(module) if config.finetune_steps else None
         share = 0.6 if config.finetune_steps else 0.9
 
-        facts = _prune_and_check(module, inputs, config, batches, ctx, share)
+        module, facts = _prune_and_check(module, inputs, config, batches, ctx, share)
         if config.finetune_steps:
             _finetune(module, teacher, config, batches, ctx, share)
         module.eval()
@@ -282,6 +285,7 @@ class PruneChannels(Pass):
             "update_attention_attributes",
             "_taylor_gradients",
             "prune_channels_tp",
+            "prune_channels_runnable",
             "distill",
         )
         need_data = config.importance == "taylor" or config.finetune_steps > 0
@@ -294,7 +298,7 @@ class PruneChannels(Pass):
             lines.append("teacher = copy.deepcopy(model)  # the unpruned model, for distillation")
         lines += [
             "with torch.enable_grad():",
-            "    facts = prune_channels_tp(",
+            "    model, facts = prune_channels_runnable(",
             "        model, inputs,",
             f"        ratio={config.ratio!r}, importance={config.importance!r}, global_pruning={config.global_pruning!r},",
             f"        iterative_steps={config.iterative_steps!r}, ignore={tuple(config.ignore)!r}, ignore_head={config.ignore_head!r},",

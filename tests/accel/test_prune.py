@@ -337,3 +337,64 @@ def test_pruned_model_through_export_onnx_and_quantization(tmp_path):
 def test_ignore_pattern_matching_nothing_is_a_clear_error(tmp_path, name):
     with pytest.raises(PassError, match=r"\['layer9\.\*'\] match no module"):
         _apply(name, {"ignore": ["layer9.*"]}, "resnet", work_dir=tmp_path)
+
+
+_VIT_LIKE = """
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.ln = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        return x + self.mlp(self.ln(x))
+
+
+class ViTLike(nn.Module):
+    # torchvision's ViT reshapes the patch embedding with a width fixed at build time.
+    def __init__(self, d=32):
+        super().__init__()
+        self.hidden_dim = d
+        self.conv_proj = nn.Conv2d(3, d, 4, stride=4)
+        self.blocks = nn.Sequential(Block(d), Block(d))
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, 10)
+
+    def forward(self, x):
+        n = x.shape[0]
+        x = self.conv_proj(x).reshape(n, self.hidden_dim, -1).permute(0, 2, 1)
+        return self.head(self.ln(self.blocks(x)).mean(1))
+
+
+def make():
+    torch.manual_seed(0)
+    return ViTLike().eval()
+"""
+
+
+def test_prune_channels_keeps_a_residual_width_fixed_at_build_time(tmp_path):
+    """Pruning the residual stream breaks a reshape with a stored width (torchvision ViT): the
+    pass prunes again keeping every LayerNorm's width (MLP widths still pruned) and says so;
+    the exported script does the same."""
+    (tmp_path / "vitlike.py").write_text(_VIT_LIKE)
+    source, spec = f"{tmp_path / 'vitlike.py'}:make", "x:float32[batch,3,16,16]; batch=1..4:1"
+    model = load_model(source, spec)
+    cls = get_pass("prune_channels")
+    ctx = PassContext(inputs=model.example_inputs(), original=model, work_dir=tmp_path)
+    out = cls().apply(model, cls.parse_config({"ratio": 0.5}), ctx)
+    assert "shape" in ctx.details["kept_residual_width"]
+    assert any("kept the residual" in w for w in ctx.details["warnings"])
+    m = out.module
+    assert m.conv_proj.out_channels == 32 and m.blocks[0].mlp[0].out_features == 64
+    assert out.forward(ctx.inputs).shape == (1, 10)
+    r = recipe(source, spec, [{"pass": "prune_channels", "params": {"ratio": 0.5}}])
+    res = run_recipe(r, out_dir=tmp_path / "run", trust_recipe_code=True)  # the test's file
+    assert res.ok, res.error
+    script_out = run_script(r, tmp_path)
+    a = torch.load(tmp_path / "run" / "step_00_prune_channels" / "outputs.pt")
+    b = torch.load(script_out / "step_00_prune_channels" / "outputs.pt")
+    assert torch.allclose(a, b, atol=1e-5)
