@@ -13,7 +13,8 @@ def select_layers(model, layer_types, exclude=()):
     ``exclude`` patterns that matched nothing.
 
     A pattern matches a layer by type name ("Linear"), by exact name ("fc1"), as a prefix
-    ("layers.0" covers "layers.0.ffn_in") or as a glob ("layers.*.attention.*").
+    ("layers.0" covers "layers.0.ffn_in") or as a glob ("layers.*.attention.*"). The
+    projections inside nn.MultiheadAttention are never listed.
     """
     import fnmatch
 
@@ -27,8 +28,18 @@ def select_layers(model, layer_types, exclude=()):
             type(p.detach()) is torch.Tensor and p.is_floating_point() for p in params
         )
 
+    # nn.MultiheadAttention hands its out_proj's weight to a functional kernel that takes no
+    # quantized weight tensors (torch itself marks it NonDynamicallyQuantizableLinear).
+    in_mha = {
+        id(c)
+        for m in model.modules()
+        if isinstance(m, torch.nn.MultiheadAttention)
+        for c in m.children()
+    }
     layers = [
-        (n, m) for n, m in model.named_modules() if n and isinstance(m, classes) and is_float(m)
+        (n, m)
+        for n, m in model.named_modules()
+        if n and isinstance(m, classes) and is_float(m) and id(m) not in in_mha
     ]
     keep, excluded, used = [], [], set()
     for name, module in layers:

@@ -511,3 +511,40 @@ def test_qat_says_before_training_when_no_group_fits(tmp_path):
         qat().preflight(model, qat.parse_config({}))
     qat().preflight(model, qat.parse_config({"group_size": 16}))  # fits: no error
     qat().preflight(model, qat.parse_config({"scheme": "int8_dynamic_act_int8_weight"}))
+
+
+_MHA_MODEL = """
+import torch
+from torch import nn
+
+
+class Enc(nn.Module):
+    # torchvision's ViT and Swin attend through nn.MultiheadAttention / its functional kernel.
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(32, 4, batch_first=True)
+        self.fc = nn.Linear(32, 32)
+
+    def forward(self, x):
+        y, _ = self.attn(x, x, x, need_weights=False)
+        return self.fc(x + y)
+
+
+def make():
+    torch.manual_seed(0)
+    return Enc().eval()
+"""
+
+
+@pytest.mark.parametrize(
+    "name, params",
+    [("quantize_dynamic_int8", {}), ("qat", {"steps": 2, "batch_size": 2})],
+)
+def test_multihead_attention_out_proj_stays_float(tmp_path, name, params):
+    """nn.MultiheadAttention passes out_proj's weight to a functional kernel that takes no
+    quantized tensors (it crashed both passes on torchvision's ViT): it is not selected."""
+    (tmp_path / "mha.py").write_text(_MHA_MODEL)
+    model = load_model(f"{tmp_path / 'mha.py'}:make", "x:float32[batch,8,32]; batch=1..4:2")
+    q, ctx = apply(name, model, params)
+    assert ctx.details["quantized_layers"] == ["fc"]
+    assert error(model, q)[1] > 0.99
