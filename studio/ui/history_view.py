@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QMenu,
     QMessageBox,
     QPushButton,
+    QSplitter,
     QTableView,
     QTabWidget,
     QVBoxLayout,
@@ -297,8 +298,13 @@ class HistoryView(QWidget):
         root = QVBoxLayout(runs_page)
         root.setContentsMargins(2, 2, 2, 2)
         root.addLayout(filters)
-        root.addWidget(self.table, 1)
-        root.addWidget(self.serve_view)
+        # The selected run's serve test under the table; the user moves the line between them.
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(self.table)
+        split.addWidget(self.serve_view)
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 2)
+        root.addWidget(split, 1)
         root.addLayout(actions)
         # Runs and, on a second tab, recipe searches with their trials.
         self.searches = SearchesView(state, self.repo, self)
