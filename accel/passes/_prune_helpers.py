@@ -97,9 +97,9 @@ def output_norm_layers(model, inputs):
 def attention_heads(model):
     """Attention blocks and the head count of each of their q/k/v projections.
 
-    A block is a module with q/k/v Linear children (``q_proj``/``k_proj``/``v_proj`` or
-    ``query``/``key``/``value``) whose head count is an attribute (``num_heads``,
-    ``num_attention_heads``) or in its Hugging Face ``config``; grouped-query attention gives
+    A block is a module with q/k/v Linear children (``q_proj``/``k_proj``/``v_proj``,
+    ``query``/``key``/``value`` or T5's ``q``/``k``/``v``) whose head count is an attribute
+    (``num_heads``, ``num_attention_heads``, ``n_heads``) or in its Hugging Face ``config``; grouped-query attention gives
     k/v fewer heads (``num_key_value_heads``). A module with an int ``num_heads`` and other
     Linear children (a fused qkv) counts too. Returns ({Linear: heads}, [block facts]); a
     block with rotary embeddings or grouped-query attention must lose whole heads only.
@@ -115,8 +115,8 @@ def attention_heads(model):
                 return value
         return None
 
-    qkv_names = (("q_proj", "k_proj", "v_proj"), ("query", "key", "value"))
-    out_names = {"out", "out_proj", "o_proj", "dense", "proj"}
+    qkv_names = (("q_proj", "k_proj", "v_proj"), ("query", "key", "value"), ("q", "k", "v"))
+    out_names = {"out", "out_proj", "o_proj", "o", "dense", "proj"}
     heads, blocks = {}, []
     for module in model.modules():
         if isinstance(module, torch.nn.MultiheadAttention):
@@ -128,7 +128,7 @@ def attention_heads(model):
             ([linear[n] for n in ns] for ns in qkv_names if all(n in linear for n in ns)), None
         )
         if qkv is not None:
-            n_q = count(module, "num_heads", "num_attention_heads") or count(
+            n_q = count(module, "num_heads", "num_attention_heads", "n_heads") or count(
                 config, "num_attention_heads"
             )
             n_kv = count(module, "num_key_value_heads") or count(config, "num_key_value_heads")
@@ -140,7 +140,10 @@ def attention_heads(model):
         if n_q is None or not projs or n_q % n_kv:
             continue
         q, k = next(iter(projs)), list(projs)[min(1, len(projs) - 1)]
-        head_dim = count(module, "head_dim", "attention_head_size") or q.out_features // n_q
+        head_dim = (
+            count(module, "head_dim", "attention_head_size", "key_value_proj_dim")
+            or q.out_features // n_q
+        )
         rotary = "position_embeddings" in inspect.signature(module.forward).parameters
         rotary = rotary or hasattr(module, "rotary_emb")
         heads.update(projs)
@@ -172,11 +175,14 @@ def update_attention_attributes(blocks, whole_heads):
         values = {
             "num_heads": n_q,
             "num_attention_heads": n_q,
+            "n_heads": n_q,
             "num_key_value_heads": n_kv,
             "num_key_value_groups": n_q // n_kv,
             "head_dim": head_dim,
             "attention_head_size": head_dim,
+            "key_value_proj_dim": head_dim,
             "all_head_size": q_width,
+            "inner_dim": q_width,
         }
         for attr, value in values.items():
             current = getattr(b["block"], attr, None)

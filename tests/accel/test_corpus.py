@@ -308,3 +308,41 @@ def test_matrix_converts_the_original_for_passes_that_take_another_kind():
         n: c.reason for n, c in cells.items()
     }
     assert cells["onnxruntime"].parity_passed
+
+
+_T5_TINY = """
+import torch
+from transformers import T5Config, T5ForConditionalGeneration
+
+
+def make():
+    torch.manual_seed(0)
+    cfg = T5Config(vocab_size=100, d_model=32, d_kv=8, num_heads=4, d_ff=64, num_layers=1,
+                   num_decoder_layers=1, decoder_start_token_id=0, use_cache=False)
+    return T5ForConditionalGeneration(cfg).eval()
+"""
+
+
+def test_prune_channels_t5_shrinks_the_head_size_its_attention_reshapes_with(tmp_path):
+    """T5's attention (q/k/v/o, n_heads, key_value_proj_dim) is recognised: the head size
+    shrinks and the attributes its forward reshapes with follow (the full T5 no longer ran)."""
+    from accel.passes import PassContext, get_pass
+
+    (tmp_path / "t5tiny.py").write_text(_T5_TINY)
+    spec = (
+        "input_ids:int64[batch,seq]{0..100}; attention_mask:int64[batch,seq]{1..2}; "
+        "decoder_input_ids:int64[batch,dec]{0..100}; batch=1..4:1; seq=1..32:8; dec=1..32:4"
+    )
+    model = load_model(f"{tmp_path / 't5tiny.py'}:make", spec)
+    ref = model.forward(model.example_inputs())
+    cls = get_pass("prune_channels")
+    ctx = PassContext(inputs=model.example_inputs(), original=model, work_dir=tmp_path)
+    out = cls().apply(model, cls.parse_config({"ratio": 0.5}), ctx)
+    assert ctx.details["attention_blocks"] == 3  # encoder self, decoder self and cross
+    # The cross-attention shrinks (self-attention is coupled to the kept relative-position
+    # bias); its reshape attributes follow.
+    att = out.module.decoder.block[0].layer[1].EncDecAttention
+    assert att.q.out_features == att.inner_dim == att.n_heads * att.key_value_proj_dim == 16
+    assert att.n_heads == 4 and att.o.in_features == 16
+    got = out.forward(out.example_inputs(seed=1, batch=2, seq=5, dec=3))
+    assert got.logits.shape == (2, 3, 100) and ref.logits.shape[-1] == 100
