@@ -2,8 +2,8 @@
 
 Panels are ``QWidget(state, services, parent)``. The Graph and Netron views share the
 centre (tabs); Model, Recipe, Profile, Runs and History are docks whose placement is
-remembered (QSettings). Panels written elsewhere (Recipe, Runs, History, the script
-dialog) are imported lazily: a missing one leaves a placeholder saying so.
+remembered (QSettings). Panels are built through ``load_panel``: one that fails to build
+becomes a label with the reason, so a broken panel never keeps the window from opening.
 
 The window is assembled from parts, one module each: actions, menus and toolbar
 (window_actions), status bar and theme (window_status), opening models (window_models),
@@ -82,16 +82,13 @@ DOCKS = [
 
 
 def load_panel(module: str, cls: str, state, services, parent=None) -> QWidget:
-    """Instantiate a panel; a missing or broken one becomes a placeholder with the reason."""
+    """Instantiate a panel; one that fails to build becomes a label with the reason."""
     try:
         mod = importlib.import_module(module)
         return getattr(mod, cls)(state, services, parent)
     except Exception as exc:  # a panel must never keep the window from opening
-        if isinstance(exc, ModuleNotFoundError) and exc.name == module:
-            reason = f"{module} is not part of this build yet"
-        else:
-            log.exception("panel %s.%s failed to load", module, cls)
-            reason = f"{cls} could not be loaded: {type(exc).__name__}: {exc}"
+        log.exception("panel %s.%s failed to load", module, cls)
+        reason = f"{cls} could not be loaded: {type(exc).__name__}: {exc}"
         w = QWidget(parent)
         w.setObjectName(f"placeholder_{cls}")
         lab = QLabel(reason)

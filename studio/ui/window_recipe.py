@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 from PySide6.QtWidgets import QFileDialog, QMessageBox
@@ -130,15 +129,6 @@ class WindowRecipe:
             self.statusBar().showMessage(f"recipe saved to {path}", 8000)
 
     def export_script(self) -> None:
-        try:
-            mod = importlib.import_module("studio.ui.script_dialog")
-        except ModuleNotFoundError:
-            QMessageBox.information(
-                self,
-                "Export script",
-                "The script dialog is not part of this build yet; use `studio export-script RECIPE`.",
-            )
-            return
-        cls = getattr(mod, "ScriptDialog", None)
-        if cls is not None:
-            cls(self.state, self.services, self).exec()
+        from studio.ui.script_dialog import ScriptDialog
+
+        ScriptDialog(self.state, self.services, self).exec()

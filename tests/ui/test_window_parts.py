@@ -164,11 +164,14 @@ def test_about_lists_library_versions():
     assert v["PySide6"] in about_html()
 
 
-def test_missing_panel_becomes_a_placeholder(window):
+def test_panel_that_fails_to_build_becomes_a_label_with_the_reason(window):
+    from PySide6.QtWidgets import QLabel
+
     from studio.ui.main_window import load_panel
 
     w = load_panel("studio.ui.no_such_panel", "NoSuchView", window.state, window.services)
     assert w.objectName() == "placeholder_NoSuchView"
+    assert "could not be loaded: ModuleNotFoundError" in w.findChild(QLabel).text()
 
 
 def test_gui_command_honours_db(monkeypatch):
