@@ -228,6 +228,34 @@ class PruneChannels(Pass):
         accepts=(EAGER,),
     )
 
+    def preflight(self, model: LoadedModel, config: PruneChannelsConfig) -> None:
+        """Shifted-window attention (Swin: a window shift and a relative-position bias table)
+        sends torch-pruning's shape inference into deep recursion: on torchvision swin_t it
+        took over 17 GB of memory before it was killed. Say so before any work."""
+        import torch
+
+        from accel.errors import NotApplicable
+
+        module = model.module
+        if not isinstance(module, torch.nn.Module):
+            return
+        shifted = [
+            n
+            for n, m in module.named_modules()
+            if hasattr(m, "shift_size") and hasattr(m, "relative_position_bias_table")
+        ] or [
+            n
+            for n, m in module.named_modules()
+            if hasattr(m, "shift_size")
+            and any(hasattr(c, "relative_position_bias_table") for c in m.modules())
+        ]
+        if shifted:
+            raise NotApplicable(
+                f"prune_channels: shifted-window attention ({shifted[0]}, Swin) is not supported: "
+                "torch-pruning's dependency graph runs out of memory on it (over 17 GB for "
+                "torchvision swin_t). Use prune_unstructured, or quantization, for this model."
+            )
+
     def apply(
         self, model: LoadedModel, config: PruneChannelsConfig, ctx: PassContext
     ) -> LoadedModel:

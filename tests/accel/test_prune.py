@@ -398,3 +398,22 @@ def test_prune_channels_keeps_a_residual_width_fixed_at_build_time(tmp_path):
     a = torch.load(tmp_path / "run" / "step_00_prune_channels" / "outputs.pt")
     b = torch.load(script_out / "step_00_prune_channels" / "outputs.pt")
     assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_prune_channels_says_before_work_that_swin_attention_is_not_supported(tmp_path):
+    from accel.errors import NotApplicable
+
+    (tmp_path / "swinlike.py").write_text(
+        "import torch\nfrom torch import nn\n\n\n"
+        "class WindowAttention(nn.Linear):\n"
+        "    def __init__(self):\n"
+        "        super().__init__(8, 8)\n"
+        "        self.shift_size = [2, 2]\n"
+        "        self.relative_position_bias_table = nn.Parameter(torch.zeros(9, 2))\n\n\n"
+        "def make():\n    return nn.Sequential(WindowAttention(), nn.Linear(8, 2))\n"
+    )
+    model = load_model(f"{tmp_path / 'swinlike.py'}:make", "x:float32[batch,8]; batch=1..4:1")
+    cls = get_pass("prune_channels")
+    with pytest.raises(NotApplicable, match="shifted-window attention"):
+        cls().preflight(model, cls.parse_config({}))
+    cls().preflight(_load("resnet"), cls.parse_config({}))  # other models: nothing to say
