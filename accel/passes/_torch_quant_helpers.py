@@ -56,6 +56,27 @@ def select_layers(model, layer_types, exclude=()):
     return keep, excluded, [p for p in exclude if p not in used]
 
 
+def called_as_modules(model, names, inputs):
+    """``names`` without the layers one forward on ``inputs`` never calls as modules: a
+    parent that reads a layer's weight itself (torchvision's Swin attention calls
+    ``F.linear(x, self.qkv.weight)``) breaks once the layer is swapped for a dynamically
+    quantized module, whose ``weight`` is a method."""
+    import torch
+
+    called = set()
+    hooks = [
+        model.get_submodule(n).register_forward_pre_hook(lambda m, a, n=n: called.add(n))
+        for n in names
+    ]
+    try:
+        with torch.no_grad():
+            model(*inputs.values())
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return [n for n in names if n in called]
+
+
 def name_filter(names):
     """A torchao ``quantize_`` filter_fn that accepts exactly the modules called ``names``."""
     wanted = set(names)

@@ -83,6 +83,27 @@ def _select(
     return keep
 
 
+def _only_called(module: Any, names: list[str], model: LoadedModel, ctx: PassContext) -> list[str]:
+    """``names`` less the layers the forward never calls as modules (kept float, said)."""
+    from accel.passes._torch_quant_helpers import called_as_modules
+
+    if not ctx.inputs:
+        return names
+    try:
+        called = called_as_modules(module, names, model.prepare_inputs(ctx.inputs))
+    except Exception:  # noqa: BLE001 - a module that cannot run alone (sensitivity's layer holder)
+        return names
+    left = [n for n in names if n not in called]
+    if left:
+        ctx.warn(f"{left} stay float: the model reads their weights directly, not calling them")
+        ctx.details["excluded_layers"] = ctx.details.get("excluded_layers", []) + left
+        ctx.details["quantized_layers"] = called
+        ctx.metrics["quantized_layers"] = float(len(called))
+    if not called:
+        raise NotApplicable("no layer to quantize is called as a module; remove the step.")
+    return called
+
+
 def _module_bytes(module: Any) -> tuple[int, str]:
     """Serialized size of the weights (packed / subclass tensors included) and its hash."""
     import torch
@@ -205,7 +226,9 @@ class QuantizeDynamicInt8(Pass):
                 "this torch build has no fbgemm/x86/qnnpack quantized engine; use backend: torchao."
             )
         types = ("Linear", "LSTM")
-        names = _select(self.name, module, types, config.exclude, ctx)
+        names = _only_called(
+            module, _select(self.name, module, types, config.exclude, ctx), model, ctx
+        )
         ctx.progress(0.2, f"quantizing {len(names)} layers ({backend})")
         with _quiet():
             if backend == "eager":
@@ -237,8 +260,11 @@ class QuantizeDynamicInt8(Pass):
     def to_script(self, config: DynamicInt8Config) -> ScriptStep:
         from accel.passes import _torch_quant_helpers as h
 
-        helpers = _source(h.select_layers, h.name_filter)
-        select = f'names, kept_float, _ = select_layers(model, ("Linear", "LSTM"), {list(config.exclude)!r})\n'
+        helpers = _source(h.select_layers, h.called_as_modules, h.name_filter)
+        select = (
+            f'names, kept_float, _ = select_layers(model, ("Linear", "LSTM"), {list(config.exclude)!r})\n'
+            "names = called_as_modules(model, names, inputs)  # a weight its parent reads stays float\n"
+        )
         eager = (
             "qconfig_spec = {n: torch.ao.quantization.default_dynamic_qconfig for n in names}\n"
             "model = torch.ao.quantization.quantize_dynamic(model, qconfig_spec, dtype=torch.qint8)\n"

@@ -548,3 +548,51 @@ def test_multihead_attention_out_proj_stays_float(tmp_path, name, params):
     q, ctx = apply(name, model, params)
     assert ctx.details["quantized_layers"] == ["fc"]
     assert error(model, q)[1] > 0.99
+
+
+_WEIGHT_READ_MODEL = """
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Attn(nn.Module):
+    # torchvision's Swin: the parent reads qkv's weight itself instead of calling qkv.
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(16, 16)
+        self.proj = nn.Linear(16, 16)
+
+    def forward(self, x):
+        return self.proj(F.linear(x, self.qkv.weight, self.qkv.bias))
+
+
+def make():
+    torch.manual_seed(0)
+    return Attn().eval()
+"""
+
+
+def test_dynamic_int8_keeps_a_layer_whose_weight_the_parent_reads(tmp_path):
+    (tmp_path / "wr.py").write_text(_WEIGHT_READ_MODEL)
+    source, spec = f"{tmp_path / 'wr.py'}:make", "x:float32[batch,16]; batch=1..4:2"
+    model = load_model(source, spec)
+    q, ctx = apply("quantize_dynamic_int8", model)
+    assert ctx.details["quantized_layers"] == ["proj"] and "qkv" in ctx.details["excluded_layers"]
+    assert any("reads their weights directly" in w for w in ctx.details["warnings"])
+    assert error(model, q)[1] > 0.99
+    recipe = {
+        "name": "wr",
+        "model": {"source": source, "input_spec": spec},
+        "steps": [{"pass": "quantize_dynamic_int8"}],
+        "benchmark": {"warmup": 1, "iters": 2},
+    }
+    script = tmp_path / "s.py"
+    script.write_text(recipe_to_script(recipe))
+    proc = subprocess.run(
+        [sys.executable, str(script), "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
