@@ -128,13 +128,35 @@ class _LowPrecision(Pass):
         ctx.details["kept_fp32"] = kept
         casts = _float_input_casts(model, self.dtype)
         ctx.details["input_casts"] = casts
-        return model.replace(
+        converted = model.replace(
             module=module,
             input_casts=casts,
             num_params=n_params,
             size_bytes=size,
             content_hash=digest,
         )
+        self._check_runs(converted, ctx)
+        return converted
+
+    def _check_runs(self, converted: LoadedModel, ctx: PassContext) -> None:
+        """One forward in the new dtype: an op with no kernel for it here (torchvision's nms on
+        CPU has none for half types) fails now with what to do, not later in the parity check."""
+        import torch
+
+        from accel.errors import PassError
+
+        if not ctx.inputs:
+            return
+        try:
+            with torch.no_grad():
+                converted.forward(ctx.inputs)
+        except Exception as exc:  # noqa: BLE001 - any failure means the model does not run
+            first = (str(exc).strip().splitlines() or [""])[-1][:300]
+            raise PassError(
+                f"the model does not run in {self.dtype} on {ctx.device}: {type(exc).__name__}: "
+                f"{first}. An op it calls has no {self.dtype} kernel here (e.g. torchvision's nms "
+                "on CPU); use autocast instead (it runs such ops in float32)."
+            ) from None
 
     def to_script(self, config: LowPrecisionConfig) -> ScriptStep:
         from accel.passes._torch_helpers import KeepFloat32, source_of, to_low_precision

@@ -564,3 +564,37 @@ def test_sample_recipes_cover_the_core_passes(model):
                 assert s.gates is not None and g.min_cosine >= 0.99 and g.min_top1 is not None
             else:
                 assert s.gates is None and g.atol <= 1e-4
+
+
+def test_low_precision_says_when_an_op_has_no_kernel_for_the_dtype(tmp_path):
+    """torchvision's nms has no half-type CPU kernel (SSDlite crashed in bf16 and fp16): the
+    pass runs one forward and says what to use instead."""
+    (tmp_path / "nokernel.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from torch import nn
+
+
+            class Det(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(8, 4)
+
+                def forward(self, x):
+                    boxes = self.fc(x)
+                    if boxes.dtype != torch.float32:  # as a float32-only kernel does
+                        raise RuntimeError(f'"nms_kernel" not implemented for {boxes.dtype}')
+                    return boxes
+
+
+            def make():
+                torch.manual_seed(0)
+                return Det().eval()
+            """
+        )
+    )
+    model = load_model(f"{tmp_path / 'nokernel.py'}:make", "x:float32[batch,8]; batch=1..4:1")
+    for name in ("bf16", "fp16"):
+        with pytest.raises(PassError, match="has no .* kernel here.*use autocast"):
+            apply_pass(name, copy.deepcopy(model), tmp_path=tmp_path)
