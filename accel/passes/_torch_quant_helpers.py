@@ -93,7 +93,8 @@ def export_for_quantization(model, example_inputs):
     import torch
     from torch.export import Dim
 
-    dynamic = {name: {i: Dim.AUTO for i in range(x.dim())} for name, x in example_inputs.items()}
+    # Positional, like the inputs: the spec's names need not be the forward's argument names.
+    dynamic = tuple({i: Dim.AUTO for i in range(x.dim())} for x in example_inputs.values())
     ep = torch.export.export(model, tuple(example_inputs.values()), dynamic_shapes=dynamic)
     return ep.module()
 
@@ -119,6 +120,25 @@ def x86_quant_config(observer="histogram", is_qat=False):
         config.input_activation, observer_or_fake_quant_ctr=ctor.with_args(eps=2**-12)
     )
     return dataclasses.replace(config, input_activation=act, output_activation=act)
+
+
+def explicit_conv_padding(model):
+    """Convolutions with padding "valid" or "same" export as ``aten.conv2d.padding``, which
+    X86InductorQuantizer refuses ("conv2d is not an aten conv2d operator"; Hugging Face's
+    EfficientNet): give them the same padding as numbers. A "same" whose total padding is odd
+    (asymmetric) is left as it is."""
+    import torch
+
+    for m in model.modules():
+        if not isinstance(m, torch.nn.modules.conv._ConvNd) or not isinstance(m.padding, str):
+            continue
+        if m.padding_mode != "zeros":
+            continue  # the forward pads by itself and passes padding 0
+        total = [d * (k - 1) for k, d in zip(m.kernel_size, m.dilation)]
+        if m.padding == "valid":
+            m.padding = tuple(0 for _ in total)
+        elif not any(t % 2 for t in total):
+            m.padding = tuple(t // 2 for t in total)
 
 
 def drop_integer_annotations(model):
@@ -218,6 +238,7 @@ def pt2e_static_quantize(
     from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import X86InductorQuantizer
 
     batches = list(batches)
+    explicit_conv_padding(model)
     graph = export_for_quantization(model, example if example is not None else batches[0])
     quantizer = X86InductorQuantizer()
     quantizer.set_global(x86_quant_config(observer))

@@ -512,6 +512,7 @@ class QuantizeStaticInt8(Pass):
                 h.select_layers,
                 h.export_for_quantization,
                 h.x86_quant_config,
+                h.explicit_conv_padding,
                 h.drop_integer_annotations,
                 h.split_repeated_calls,
                 h.with_annotation_fixes,

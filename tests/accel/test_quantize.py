@@ -596,3 +596,19 @@ def test_dynamic_int8_keeps_a_layer_whose_weight_the_parent_reads(tmp_path):
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_static_int8_takes_string_padding_convs(tmp_path):
+    """padding="same"/"valid" convs (Hugging Face EfficientNet) exported as conv2d.padding,
+    which the X86 quantizer refused; they get the same padding as numbers."""
+    (tmp_path / "same.py").write_text(
+        "import torch\nfrom torch import nn\n\n\ndef make():\n    torch.manual_seed(0)\n"
+        "    return nn.Sequential(nn.Conv2d(3, 8, 3, padding='same'), nn.ReLU(),\n"
+        "                         nn.Conv2d(8, 8, 5, stride=2, padding='valid'), nn.ReLU(),\n"
+        "                         nn.Conv2d(8, 4, 1, padding='same')).eval()\n"
+    )
+    model = load_model(f"{tmp_path / 'same.py'}:make", "x:float32[batch,3,16,16]; batch=1..4:2")
+    q, ctx = apply("quantize_static_int8", model, {"calibration_batches": 2})
+    assert ctx.details["quantized_layers"] == ["0", "2", "4"]
+    assert q.forward(model.example_inputs()).shape == (2, 4, 6, 6)
+    assert error(model, q)[1] > 0.99
