@@ -315,12 +315,17 @@ def prune_channels_runnable(model, inputs, **kwargs):
     return unpruned, facts
 
 
-def distill(student, teacher, batches, steps, lr=1e-3, on_step=None):
+def distill(student, teacher, batches, steps, lr=1e-3, on_step=None, heldout=()):
     """Fine-tune the pruned model to match the unpruned model's outputs (MSE on outputs).
 
     Runs in eval mode so BatchNorm statistics stay as they were; batches cycle in order.
-    Returns the last loss.
+    With ``heldout`` batches (inputs the training never sees) the student's weights from
+    before training come back when training made it match the teacher worse on them.
+    Returns (last loss, held-out MSE before, held-out MSE after); the MSEs are None without
+    ``heldout``.
     """
+    import copy
+
     import torch
     import torch.nn.functional as F
 
@@ -328,8 +333,17 @@ def distill(student, teacher, batches, steps, lr=1e-3, on_step=None):
         out = next(iter(out.values())) if isinstance(out, dict) else out  # Hugging Face outputs
         return out[0] if isinstance(out, (tuple, list)) else out
 
+    def heldout_mse():
+        with torch.no_grad():
+            errors = [
+                F.mse_loss(first(student(*b.values())).float(), first(teacher(*b.values())).float())
+                for b in heldout
+            ]
+        return float(sum(errors) / len(errors)) if errors else None
+
     teacher.eval()
     student.eval()
+    before, saved = heldout_mse(), copy.deepcopy(student.state_dict()) if heldout else None
     with torch.no_grad():
         targets = [first(teacher(*b.values())).float() for b in batches]
     optimizer = torch.optim.Adam([p for p in student.parameters() if p.requires_grad], lr=lr)
@@ -344,7 +358,10 @@ def distill(student, teacher, batches, steps, lr=1e-3, on_step=None):
         if on_step is not None:
             on_step(step + 1, steps)
     student.zero_grad(set_to_none=True)
-    return loss_value
+    after = heldout_mse()
+    if saved is not None and after > before:
+        student.load_state_dict(saved)
+    return loss_value, before, after
 
 
 def prune_unstructured_magnitude(

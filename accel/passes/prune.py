@@ -179,6 +179,9 @@ def _prune_and_check(
     return module, facts
 
 
+_HELDOUT_SEED = 30000  # held-out inputs for the fine-tuning check (never trained on)
+
+
 def _finetune(
     module: Any,
     teacher: Any,
@@ -186,8 +189,11 @@ def _finetune(
     batches: list[Any],
     ctx: PassContext,
     share: float,
+    module_inputs: Any,
 ) -> None:
-    """Distil the pruned model towards the original (``finetune_steps`` steps)."""
+    """Distil the pruned model towards the original (``finetune_steps`` steps), keeping the
+    untuned weights when that matches the original worse on held-out inputs
+    (``module_inputs(seed=...)``, seeds the training never sees)."""
     import torch
 
     from accel.passes import _prune_helpers as h
@@ -197,16 +203,25 @@ def _finetune(
         if i % max(1, n // 20) == 0 or i == n:
             ctx.progress(share + (0.95 - share) * i / n, f"fine-tuning {i}/{n}")
 
+    heldout = [module_inputs(seed=_HELDOUT_SEED + i) for i in range(4)]
     with torch.enable_grad():
-        loss = h.distill(
+        loss, before, after = h.distill(
             module,
             teacher,
             batches[: config.finetune_batches],
             config.finetune_steps,
             config.finetune_lr,
             on_tune,
+            heldout=heldout,
         )
-    ctx.metrics["finetune_loss"] = loss
+    ctx.metrics.update(finetune_loss=loss, heldout_mse_untuned=before, heldout_mse_tuned=after)
+    ctx.details["kept"] = "fine-tuned" if after <= before else "untuned"
+    if after > before:
+        ctx.warn(
+            f"fine-tuning made the pruned model match the original worse on held-out inputs "
+            f"(MSE {after:.3g} vs {before:.3g} untuned); kept the untuned weights. Try a lower "
+            f"finetune_lr (now {config.finetune_lr:g}), more finetune_batches or real data."
+        )
 
 
 @register_pass
@@ -287,7 +302,15 @@ class PruneChannels(Pass):
 
         module, facts = _prune_and_check(module, inputs, config, batches, ctx, share)
         if config.finetune_steps:
-            _finetune(module, teacher, config, batches, ctx, share)
+            _finetune(
+                module,
+                teacher,
+                config,
+                batches,
+                ctx,
+                share,
+                lambda seed: model.prepare_inputs(model.input_spec.sample(seed=seed)),
+            )
         module.eval()
         params_after = sum(p.numel() for p in module.parameters())
         flops_after = h.count_flops(module, inputs)
@@ -336,7 +359,12 @@ class PruneChannels(Pass):
         if config.finetune_steps:
             lines += [
                 "with torch.enable_grad():",
-                f"    distill(model, teacher, batches[:{config.finetune_batches}], steps={config.finetune_steps}, lr={config.finetune_lr!r})",
+                "    heldout = [",
+                "        {k: (x.to(input_casts[k]) if k in input_casts and x.is_floating_point() else x).to(device)",
+                f"         for k, x in make_inputs(seed={_HELDOUT_SEED} + i).items()}}",
+                "        for i in range(4)",
+                "    ]  # the untuned weights stay when fine-tuning matches the original worse on these",
+                f"    distill(model, teacher, batches[:{config.finetune_batches}], steps={config.finetune_steps}, lr={config.finetune_lr!r}, heldout=heldout)",
             ]
         lines += [
             "model.eval()",

@@ -166,6 +166,28 @@ def test_finetune_distillation_recovers_parity(tmp_path):
     assert not tuned.module.training and all(p.grad is None for p in tuned.module.parameters())
 
 
+def test_finetune_that_makes_things_worse_keeps_the_untuned_weights(tmp_path):
+    """Fine-tuning with a far too high lr ends worse on held-out inputs than no fine-tuning
+    (Llama: cosine 0.28 -> 0.02 in the corpus): the pass keeps the untuned weights and says so;
+    the exported script does the same check."""
+    params = {"ratio": 0.3, "finetune_steps": 10, "finetune_lr": 5.0}
+    untuned, _, ref = _apply("prune_channels", {"ratio": 0.3}, "mlp", work_dir=tmp_path)
+    kept, ctx, _ = _apply("prune_channels", params, "mlp", work_dir=tmp_path)
+    m = ctx.metrics
+    assert m["heldout_mse_tuned"] > m["heldout_mse_untuned"] and ctx.details["kept"] == "untuned"
+    assert any("kept the untuned weights" in w for w in ctx.details["warnings"])
+    x = ctx.inputs
+    assert torch.equal(kept.forward(x), untuned.forward(x))
+    good, ctx2, _ = _apply(
+        "prune_channels", {"ratio": 0.3, "finetune_steps": 60}, "mlp", work_dir=tmp_path
+    )
+    assert ctx2.details["kept"] == "fine-tuned"
+    r = recipe(*SMALL["mlp"], [{"pass": "prune_channels", "params": params}])
+    out = run_script(r, tmp_path)
+    scripted = torch.load(out / "step_00_prune_channels" / "outputs.pt")
+    assert torch.allclose(scripted, untuned.forward(x), atol=1e-5)
+
+
 def test_pruning_is_deterministic(tmp_path):
     params = {"ratio": 0.4, "importance": "taylor", "global_pruning": True, "finetune_steps": 5}
     a, ctx, _ = _apply("prune_channels", params, "mlp")
