@@ -12,7 +12,10 @@ finished). Usage:
     .venv/bin/python bench/corpus.py --models hf:mobilenet_v2 hf:llama_small --skip compile
 
 tv: models need a working torchvision (the ``corpus`` extra); where it cannot be imported,
-their rows say why.
+their rows say why. The CPU build of torch 2.13 that CI installs has no matching torchvision
+wheel here; the tv: rows of the last full run came from a second virtual environment with
+``pip install torch==2.14.1 torchvision==0.29.1`` (a CUDA build, run on the CPU) and
+``pip install -e '.[dev,corpus]'``. bench/corpus_overview.py checks load, graph and profile.
 """
 
 from __future__ import annotations
