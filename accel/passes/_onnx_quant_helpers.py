@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from onnxruntime.quantization import CalibrationDataReader
 
+from accel.layer_patterns import layer_matches  # scripts get its source with these helpers
+
 
 def index_computing_nodes(model_path):
     """Names of the nodes that compute the indices of a Gather (all their producers, up to
@@ -58,34 +60,49 @@ def onnx_module_paths(graph):
     return paths
 
 
-def onnx_nodes_matching(model_path, patterns, original_path=None):
-    """Names of the nodes matching any glob pattern, and the patterns that matched none.
+def onnx_module_types(graph):
+    """Node name -> class name of the torch module it came from ("Linear"), "" when unknown
+    (the dynamo exporter records it in pkg.torch.onnx.class_hierarchy)."""
+    import ast
 
-    A pattern matches a node's ONNX name ("/fc/Gemm", "node_linear") or the torch module it
-    came from ("fc", "layer3.*"; a module name also covers the modules inside it). Module
-    paths missing in model_path (graph optimizers drop node metadata) are looked up by node
-    name in original_path, the file before pre-processing.
+    types = {}
+    for node in graph.node:
+        meta = {p.key: p.value for p in node.metadata_props}
+        try:
+            hierarchy = ast.literal_eval(meta.get("pkg.torch.onnx.class_hierarchy", "[]"))
+        except (ValueError, SyntaxError):
+            hierarchy = []
+        types[node.name] = str(hierarchy[-2]).rsplit(".", 1)[-1] if len(hierarchy) >= 2 else ""
+    return types
+
+
+def onnx_nodes_matching(model_path, patterns, original_path=None):
+    """Names of the nodes matching any pattern, and the patterns that matched none.
+
+    A pattern matches a node's ONNX name as a glob ("/fc/Gemm", "node_linear") or the torch
+    module it came from as layer_matches does ("fc", "layer3" also covers "layer3.0.conv1",
+    "layer3.*", a type name "Linear" where the exporter recorded it). Module paths missing in
+    model_path (graph optimizers drop node metadata) are looked up by node name in
+    original_path, the file before pre-processing.
     """
     import fnmatch
 
     import onnx
 
     graph = onnx.load(str(model_path), load_external_data=False).graph
-    paths = onnx_module_paths(graph)
+    paths, types = onnx_module_paths(graph), onnx_module_types(graph)
     if original_path is not None:
-        before = onnx_module_paths(onnx.load(str(original_path), load_external_data=False).graph)
+        before_graph = onnx.load(str(original_path), load_external_data=False).graph
+        before, before_types = onnx_module_paths(before_graph), onnx_module_types(before_graph)
         paths = {n: p or before.get(n, "") for n, p in paths.items()}
+        types = {n: t or before_types.get(n, "") for n, t in types.items()}
     names = [n.name for n in graph.node if n.name]
     matched, unmatched = [], []
     for pattern in patterns:
         hits = [
             n
             for n in names
-            if fnmatch.fnmatchcase(n, pattern)
-            or (
-                paths[n]
-                and (fnmatch.fnmatchcase(paths[n], pattern) or paths[n].startswith(pattern + "."))
-            )
+            if fnmatch.fnmatchcase(n, pattern) or layer_matches(pattern, paths[n], types[n])
         ]
         if not hits:
             unmatched.append(pattern)

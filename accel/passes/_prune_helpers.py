@@ -2,10 +2,13 @@
 
 ``to_script`` copies the source text of these functions into the exported script, so the
 studio and the script prune, fine-tune and measure with the same code. Keep them
-self-contained: only torch and torch_pruning, imported inside the functions.
+self-contained: only torch and torch_pruning, imported inside the functions, and the
+pattern matcher ``layer_matches`` (accel.layer_patterns; scripts get its source too).
 """
 
 from __future__ import annotations
+
+from accel.layer_patterns import layer_matches
 
 
 def count_flops(model, inputs):
@@ -37,8 +40,6 @@ def prunable_layers_to_ignore(model, patterns=(), ignore_head=True, keep=()):
     """Modules whose output channels stay: the classifier head (last Linear), embeddings,
     recurrent layers (torch-pruning cannot prune them consistently), names matching patterns
     and the modules in ``keep``."""
-    import fnmatch
-
     import torch
 
     ignored, names = [], []
@@ -46,7 +47,7 @@ def prunable_layers_to_ignore(model, patterns=(), ignore_head=True, keep=()):
     for name, module in model.named_modules():
         kept = isinstance(module, (torch.nn.Embedding, torch.nn.EmbeddingBag, torch.nn.RNNBase))
         kept = kept or any(m is module for m in keep)
-        kept = kept or any(fnmatch.fnmatchcase(name, p) for p in patterns)
+        kept = kept or any(layer_matches(p, name, type(module).__name__) for p in patterns)
         kept = kept or (ignore_head and bool(linears) and module is linears[-1][1])
         if kept and name:
             ignored.append(module)
@@ -371,8 +372,6 @@ def prune_unstructured_magnitude(
 
     Returns (sparsity over the pruned weights, names of the pruned layers).
     """
-    import fnmatch
-
     import torch
     from torch.nn.utils import prune
 
@@ -385,7 +384,7 @@ def prune_unstructured_magnitude(
             weights = [w for w in module._flat_weights_names if w.startswith("weight")]
         else:
             continue
-        if any(fnmatch.fnmatchcase(name, p) for p in ignore):
+        if any(layer_matches(p, name, type(module).__name__) for p in ignore):
             continue
         if ignore_head and linears and module is linears[-1]:
             continue
@@ -407,15 +406,13 @@ def prune_unstructured_magnitude(
 
 def mask_2_4(model, ignore=(), ignore_head=True):
     """Keep the 2 largest-magnitude weights in every group of 4 along the input dimension of Linear layers."""
-    import fnmatch
-
     import torch
 
     linears = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
     done = []
     with torch.no_grad():
         for name, m in linears:
-            if any(fnmatch.fnmatchcase(name, p) for p in ignore) or (
+            if any(layer_matches(p, name, "Linear") for p in ignore) or (
                 ignore_head and m is linears[-1][1]
             ):
                 continue

@@ -13,24 +13,40 @@ import inspect
 import torch
 from torch import nn
 
+from accel.layer_patterns import layer_matches  # scripts get its source with to_low_precision
+
 
 class KeepFloat32(nn.Module):
-    """Runs the wrapped layer in float32 inside a low-precision model: casts up, casts back."""
+    """Runs the wrapped layer in float32 inside a low-precision model: casts its floating
+    inputs up and its floating outputs back (to the inputs' dtype, else ``dtype``)."""
 
-    def __init__(self, module: nn.Module):
+    def __init__(self, module: nn.Module, dtype: torch.dtype = torch.float32):
         super().__init__()
         self.module = module.float()
+        self.dtype = dtype
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.module(x.float()).to(x.dtype)
+    def forward(self, *args, **kwargs):
+        floats = [a for a in args if torch.is_tensor(a) and a.is_floating_point()]
+        dtype = floats[0].dtype if floats else self.dtype
+
+        def cast(v, to):
+            return v.to(to) if torch.is_tensor(v) and v.is_floating_point() else v
+
+        out = self.module(
+            *[cast(a, torch.float32) for a in args],
+            **{k: cast(v, torch.float32) for k, v in kwargs.items()},
+        )
+        if isinstance(out, (tuple, list)):
+            return type(out)(cast(v, dtype) for v in out)
+        return cast(out, dtype)
 
 
-def to_low_precision(model, dtype, keep_norm_fp32=True, keep_last_fp32=False):
+def to_low_precision(model, dtype, keep_norm_fp32=True, keep_last_fp32=False, keep=()):
     """Convert ``model``'s weights (and so its compute) to ``dtype`` in place.
 
-    Normalization layers (BatchNorm, LayerNorm, GroupNorm, InstanceNorm, RMSNorm) and/or the
-    last layer with weights can stay in float32, wrapped in KeepFloat32. Returns the names
-    of the layers kept in float32.
+    Normalization layers (BatchNorm, LayerNorm, GroupNorm, InstanceNorm, RMSNorm), the last
+    layer with weights and/or the layers the ``keep`` patterns select (``layer_matches``)
+    stay in float32, wrapped in KeepFloat32. Returns the names of the layers kept in float32.
     """
     norm_types = [
         nn.modules.batchnorm._BatchNorm,
@@ -40,9 +56,9 @@ def to_low_precision(model, dtype, keep_norm_fp32=True, keep_last_fp32=False):
     ]
     if hasattr(nn, "RMSNorm"):
         norm_types.append(nn.RMSNorm)
-    keep = []
+    keep_names = []
     if keep_norm_fp32:
-        keep += [
+        keep_names += [
             name for name, m in model.named_modules() if name and isinstance(m, tuple(norm_types))
         ]
     if keep_last_fp32:
@@ -53,14 +69,20 @@ def to_low_precision(model, dtype, keep_norm_fp32=True, keep_last_fp32=False):
             for name, m in model.named_modules()
             if name and not list(m.children()) and any(True for _ in m.parameters(recurse=False))
         ]
-        if leaves and leaves[-1] not in keep:
-            keep.append(leaves[-1])
+        if leaves and leaves[-1] not in keep_names:
+            keep_names.append(leaves[-1])
+    keep_names += [
+        name
+        for name, m in model.named_modules()
+        if any(layer_matches(p, name, type(m).__name__) for p in keep)
+    ]
     # A layer inside another kept layer is already float32.
-    keep = [n for n in keep if not any(n.startswith(k + ".") for k in keep if k != n)]
+    keep_names = list(dict.fromkeys(keep_names))
+    keep_names = [n for n in keep_names if not any(n.startswith(k + ".") for k in keep_names)]
     model.to(dtype)
-    for name in keep:
-        model.set_submodule(name, KeepFloat32(model.get_submodule(name)))
-    return keep
+    for name in keep_names:
+        model.set_submodule(name, KeepFloat32(model.get_submodule(name), dtype))
+    return keep_names
 
 
 class AutocastForward(nn.Module):

@@ -7,17 +7,18 @@ the standard library, and import those inside the function).
 
 from __future__ import annotations
 
+from accel.layer_patterns import layer_matches  # scripts get its source with select_layers
+
 
 def select_layers(model, layer_types, exclude=()):
     """Names of the layers of ``layer_types`` to quantize, those kept in float, and the
     ``exclude`` patterns that matched nothing.
 
     A pattern matches a layer by type name ("Linear"), by exact name ("fc1"), as a prefix
-    ("layers.0" covers "layers.0.ffn_in") or as a glob ("layers.*.attention.*"). The
-    projections inside nn.MultiheadAttention are never listed.
+    ("layers.0" covers "layers.0.ffn_in") or as a glob ("layers.*.attention.*"): the
+    ``layer_matches`` of accel.layer_patterns. The projections inside nn.MultiheadAttention
+    are never listed.
     """
-    import fnmatch
-
     import torch
 
     classes = tuple(getattr(torch.nn, t) for t in layer_types)
@@ -43,14 +44,7 @@ def select_layers(model, layer_types, exclude=()):
     ]
     keep, excluded, used = [], [], set()
     for name, module in layers:
-        hit = [
-            p
-            for p in exclude
-            if p == type(module).__name__
-            or name == p
-            or name.startswith(p + ".")
-            or fnmatch.fnmatchcase(name, p)
-        ]
+        hit = [p for p in exclude if layer_matches(p, name, type(module).__name__)]
         used.update(hit)
         (excluded if hit else keep).append(name)
     return keep, excluded, [p for p in exclude if p not in used]

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from accel.errors import PassError
+from accel.layer_patterns import PATTERN_HELP
 from accel.passes.base import (
     STAGE_LOWER,
     STAGE_RUNTIME_NUMERIC,
@@ -313,8 +314,8 @@ class QuantizeOpenVinoConfig(PassConfig):
     )
     exclude: list[str] = Field(
         default_factory=list,
-        description="ops kept in float (NNCF ignored scope): op names or torch module names, "
-        "glob patterns, e.g. ['fc', 'layers.3.*']",
+        description="ops kept in float (NNCF ignored scope): op names (globs) or the torch "
+        f"layers they came from: {PATTERN_HELP}; type names match nothing here (no torch classes)",
     )
     max_accuracy_drop: float | None = Field(
         None,
@@ -325,31 +326,43 @@ class QuantizeOpenVinoConfig(PassConfig):
 
 
 def _ov_ignored_names(ov_model: Any, patterns: list[str]) -> tuple[list[str], list[str]]:
-    """Op names matching any pattern (op name or torch module path, as the other
-    quantization passes match), and the patterns that matched nothing."""
+    """Op names matching any pattern (the op name as a glob, or the torch module path it came
+    from as accel.layer_patterns matches a layer), and the patterns that matched nothing."""
     import fnmatch
 
     from accel.backends.openvino_backend import module_path_of
+    from accel.layer_patterns import layer_matches
 
     ops = [
-        op
+        op.get_friendly_name()
         for op in ov_model.get_ordered_ops()
         if op.get_type_name() not in ("Constant", "Parameter", "Result")
     ]
+    paths = {n: module_path_of(n) for n in ops}
     names, unmatched = [], []
     for pattern in patterns:
-        hits = []
-        for op in ops:
-            n = op.get_friendly_name()
-            mp = module_path_of(n)
-            if fnmatch.fnmatchcase(n, pattern) or (
-                mp and (fnmatch.fnmatchcase(mp, pattern) or mp.startswith(pattern + "."))
-            ):
-                hits.append(n)
+        hits = [
+            n for n in ops if fnmatch.fnmatchcase(n, pattern) or layer_matches(pattern, paths[n])
+        ]
         if not hits:
             unmatched.append(pattern)
         names += [h for h in hits if h not in names]
     return names, unmatched
+
+
+def _ov_unmatched_message(ov_model: Any, unmatched: list[str]) -> str:
+    from accel.backends.openvino_backend import module_path_of
+    from accel.layer_patterns import unmatched_message
+
+    ops = [op.get_friendly_name() for op in ov_model.get_ordered_ops()]
+    modules = sorted({module_path_of(n) for n in ops} - {""})
+    return (
+        unmatched_message(
+            unmatched, modules + ops, "exclude pattern(s)", "op of the OpenVINO model"
+        )
+        + " Op names look like '__module.layer1.0.conv1/aten::_convolution/Convolution'; type "
+        "names match no op here (OpenVINO keeps no torch class)."
+    )
 
 
 def check_batches(model: LoadedModel, batches: list[dict[str, Any]], what: str) -> None:
@@ -416,11 +429,7 @@ class QuantizeOpenVinoPass(Pass):
         ov_model = read_ir(model.ir_path)
         names, unmatched = _ov_ignored_names(ov_model, list(config.exclude))
         if unmatched:
-            raise PassError(
-                f"exclude pattern(s) {unmatched} match no op of the OpenVINO model. Op names "
-                "look like '__module.layer1.0.conv1/aten::_convolution/Convolution'; torch "
-                "module names such as 'layer1.0' or 'fc' work too"
-            )
+            raise PassError(_ov_unmatched_message(ov_model, unmatched))
         ports = list(ov_model.inputs)
 
         class _Ports:  # to_numpy_feed matches by port names
@@ -559,8 +568,8 @@ class QuantizeOpenVinoPass(Pass):
                 "for op in ov_model.get_ordered_ops():",
                 "    _n = op.get_friendly_name()",
                 "    _mp = _n.split('/', 1)[0].removeprefix('__module.') if _n.startswith('__module.') else ''",
-                "    if any(fnmatch.fnmatchcase(_n, p) or (_mp and (fnmatch.fnmatchcase(_mp, p) or _mp.startswith(p + '.')))",
-                "           for p in _patterns) and op.get_type_name() not in ('Constant', 'Parameter', 'Result'):",
+                "    if any(fnmatch.fnmatchcase(_n, p) or layer_matches(p, _mp) for p in _patterns)"
+                " and op.get_type_name() not in ('Constant', 'Parameter', 'Result'):",
                 "        _ignored.append(_n)",
                 "ov_kwargs['ignored_scope'] = nncf.IgnoredScope(names=_ignored)",
             ]
@@ -572,6 +581,12 @@ class QuantizeOpenVinoPass(Pass):
             "request = compiled.create_infer_request()",
         ]
         imports = ["import openvino as ov"]
+        helpers = []
         if config.exclude:
+            import inspect
+
+            from accel.layer_patterns import layer_matches
+
             imports.append("import fnmatch")
-        return ScriptStep(code="\n".join(lines), imports=imports)
+            helpers.append(inspect.getsource(layer_matches))
+        return ScriptStep(code="\n".join(lines), imports=imports, helpers=helpers)

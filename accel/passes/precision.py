@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
+from accel.layer_patterns import PATTERN_HELP
 from accel.models.forms import COMPILED, EAGER, EXPORTED
 from accel.passes.base import (
     STAGE_NUMERIC,
@@ -33,6 +34,9 @@ class LowPrecisionConfig(PassConfig):
     )
     keep_last_fp32: bool = Field(
         False, description="keep the last layer (the classifier head) in float32"
+    )
+    keep: list[str] = Field(
+        default_factory=list, description=f"more layers kept in float32: {PATTERN_HELP}"
     )
 
 
@@ -83,6 +87,18 @@ def _has_low_precision_weights(module) -> bool:
         return False
 
 
+def _check_keep(pass_name: str, module, patterns: list[str]) -> None:
+    """A keep pattern that selects no layer is a typo: say so before converting."""
+    from accel.errors import PassError
+    from accel.layer_patterns import match, unmatched_message
+
+    layers = [(n, type(m).__name__) for n, m in module.named_modules() if n]
+    _, unmatched = match(layers, patterns)
+    if unmatched:
+        names = [n for n, _ in layers]
+        raise PassError(f"{pass_name}: " + unmatched_message(unmatched, names, "keep pattern(s)"))
+
+
 class _LowPrecision(Pass):
     dtype: str = "float32"
     category = "precision"
@@ -116,12 +132,14 @@ class _LowPrecision(Pass):
             raise PassError(
                 f"{self.name}: the model has no floating-point weights to convert (already quantized?)."
             )
+        _check_keep(self.name, module, config.keep)
         _warn_cpu_speed(self.dtype, ctx)
         kept = to_low_precision(
             module,
             getattr(torch, self.dtype),
             keep_norm_fp32=config.keep_norm_fp32,
             keep_last_fp32=config.keep_last_fp32,
+            keep=tuple(config.keep),
         )
         n_params, size, digest = torch_stats(module)
         ctx.details["dtype"] = self.dtype
@@ -159,16 +177,24 @@ class _LowPrecision(Pass):
             ) from None
 
     def to_script(self, config: LowPrecisionConfig) -> ScriptStep:
-        from accel.passes._torch_helpers import KeepFloat32, source_of, to_low_precision
+        from accel.passes._torch_helpers import (
+            KeepFloat32,
+            layer_matches,
+            source_of,
+            to_low_precision,
+        )
 
+        keep = f", keep={tuple(config.keep)!r}" if config.keep else ""
         code = (
             f"kept = to_low_precision(model, torch.{self.dtype}, keep_norm_fp32={config.keep_norm_fp32}, "
-            f"keep_last_fp32={config.keep_last_fp32})\n"
+            f"keep_last_fp32={config.keep_last_fp32}{keep})\n"
             "print('    kept in float32:', ', '.join(kept) or 'none')\n"
             "# Floating inputs are cast to the model's dtype; integer inputs (token ids) stay as they are.\n"
             f"input_casts.update({{name: torch.{self.dtype} for name, x in inputs.items() if x.is_floating_point()}})\n"
         )
-        return ScriptStep(code=code, helpers=source_of(KeepFloat32, to_low_precision))
+        return ScriptStep(
+            code=code, helpers=source_of(layer_matches, KeepFloat32, to_low_precision)
+        )
 
 
 @register_pass

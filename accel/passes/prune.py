@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
+from accel.layer_patterns import PATTERN_HELP
 from accel.models.forms import EAGER
 from accel.passes.base import (
     STAGE_PRUNE,
@@ -41,17 +42,14 @@ def _helpers(*names: str) -> list[str]:
 
 def _check_ignore(module: Any, patterns: list[str]) -> None:
     """A pattern that names no module is a typo: say so rather than prune what was meant to stay."""
-    import fnmatch
-
     from accel.errors import PassError
+    from accel.layer_patterns import match, unmatched_message
 
-    names = [n for n, _ in module.named_modules() if n]
-    bad = [p for p in patterns if not any(fnmatch.fnmatchcase(n, p) for n in names)]
+    layers = [(n, type(m).__name__) for n, m in module.named_modules() if n]
+    _, bad = match(layers, patterns)
     if bad:
-        raise PassError(
-            f"ignore pattern(s) {bad} match no module of the model; module names look like {names[:8]} "
-            "(glob patterns such as 'layer3.*' work)."
-        )
+        names = [n for n, _ in layers]
+        raise PassError(unmatched_message(bad, names, "ignore pattern(s)", "module of the model"))
 
 
 def _refresh_stats(model: LoadedModel, module: object, **metadata: object) -> LoadedModel:
@@ -90,7 +88,7 @@ class PruneChannelsConfig(PassConfig):
     )
     ignore: list[str] = Field(
         default_factory=list,
-        description="module names (glob patterns) whose output channels stay, e.g. ['layer3.*']",
+        description=f"layers whose output channels stay: {PATTERN_HELP}",
     )
     ignore_head: bool = Field(
         True,
@@ -329,6 +327,7 @@ class PruneChannels(Pass):
 
     def to_script(self, config: PruneChannelsConfig) -> ScriptStep:
         helpers = _helpers(
+            "layer_matches",
             "count_flops",
             "prunable_layers_to_ignore",
             "output_norm_layers",
@@ -371,7 +370,7 @@ class PruneChannels(Pass):
             "params_after, flops_after = sum(p.numel() for p in model.parameters()), count_flops(model, inputs)",
             'print(f"prune_channels: params {params_before} -> {params_after}, FLOPs {flops_before} -> {flops_after}")',
         ]
-        imports = ["import copy", "import fnmatch", "import torch_pruning as tp"]
+        imports = ["import copy", "import torch_pruning as tp"]
         return ScriptStep(code="\n".join(lines) + "\n", imports=imports, helpers=helpers)
 
 
@@ -384,7 +383,7 @@ class PruneUnstructuredConfig(PassConfig):
         True, description="rank weights across all layers (True) or prune each layer by `amount`"
     )
     ignore: list[str] = Field(
-        default_factory=list, description="module names (glob patterns) left dense"
+        default_factory=list, description=f"layers left dense: {PATTERN_HELP}"
     )
     ignore_head: bool = Field(True, description="leave the classifier head (the last Linear) dense")
 
@@ -439,7 +438,9 @@ class PruneUnstructured(Pass):
             ")\n"
             'print(f"prune_unstructured: {sparsity:.1%} of the pruned weights are zero (dense kernels: same speed)")\n'
         )
-        return ScriptStep(code=code, helpers=_helpers("prune_unstructured_magnitude"))
+        return ScriptStep(
+            code=code, helpers=_helpers("layer_matches", "prune_unstructured_magnitude")
+        )
 
 
 # -- 2:4 semi-structured sparsity ----------------------------------------------------------------
@@ -450,7 +451,7 @@ class Sparsity24Config(PassConfig):
         "float16", description="semi-structured sparse kernels need half precision"
     )
     ignore: list[str] = Field(
-        default_factory=list, description="Linear module names (glob patterns) left dense"
+        default_factory=list, description=f"Linear layers left dense: {PATTERN_HELP}"
     )
     ignore_head: bool = Field(True, description="leave the classifier head (the last Linear) dense")
 
@@ -507,5 +508,5 @@ class Sparsity24(Pass):
         return ScriptStep(
             code=code,
             imports=["from torchao.sparsity import semi_sparse_weight, sparsify_"],
-            helpers=_helpers("mask_2_4"),
+            helpers=_helpers("layer_matches", "mask_2_4"),
         )

@@ -2,8 +2,9 @@
 static (activations calibrated on data), QDQ or QOperator format.
 
 Both write a new ONNX file under the step's work folder and return the model pointing at
-it. ``exclude`` keeps named nodes (glob patterns) in float: the mixed-precision fallback
-for layers that lose too much accuracy.
+it. ``exclude`` keeps nodes in float (node-name globs, or torch layers in the one pattern
+language of accel.layer_patterns): the mixed-precision fallback for layers that lose too
+much accuracy.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
+from accel.layer_patterns import PATTERN_HELP
 from accel.passes.base import (
     STAGE_RUNTIME_NUMERIC,
     Choice,
@@ -70,8 +72,8 @@ class _CommonConfig(PassConfig):
     )
     exclude: list[str] = Field(
         default_factory=list,
-        description="nodes kept in float (mixed precision): ONNX node names or torch module names, glob "
-        "patterns, e.g. ['fc', 'layers.3.*', '/classifier/*']",
+        description="nodes kept in float (mixed precision): ONNX node names (globs, "
+        f"'/classifier/*') or the torch layers they came from: {PATTERN_HELP}",
     )
     preprocess: bool = Field(
         True,
@@ -307,14 +309,16 @@ class _QuantizeOnnx(Pass):
         if unmatched:
             import onnx
 
+            from accel.layer_patterns import unmatched_message
+
             paths = h.onnx_module_paths(
                 onnx.load(str(model.onnx_path), load_external_data=False).graph
             )
-            nodes = list(paths)[:6]
-            modules = sorted({p for p in paths.values() if p})[:10]
+            modules = sorted({p for p in paths.values() if p})
             raise PassError(
-                f"exclude pattern(s) {unmatched} match no node of the model. Node names look like "
-                f"{nodes}; module names: {modules}. Use glob patterns such as 'fc' or 'layer3.*'."
+                unmatched_message(
+                    unmatched, modules + list(paths), "exclude pattern(s)", "node of the model"
+                )
             )
         if self.mode == "dynamic":
             # The dynamic quantizer rewrites Gemm as MatMul + Add named "<gemm>_MatMul"; exclude both names.
@@ -399,7 +403,9 @@ class _QuantizeOnnx(Pass):
             "from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType"
         ]
         helpers = [
+            inspect.getsource(h.layer_matches),
             inspect.getsource(h.onnx_module_paths),
+            inspect.getsource(h.onnx_module_types),
             inspect.getsource(h.onnx_nodes_matching),
             inspect.getsource(h.index_computing_nodes),
             inspect.getsource(h.BatchCalibrationReader),

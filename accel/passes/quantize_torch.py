@@ -10,7 +10,6 @@ layers ``studio analyze`` finds most sensitive. The building blocks live in
 from __future__ import annotations
 
 import contextlib
-import difflib
 import hashlib
 import inspect
 import io
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from accel.errors import NotApplicable, PassError
+from accel.layer_patterns import PATTERN_HELP, unmatched_message
 from accel.models.forms import EAGER
 from accel.passes.base import (
     STAGE_NUMERIC,
@@ -39,10 +39,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-EXCLUDE_DESCRIPTION = (
-    "layers kept in float: module names ('fc1'), prefixes ('layers.0'), globs ('layers.*.attention.*') "
-    "or type names ('LSTM')"
-)
+EXCLUDE_DESCRIPTION = f"layers kept in float: {PATTERN_HELP}"
 _EXCLUDE = Field(default_factory=list, description=EXCLUDE_DESCRIPTION)
 _QAT_TRAIN_SEED = 20000
 _QAT_HELDOUT_SEED = 30000  # held-out inputs: QAT is checked against PTQ on these
@@ -64,13 +61,9 @@ def _select(
     keep, excluded, unmatched = select_layers(module, types, exclude)
     if unmatched:
         names = [n for n, m in module.named_modules() if n and type(m).__name__ in types]
-        close = sorted(
-            {c for p in unmatched for c in difflib.get_close_matches(p, names, n=3, cutoff=0.4)}
-        )
-        hint = f" Close names: {', '.join(close)}." if close else ""
         raise PassError(
-            f"{pass_name}: exclude pattern(s) {unmatched} match no {'/'.join(types)} layer.{hint} "
-            f"Layers: {', '.join(names[:12])}{' ...' if len(names) > 12 else ''}"
+            f"{pass_name}: "
+            + unmatched_message(unmatched, names, "exclude pattern(s)", f"{'/'.join(types)} layer")
         )
     if not keep:
         why = f" (all {len(excluded)} are excluded)" if excluded else ""
@@ -260,7 +253,7 @@ class QuantizeDynamicInt8(Pass):
     def to_script(self, config: DynamicInt8Config) -> ScriptStep:
         from accel.passes import _torch_quant_helpers as h
 
-        helpers = _source(h.select_layers, h.called_as_modules, h.name_filter)
+        helpers = _source(h.layer_matches, h.select_layers, h.called_as_modules, h.name_filter)
         select = (
             f'names, kept_float, _ = select_layers(model, ("Linear", "LSTM"), {list(config.exclude)!r})\n'
             "names = called_as_modules(model, names, inputs)  # a weight its parent reads stays float\n"
@@ -410,7 +403,7 @@ class QuantizeWeightOnly(Pass):
         return ScriptStep(
             code=code,
             imports=["from torchao.quantization import quantize_"],
-            helpers=_source(h.select_layers, h.name_filter, h.weight_only_config),
+            helpers=_source(h.layer_matches, h.select_layers, h.name_filter, h.weight_only_config),
         )
 
 
@@ -509,6 +502,7 @@ class QuantizeStaticInt8(Pass):
         return ScriptStep(
             code=code,
             helpers=_source(
+                h.layer_matches,
                 h.select_layers,
                 h.export_for_quantization,
                 h.x86_quant_config,
@@ -764,6 +758,7 @@ class QuantizationAwareTraining(Pass):
                 "from torchao.quantization.qat import QATConfig",
             ],
             helpers=_source(
+                h.layer_matches,
                 h.select_layers,
                 h.name_filter,
                 h.qat_base_config,
