@@ -205,6 +205,17 @@ def _taylor_gradients(model, batches):
         loss.backward()  # gradients stay on the parameters for the pruner to read
 
 
+def layer_widths(model):
+    """Output channels of every Conv / Linear layer, by name."""
+    import torch
+
+    return {
+        n: m.out_channels if isinstance(m, torch.nn.modules.conv._ConvNd) else m.out_features
+        for n, m in model.named_modules()
+        if isinstance(m, (torch.nn.modules.conv._ConvNd, torch.nn.Linear))
+    }
+
+
 def prune_channels_tp(
     model,
     inputs,
@@ -227,7 +238,6 @@ def prune_channels_tp(
     shrinking each head). Modules in ``keep`` keep their output channels (and so does every
     layer coupled to them). Returns a dict of facts (ignored layers, channels before/after).
     """
-    import torch
     import torch_pruning as tp
 
     model.eval()
@@ -244,11 +254,7 @@ def prune_channels_tp(
     heads, blocks = attention_heads(model)
     # Rotary embeddings need the full head size, grouped-query attention whole kv groups.
     whole_heads = prune_heads or any(b["whole_heads"] for b in blocks)
-    channels_before = {
-        n: m.out_channels if isinstance(m, torch.nn.modules.conv._ConvNd) else m.out_features
-        for n, m in model.named_modules()
-        if isinstance(m, (torch.nn.modules.conv._ConvNd, torch.nn.Linear))
-    }
+    channels_before = layer_widths(model)
     pruner = tp.pruner.MetaPruner(
         model,
         tuple(inputs.values()),
@@ -273,11 +279,7 @@ def prune_channels_tp(
     model.zero_grad(set_to_none=True)
     # Attention blocks reshape with their head count / size: keep them in line with the new widths.
     update_attention_attributes(blocks, whole_heads)
-    channels_after = {
-        n: m.out_channels if isinstance(m, torch.nn.modules.conv._ConvNd) else m.out_features
-        for n, m in model.named_modules()
-        if isinstance(m, (torch.nn.modules.conv._ConvNd, torch.nn.Linear))
-    }
+    channels_after = layer_widths(model)
     changed = {
         n: [channels_before[n], c] for n, c in channels_after.items() if channels_before.get(n) != c
     }

@@ -16,7 +16,7 @@ def select_layers(model, layer_types, exclude=()):
 
     A pattern matches a layer by type name ("Linear"), by exact name ("fc1"), as a prefix
     ("layers.0" covers "layers.0.ffn_in") or as a glob ("layers.*.attention.*"): the
-    ``layer_matches`` of accel.layer_patterns. The projections inside nn.MultiheadAttention
+    shared ``layer_matches``. The projections inside nn.MultiheadAttention
     are never listed.
     """
     import torch

@@ -334,6 +334,7 @@ class PruneChannels(Pass):
             "attention_heads",
             "update_attention_attributes",
             "_taylor_gradients",
+            "layer_widths",
             "prune_channels_tp",
             "prune_channels_runnable",
             "distill",

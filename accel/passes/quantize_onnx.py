@@ -259,6 +259,20 @@ def _run_static(
     )
 
 
+def _script_helpers() -> list[Any]:
+    """The helpers an exported ONNX quantization step copies (the pattern matcher first)."""
+    from accel.passes import _onnx_quant_helpers as h
+
+    return [
+        h.layer_matches,
+        h.onnx_module_paths,
+        h.onnx_module_types,
+        h.onnx_nodes_matching,
+        h.index_computing_nodes,
+        h.BatchCalibrationReader,
+    ]
+
+
 class _QuantizeOnnx(Pass):
     category = "quantize"
     requires = Requirements(model_kinds=("onnx",), libraries=("onnxruntime", "onnx"))
@@ -397,19 +411,10 @@ class _QuantizeOnnx(Pass):
 
     # -- script export -----------------------------------------------------------------------
     def to_script(self, config: Any) -> ScriptStep:
-        from accel.passes import _onnx_quant_helpers as h
-
         imports = [
             "from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType"
         ]
-        helpers = [
-            inspect.getsource(h.layer_matches),
-            inspect.getsource(h.onnx_module_paths),
-            inspect.getsource(h.onnx_module_types),
-            inspect.getsource(h.onnx_nodes_matching),
-            inspect.getsource(h.index_computing_nodes),
-            inspect.getsource(h.BatchCalibrationReader),
-        ]
+        helpers = [inspect.getsource(f) for f in _script_helpers()]
         lines = ["src_path = onnx_path"]
         if config.preprocess:
             imports += [

@@ -72,12 +72,16 @@ RECIPES = {
             {"pass": "compile", "params": {"backend": "aot_eager"}},
         ],
     ),
-    # integer inputs, norms kept in fp32, export with batch 1 (exported on a batch-2 example)
+    # integer inputs, norms and a whole attention block (keep pattern) kept in fp32, export
+    # with batch 1 (exported on a batch-2 example)
     "transformer": _recipe(
         "transformer",
         TRANSFORMER,
         TRANSFORMER_SPEC,
-        [{"pass": "bf16", "gates": LOW}, {"pass": "torch_export"}],
+        [
+            {"pass": "bf16", "params": {"keep": ["layers.0.attention"]}, "gates": LOW},
+            {"pass": "torch_export"},
+        ],
     ),
 }
 
