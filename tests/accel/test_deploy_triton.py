@@ -127,6 +127,13 @@ def test_choose_batching_prefers_sizes_that_pay():
     assert preferred == [2] and delay == 500
 
 
+def test_choose_batching_makes_no_request_wait_when_batching_does_not_pay():
+    """A sweep with no gain (a CPU-bound model on few cores) gets a zero queue delay: the
+    batcher groups what is already queued and holds nobody back."""
+    pts = [SweepPoint(1, 5.0, 200), SweepPoint(2, 10.0, 200), SweepPoint(4, 19.5, 205)]
+    assert choose_batching(pts) == ([], 0)
+
+
 def test_a_taken_port_is_a_clear_error():
     import socket
 
