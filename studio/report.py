@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from accel.jsonable import jsonable
+from studio.tables import step_verdict
 
 STEP_COLUMNS = (
     "run",
@@ -59,13 +60,7 @@ class StepRow:
 
     @property
     def verdict(self) -> str:
-        if self.index < 0:
-            return "reference"
-        if self.status == "failed":
-            return "error"
-        if self.parity_passed is None:
-            return "-"
-        return "pass" if self.parity_passed else "FAIL"
+        return step_verdict(self.status, self.parity_passed, self.index)
 
 
 def _num(v: Any) -> float | None:

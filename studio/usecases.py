@@ -74,11 +74,14 @@ def run_in_process(
     return _use_case(same)(same, emit or (lambda event: None), cancel or (lambda: False))
 
 
-def typed_event(event: Mapping[str, Any]) -> Any:
+def typed_event(event: Any) -> Any:
     """A job's event dict as its ``accel.events`` object (``Progress``, ``Log``, runner
-    events), or None for a kind that module does not define (a plugin's own events)."""
-    from accel.events import event_from_dict
+    events), or None for a kind that module does not define (a plugin's own events).
+    An event that is already typed is returned as it is."""
+    from accel.events import Event, event_from_dict
 
+    if isinstance(event, Event):
+        return event
     try:
         return event_from_dict(dict(event))
     except (ValueError, TypeError):

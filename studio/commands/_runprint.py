@@ -1,13 +1,25 @@
-"""Live console view of a run, fed with runner event dicts (in-process or from a worker)."""
+"""Live console view of a run, fed with runner events (typed, or their dicts from a worker)."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
+from accel.events import (
+    Event,
+    Log,
+    Progress,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    StepFinished,
+)
 from studio.commands._table import fmt_bytes, fmt_ms, render_table
 from studio.fmt import NOISY_MARK, fmt_speedup, is_noisy
 from studio.report import worst_metric as _worst
+from studio.tables import event_parity_passed, step_verdict
+from studio.usecases import typed_event
 
 
 class RunPrinter:
@@ -17,95 +29,70 @@ class RunPrinter:
         self.out = stream or sys.stdout
         self.tty = self.out.isatty()
         self.baseline: dict[str, Any] = {}
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[StepFinished] = []
         self.total = steps_total
         self.status: str | None = None
         self.error: str | None = None
         self.run_dir: str | None = None
         self._bar_shown = False
 
-    def on_event(self, e: dict[str, Any]) -> None:
-        kind = e.get("event")
-        if kind == "run_started":
-            self.baseline = e.get("baseline", {})
-            self.total = e.get("num_steps")
-            self.run_dir = e.get("run_dir")
-            env = e.get("environment", {})
-            self._line(
-                f"model {e['model_source']} ({e['model_kind']}) on {e['device']}"
-                f" | torch {env.get('torch', '?')} | {env.get('cpu', env.get('cpu_name', ''))}"
-            )
-            self._line(
-                f"  0  {'original':<22} {fmt_ms(self.baseline.get('latency_p50_ms')):>9} ms    1.00x"
-            )
-        elif kind == "step_started":
-            self._step_label = e["pass_name"]
-        elif kind == "progress":
-            if self.tty and e.get("index", -1) >= 0:
-                frac = float(e.get("fraction", 0))
-                bar = "#" * int(frac * 20)
-                self.out.write(
-                    f"\r     {e.get('message', '')[:40]:<40} [{bar:<20}] {frac * 100:3.0f}%"
-                )
-                self.out.flush()
-                self._bar_shown = True
-        elif kind == "log":
-            if e.get("level") in ("warning", "error"):
-                self._line(f"     {e['level']}: {e['message']}")
-        elif kind == "step_finished":
-            self.rows.append(e)
-            m = e.get("metrics") or {}
-            parity = e.get("parity") or {}
-            verdict = {"succeeded": "pass", "gate_failed": "FAIL", "failed": "ERROR"}.get(
-                e["status"], e["status"]
-            )
-            line = (
-                f"{e['index'] + 1:>3}  {e['pass_name']:<22} {fmt_ms(m.get('latency_p50_ms')):>9} ms"
-                f"  {fmt_speedup(m):>18}  {verdict:<5} {_worst(parity)}"
-            )
-            timing = (e.get("details") or {}).get("timing") or {}
-            reason = timing.get("noise_reason")
-            if is_noisy(m) and reason:
-                line += f"\n     noisy timing: {reason}"
-            if timing.get("mode") == "sequential":
-                line += f"\n     {timing.get('note')}"
-            if e.get("error"):
-                line += f"\n     {e['error']}"
-            self._line(line)
-        elif kind == "run_finished":
-            self.status = e["status"]
-        elif kind == "run_failed":
-            self.status = "failed"
-            self.error = e.get("error")
+    def on_event(self, event: Event | Mapping[str, Any]) -> None:
+        match typed_event(event):
+            case RunStarted() as e:
+                self._started(e)
+            case Progress(index=index, fraction=fraction, message=message):
+                if self.tty and index >= 0:
+                    bar = "#" * int(fraction * 20)
+                    self.out.write(f"\r     {message[:40]:<40} [{bar:<20}] {fraction * 100:3.0f}%")
+                    self.out.flush()
+                    self._bar_shown = True
+            case Log(level=level, message=message) if level in ("warning", "error"):
+                self._line(f"     {level}: {message}")
+            case StepFinished() as e:
+                self.rows.append(e)
+                self._line(_step_line(e))
+            case RunFinished(status=status):
+                self.status = status
+            case RunFailed(error=error):
+                self.status, self.error = "failed", error
+
+    def _started(self, e: RunStarted) -> None:
+        self.baseline, self.total, self.run_dir = e.baseline, e.num_steps, e.run_dir
+        env = e.environment
+        self._line(
+            f"model {e.model_source} ({e.model_kind}) on {e.device}"
+            f" | torch {env.get('torch', '?')} | {env.get('cpu', env.get('cpu_name', ''))}"
+        )
+        self._line(
+            f"  0  {'original':<22} {fmt_ms(self.baseline.get('latency_p50_ms')):>9} ms    1.00x"
+        )
 
     def summary(self) -> str:
+        b = self.baseline
         rows = [
             [
                 "0",
                 "original",
-                fmt_ms(self.baseline.get("latency_p50_ms")),
-                fmt_ms(self.baseline.get("latency_p90_ms")),
+                fmt_ms(b.get("latency_p50_ms")),
+                fmt_ms(b.get("latency_p90_ms")),
                 "1.00x",
-                fmt_bytes(self.baseline.get("size_bytes")),
+                fmt_bytes(b.get("size_bytes")),
                 "-",
                 "-",
             ]
         ]
         for e in self.rows:
-            m = e.get("metrics") or {}
-            parity = e.get("parity") or {}
+            m = e.metrics or {}
             rows.append(
                 [
-                    str(e["index"] + 1),
-                    e["pass_name"],
+                    str(e.index + 1),
+                    e.pass_name,
                     fmt_ms(m.get("latency_p50_ms")),
                     fmt_ms(m.get("latency_p90_ms")),
                     fmt_speedup(m),
                     fmt_bytes(m.get("size_bytes")),
-                    {"succeeded": "pass", "gate_failed": "FAIL", "failed": "error"}.get(
-                        e["status"], e["status"]
-                    ),
-                    _worst(parity) if parity else (e.get("error") or "")[:60],
+                    _verdict(e),
+                    _worst(e.parity) if e.parity else (e.error or "")[:60],
                 ]
             )
         table = render_table(
@@ -123,38 +110,56 @@ class RunPrinter:
         self.out.flush()
 
 
-def apart_line(step_events: list[dict[str, Any]]) -> str:
+def _verdict(e: StepFinished) -> str:
+    return step_verdict(e.status, event_parity_passed(e.parity), e.index)
+
+
+def _timing(e: StepFinished) -> dict[str, Any]:
+    return (e.details or {}).get("timing") or {}
+
+
+def _step_line(e: StepFinished) -> str:
+    """The live line of a finished step, with its noise and timed-apart notes."""
+    m = e.metrics or {}
+    line = (
+        f"{e.index + 1:>3}  {e.pass_name:<22} {fmt_ms(m.get('latency_p50_ms')):>9} ms"
+        f"  {fmt_speedup(m):>18}  {_verdict(e):<5} {_worst(e.parity or {})}"
+    )
+    timing = _timing(e)
+    if is_noisy(m) and timing.get("noise_reason"):
+        line += f"\n     noisy timing: {timing['noise_reason']}"
+    if timing.get("mode") == "sequential":
+        line += f"\n     {timing.get('note')}"
+    if e.error:
+        line += f"\n     {e.error}"
+    return line
+
+
+def apart_line(step_events: Sequence[StepFinished | Mapping[str, Any]]) -> str:
     """One line under a run's table when some steps were timed apart from the original
     (memory fallback: no interval) ("" if none)."""
+    steps_ = [typed_event(e) for e in step_events]
     apart = [
-        e
-        for e in step_events
-        if ((e.get("details") or {}).get("timing") or {}).get("mode") == "sequential"
+        e for e in steps_ if isinstance(e, StepFinished) and _timing(e).get("mode") == "sequential"
     ]
     if not apart:
         return ""
-    steps = ", ".join(str(e["index"] + 1) for e in apart)
-    why = apart[0]["details"]["timing"].get("sequential_reason") or "memory"
+    steps = ", ".join(str(e.index + 1) for e in apart)
+    why = _timing(apart[0]).get("sequential_reason") or "memory"
     return (
         f"\nstep(s) {steps} timed apart from the original, not side by side ({why}): "
         "the original was re-timed right before each; no interval"
     )
 
 
-def noise_line(step_events: list[dict[str, Any]]) -> str:
+def noise_line(step_events: Sequence[StepFinished | Mapping[str, Any]]) -> str:
     """One line under a run's table when some steps were timed on a busy machine ("" if none)."""
-    noisy = [e for e in step_events if is_noisy(e.get("metrics"))]
+    steps_ = [typed_event(e) for e in step_events]
+    noisy = [e for e in steps_ if isinstance(e, StepFinished) and is_noisy(e.metrics)]
     if not noisy:
         return ""
-    why = next(
-        (
-            r
-            for e in noisy
-            if (r := ((e.get("details") or {}).get("timing") or {}).get("noise_reason"))
-        ),
-        "",
-    )
-    steps = ", ".join(str(e["index"] + 1) for e in noisy)
+    why = next((r for e in noisy if (r := _timing(e).get("noise_reason"))), "")
+    steps = ", ".join(str(e.index + 1) for e in noisy)
     return (
         f"\n{NOISY_MARK} noisy timing in step(s) {steps}: {why or 'see the step details'}; "
         "re-run on a quieter machine for numbers to rely on"

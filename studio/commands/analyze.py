@@ -101,7 +101,8 @@ def _print(args: argparse.Namespace, report, auto) -> int:
     """The ranking table and the verdict of the gate; the exit code (1: gate not met)."""
     import sys
 
-    from studio.commands._table import fmt_num, render_table
+    from studio.commands._table import fmt_num
+    from studio.tables import cli_table, gate_verdict, sensitivity_columns
 
     if not args.json:
         print("\r" + " " * 80 + "\r", end="", file=sys.stderr)
@@ -112,31 +113,13 @@ def _print(args: argparse.Namespace, report, auto) -> int:
         return 0 if auto is None or auto.met else 1
     labelled = report.baseline_accuracy is not None
     layers = report.layers[: args.top] if args.top else report.layers
-    headers = ["rank", "layer", "type", "params", "max_abs", "mean_abs", "cosine"]
-    if labelled:
-        headers += ["accuracy", "acc_drop"]
-    rows = []
-    for i, layer in enumerate(layers, 1):
-        row = [
-            i,
-            layer.name,
-            layer.type,
-            layer.num_params,
-            fmt_num(layer.max_abs, 3),
-            fmt_num(layer.mean_abs, 3),
-        ]
-        row.append("-" if layer.cosine is None else f"{layer.cosine:.6f}")
-        if labelled:
-            row += [fmt_num(layer.accuracy, 4), fmt_num(layer.accuracy_drop, 4)]
-        if layer.error:
-            row[4] = f"error: {layer.error[:60]}"
-        rows.append(row)
+    table = cli_table(sensitivity_columns(labelled), list(enumerate(layers, 1)))
     print(
         f"{report.pass_name} on {report.model_source}: one layer quantized at a time, data {report.data} "
         f"({report.num_samples} samples), most sensitive first; {report.method} method, "
         f"{report.duration_s:.1f} s"
     )
-    print(render_table(headers, rows))
+    print(table)
     if report.skipped:
         print(
             f"not analysed ({len(report.skipped)} of {len(report.skipped) + len(report.layers)}, "
@@ -149,11 +132,7 @@ def _print(args: argparse.Namespace, report, auto) -> int:
     print(line)
     if auto is not None:
         m = auto.metrics
-        verdict = (
-            "meets the gate"
-            if auto.met
-            else "no exclude list that leaves a layer quantized meets the gate"
-        )
+        verdict = gate_verdict(auto.met)
         print(
             f"\nkeep in float: {json.dumps(auto.exclude)} -> max_abs {_g(m.get('max_abs'))}, "
             f"cosine {m.get('cosine', float('nan')):.6f}: {verdict}"

@@ -118,10 +118,11 @@ def run_serve_test(args: argparse.Namespace) -> int:
     import contextlib
     import sys
 
+    from accel.events import Log
     from accel.job_specs import ServeTestJob
     from studio.commands.history import _repo
     from studio.serve_test import job_params, store_result
-    from studio.usecases import run_in_process
+    from studio.usecases import run_in_process, typed_event
 
     clients = parse_batches(args.clients)  # the same "1,4,16" syntax
     repo = _repo(args)
@@ -139,8 +140,8 @@ def run_serve_test(args: argparse.Namespace) -> int:
     job = ServeTestJob.from_params({**params, "port": args.port})
 
     def say(event: dict) -> None:
-        if event.get("event") == "log" and not args.json:
-            print(event.get("message", ""), file=sys.stderr, flush=True)
+        if isinstance(log := typed_event(event), Log) and not args.json:
+            print(log.message, file=sys.stderr, flush=True)
 
     # The GUI worker's use case (accel.deploy.serve.serve_run). PyTriton prints what the
     # server writes on stdout: that goes to stderr, so stdout keeps the report (--json).

@@ -17,6 +17,7 @@ from studio.commands._common import add_trust_arguments
 from studio.commands._common import open_repo as _repo
 from studio.commands._table import fmt_bytes, fmt_ms, fmt_num, render_table
 from studio.fmt import NOISY_MARK, fmt_speedup, intervals_overlap, is_noisy
+from studio.tables import parity_verdict, step_verdict
 
 if TYPE_CHECKING:
     from studio.store.api import RunReader
@@ -179,11 +180,7 @@ def _worst(step: Any) -> str:
 
 
 def _verdict(step: Any) -> str:
-    if step.parity_passed is True:
-        return "pass"
-    if step.parity_passed is False:
-        return "FAIL"
-    return {"succeeded": "-", "failed": "error", "crashed": "crashed"}.get(step.status, step.status)
+    return step_verdict(step.status, step.parity_passed, step.index)
 
 
 def show(args: argparse.Namespace) -> int:
@@ -275,7 +272,7 @@ def show(args: argparse.Namespace) -> int:
             if st.params:
                 print(f"  params: {json.dumps(st.params)}")
             for p in st.parity:
-                verdict = {True: "pass", False: "FAIL", None: "-"}[p.passed]
+                verdict = parity_verdict(p.passed)
                 items = ", ".join(f"{k}={fmt_num(v)}" for k, v in sorted(p.metrics.items()))
                 print(f"  parity {p.output_name}: {verdict}  {items}")
             for a in st.artifacts:

@@ -50,58 +50,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def layer_table(prof, top: int) -> str:
-    """The ``top`` layers by self time: name, type, self ms, inclusive ms, %, FLOPs, params."""
-    from studio.commands._table import fmt_count, fmt_ms, render_table
+    """The ``top`` layers by self time, with the Profile panel's columns (studio.tables)."""
+    from studio.tables import cli_table, layer_columns
 
-    rows = []
-    for r in prof.top(top):
-        rows.append(
-            [
-                r.name or "<root>",
-                r.type,
-                fmt_ms(r.self_ms),
-                fmt_ms(r.inclusive_ms),
-                f"{100 * r.share:.1f}%",
-                r.calls,
-                fmt_count(r.flops),
-                fmt_count(r.params),
-            ]
-        )
-    return render_table(
-        ["layer", "type", "self ms", "incl ms", "self %", "calls", "FLOPs", "params"],
-        rows,
-        align="llrrrrrr",
-    )
+    return cli_table(layer_columns(), prof.top(top))
 
 
 def op_table(prof, top: int) -> str:
-    from studio.commands._table import fmt_ms, render_table
+    """The ``top`` operators by self time, with the Profile panel's columns."""
+    from studio.tables import cli_table, op_columns
 
-    cuda = prof.device.startswith("cuda")
-    rows = []
-    for o in prof.ops[:top]:
-        rows.append(
-            [
-                o.name,
-                "-" if o.module is None else (o.module or "<root>"),
-                fmt_ms(o.self_device_ms if cuda else o.self_cpu_ms),
-                f"{100 * o.share:.1f}%",
-                o.calls,
-                o.input_shapes if len(o.input_shapes) <= 48 else o.input_shapes[:45] + "...",
-            ]
-        )
-    return render_table(
-        [
-            "operator",
-            "module",
-            "self CUDA ms" if cuda else "self CPU ms",
-            "%",
-            "calls",
-            "input shapes",
-        ],
-        rows,
-        align="llrrrl",
-    )
+    return cli_table(op_columns(cuda=prof.device.startswith("cuda")), prof.ops[:top])
 
 
 def _check(args: argparse.Namespace) -> None:

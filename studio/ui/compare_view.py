@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 
 from studio.fmt import fmt_bytes, fmt_count, fmt_ms, fmt_num, fmt_speedup
 from studio.report import fastest, pareto_front, step_rows
+from studio.tables import parity_verdict
 from studio.ui import plot_theme
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ class CompareView(QDialog):
             rows.append(
                 (
                     f"{index + 1}. {pass_name} · parity",
-                    ["-" if v is None else ("pass" if v else "FAIL") for v in verdicts],
+                    [parity_verdict(v) for v in verdicts],
                 )
             )
         rows.sort(key=lambda r: (int(r[0].split(".", 1)[0]), r[0]))  # 2. before 10.

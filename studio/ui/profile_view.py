@@ -30,7 +30,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.fmt import fmt_bytes, fmt_count
+from studio.fmt import fmt_count
+from studio.tables import layer_columns, op_columns
 from studio.ui.slots import on_click
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ def _short(text: str, n: int) -> str:
 
 
 class _RowsModel(QAbstractTableModel):
-    """A table of dataclass rows: ``columns`` = [(header, getter, formatter)].
+    """A table of dataclass rows with ``columns`` of studio.tables (the CLI's columns too).
 
     Cells are formatted once in ``set_rows`` and sorting happens here on plain keys:
     a Python ``data()`` called for every comparison would stall the GUI on big profiles.
@@ -58,25 +59,18 @@ class _RowsModel(QAbstractTableModel):
         self._keys: list[tuple] = []
         self._text: list[list[str]] = []
 
-    @staticmethod
-    def _cell(value, fmt) -> str:
-        if value is None:
-            return "–" if fmt else ""
-        return fmt(value) if fmt else str(value)
-
     def set_rows(self, rows: list) -> None:
         self.beginResetModel()
         self.rows = list(rows)
-        self._keys = [tuple(get(r) for _, get, _ in self.columns) for r in self.rows]
-        fmts = [fmt for _, _, fmt in self.columns]
-        self._text = [[self._cell(v, f) for v, f in zip(keys, fmts)] for keys in self._keys]
+        self._keys = [tuple(c.value(r) for c in self.columns) for r in self.rows]
+        self._text = [[c.text(r) for c in self.columns] for r in self.rows]
         self.endResetModel()
 
     def sort(self, column: int, order=Qt.SortOrder.AscendingOrder) -> None:
         if not 0 <= column < len(self.columns) or not self.rows:
             return
         self.layoutAboutToBeChanged.emit()
-        numeric = self.columns[column][2] is not None
+        numeric = self.columns[column].numeric
 
         def key(i: int):
             v = self._keys[i][column]
@@ -98,13 +92,14 @@ class _RowsModel(QAbstractTableModel):
 
     def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
         if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
-            return self.columns[section][0]
+            header = self.columns[section].header
+            return header[:1].upper() + header[1:]
         return None
 
     def data(self, index, role=Qt.ItemDataRole.DisplayRole):
         if role == Qt.ItemDataRole.DisplayRole:
             return self._text[index.row()][index.column()]
-        if role == Qt.ItemDataRole.TextAlignmentRole and self.columns[index.column()][2]:
+        if role == Qt.ItemDataRole.TextAlignmentRole and self.columns[index.column()].numeric:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
 
@@ -190,32 +185,10 @@ class ProfileView(QWidget):
         self.bars: pg.BarGraphItem | None = None
 
         # -- tables
-        layer_cols = [
-            ("Layer", lambda r: r.name or "(root)", None),
-            ("Type", lambda r: r.type, None),
-            ("Self ms", lambda r: r.self_ms, lambda v: f"{v:.3f}"),
-            ("Incl. ms", lambda r: r.inclusive_ms, lambda v: f"{v:.3f}"),
-            ("%", lambda r: 100.0 * r.share, lambda v: f"{v:.1f}"),
-            ("Calls", lambda r: r.calls, lambda v: str(v)),
-            ("FLOPs", lambda r: r.flops, _fmt_count),
-            ("Params", lambda r: r.params, _fmt_count),
-            ("Activations", lambda r: r.output_bytes, fmt_bytes),
-            ("Weights", lambda r: r.param_bytes, fmt_bytes),
-        ]
-        self.layers_model = _RowsModel(layer_cols, self)
+        self.layers_model = _RowsModel(layer_columns(), self)
         self.layers, self.layers_proxy = _table(self.layers_model)
         self.layers.selectionModel().currentRowChanged.connect(self._on_layer_row)
-        op_cols = [
-            ("Operator", lambda r: r.name, None),
-            ("Module", lambda r: r.module if r.module is not None else "", None),
-            ("Calls", lambda r: r.calls, lambda v: str(v)),
-            ("Self CPU ms", lambda r: r.self_cpu_ms, lambda v: f"{v:.3f}"),
-            ("CPU ms", lambda r: r.cpu_ms, lambda v: f"{v:.3f}"),
-            ("Device ms", lambda r: r.self_device_ms, lambda v: f"{v:.3f}"),
-            ("%", lambda r: 100.0 * r.share, lambda v: f"{v:.1f}"),
-            ("Input shapes", lambda r: r.input_shapes, None),
-        ]
-        self.ops_model = _RowsModel(op_cols, self)
+        self.ops_model = _RowsModel(op_columns(), self)
         self.ops, self.ops_proxy = _table(self.ops_model)
         self.ops.selectionModel().currentRowChanged.connect(self._on_op_row)
         self.filter = QLineEdit(placeholderText="Filter rows")

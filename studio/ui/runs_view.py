@@ -25,12 +25,22 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from accel.events import (
+    Log,
+    Progress,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    StepFinished,
+    StepStarted,
+)
 from studio.fmt import fmt_bytes as _bytes
 from studio.fmt import fmt_speedup, is_noisy
 from studio.report import worst_metric
+from studio.tables import event_parity_passed, step_verdict
 from studio.ui.slots import on_click
+from studio.usecases import typed_event
 
-VERDICT = {"succeeded": "pass", "gate_failed": "FAIL", "failed": "error", "skipped": "skipped"}
 STATUS_COLOR = {
     "succeeded": "#2e9d4a",
     "failed": "#d03030",
@@ -55,7 +65,7 @@ class RunEntry:
     step_label: str = ""
     run_dir: str = ""
     baseline: dict[str, Any] = field(default_factory=dict)
-    steps: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[StepFinished] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
     recipe: dict[str, Any] | None = None
     failed_step: int | None = None  # the step a failed run stopped at
@@ -217,50 +227,37 @@ class RunsView(QWidget):
         e.started = time.time()
         self._render(e)
 
-    def _event(self, job_id: str, ev: dict) -> None:
+    def _event(self, job_id: str, event: dict) -> None:
         e = self.entries.get(job_id)
         if e is None:
             return
-        kind = ev.get("event")
-        if kind == "run_started":
-            e.total = int(ev.get("num_steps") or 0)
-            e.run_dir = ev.get("run_dir", "")
-            e.baseline = ev.get("baseline") or {}
-            e.model = ev.get("model_source", e.model)
-            e.recipe = ev.get("recipe") or e.recipe
-            e.name = (e.recipe or {}).get("name", e.name)
-            self._append(
-                e,
-                f"started on {ev.get('device')}: baseline p50 {fmt(e.baseline.get('latency_p50_ms'))} ms",
-            )
-        elif kind == "step_started":
-            e.step_label = ev.get("pass_name", "")
-            e.step_fraction = 0.0
-            self._append(e, f"step {ev['index'] + 1}: {e.step_label} {ev.get('params') or ''}")
-        elif kind == "progress":
-            e.step_fraction = float(ev.get("fraction") or 0.0)
-            if ev.get("index", -1) < 0:
-                e.step_label = ev.get("message", "preparing")
-        elif kind == "step_finished":
-            e.steps.append(ev)
-            e.done += 1
-            e.step_fraction = 0.0
-            verdict = VERDICT.get(ev.get("status"), ev.get("status"))
-            m = ev.get("metrics") or {}
-            self._append(
-                e,
-                f"step {ev['index'] + 1} {ev['pass_name']}: {verdict}, p50 {fmt(m.get('latency_p50_ms'))} ms, "
-                f"speedup {fmt_speedup(m)}"
-                + (f" (noisy: {_noise_reason(ev)})" if is_noisy(m) else "")
-                + (f" — {ev['error']}" if ev.get("error") else ""),
-            )
-        elif kind == "log":
-            self._append(e, f"{ev.get('level')}: {ev.get('message')}")
-        elif kind == "run_finished" and (ev.get("summary") or {}).get("noise"):
-            self._append(e, f"noisy timing: {ev['summary']['noise']}")
-        elif kind == "run_failed":
-            e.failed_step = ev.get("index")
-            self._append(e, f"run failed: {ev.get('error')}")
+        match typed_event(event):
+            case RunStarted() as ev:
+                e.total, e.run_dir, e.baseline = ev.num_steps, ev.run_dir, ev.baseline
+                e.model = ev.model_source or e.model
+                e.recipe = ev.recipe or e.recipe
+                e.name = (e.recipe or {}).get("name", e.name)
+                p50 = fmt(e.baseline.get("latency_p50_ms"))
+                self._append(e, f"started on {ev.device}: baseline p50 {p50} ms")
+            case StepStarted(index=index, pass_name=pass_name, params=params):
+                e.step_label, e.step_fraction = pass_name, 0.0
+                self._append(e, f"step {index + 1}: {pass_name} {params or ''}")
+            case Progress(index=index, fraction=fraction, message=message):
+                e.step_fraction = fraction
+                if index < 0:
+                    e.step_label = message or "preparing"
+            case StepFinished() as ev:
+                e.steps.append(ev)
+                e.done += 1
+                e.step_fraction = 0.0
+                self._append(e, _step_line(ev))
+            case Log(level=level, message=message):
+                self._append(e, f"{level}: {message}")
+            case RunFinished(summary=summary) if summary.get("noise"):
+                self._append(e, f"noisy timing: {summary['noise']}")
+            case RunFailed(index=index, error=error):
+                e.failed_step = index
+                self._append(e, f"run failed: {error}")
         self._render(e)
 
     def _log(self, job_id: str, rec: dict) -> None:
@@ -360,19 +357,18 @@ class RunsView(QWidget):
                     ]
                 )
             for ev in e.steps:
-                m = ev.get("metrics") or {}
-                parity = ev.get("parity") or {}
+                m = ev.metrics or {}
                 if is_noisy(m):
                     noisy[len(rows)] = _noise_reason(ev)
                 rows.append(
                     [
-                        str(ev["index"] + 1),
-                        ev["pass_name"],
+                        str(ev.index + 1),
+                        ev.pass_name,
                         fmt(m.get("latency_p50_ms")),
                         fmt_speedup(m),
                         _bytes(m.get("size_bytes")),
-                        VERDICT.get(ev.get("status"), ev.get("status")),
-                        worst_metric(parity, ", ") or (ev.get("error") or ""),
+                        _verdict(ev),
+                        worst_metric(ev.parity or {}, ", ") or (ev.error or ""),
                         fmt(m.get("accuracy")),
                     ]
                 )
@@ -447,6 +443,21 @@ def _color(hex_: str):
     return QBrush(QColor(hex_))
 
 
-def _noise_reason(ev: dict) -> str:
-    timing = (ev.get("details") or {}).get("timing") or {}
+def _noise_reason(ev: StepFinished) -> str:
+    timing = (ev.details or {}).get("timing") or {}
     return timing.get("noise_reason") or "timed while the machine was busy"
+
+
+def _verdict(ev: StepFinished) -> str:
+    return step_verdict(ev.status, event_parity_passed(ev.parity), ev.index)
+
+
+def _step_line(ev: StepFinished) -> str:
+    """The log line of a finished step: verdict, latency, speedup, noise, error."""
+    m = ev.metrics or {}
+    return (
+        f"step {ev.index + 1} {ev.pass_name}: {_verdict(ev)}, "
+        f"p50 {fmt(m.get('latency_p50_ms'))} ms, speedup {fmt_speedup(m)}"
+        + (f" (noisy: {_noise_reason(ev)})" if is_noisy(m) else "")
+        + (f" — {ev.error}" if ev.error else "")
+    )

@@ -42,14 +42,16 @@ def test_profile_layers_table_trace_and_json(capsys, tmp_path):
         "type",
         "self",
         "ms",
-        "incl",
+        "incl.",
         "ms",
         "self",
         "%",
         "calls",
         "FLOPs",
         "params",
-    ]
+        "activations",
+        "weights",
+    ]  # the Profile panel's columns (studio.tables), the same in the CLI
     assert set(lines[head + 1]) <= {"-", " "}
     table = []
     for ln in lines[head + 2 :]:
@@ -62,10 +64,8 @@ def test_profile_layers_table_trace_and_json(capsys, tmp_path):
     by_name = {ln.split()[0]: ln.split() for ln in table}
     if "fc1" in by_name:
         assert by_name["fc1"][1] == "Linear"
-        assert by_name["fc1"][-2:] == [
-            "16.78M",
-            "1.05M",
-        ]  # 2*8*1024*1024 FLOPs, 1024*1024+1024 params
+        # 2*8*1024*1024 FLOPs, 1024*1024+1024 params, then activations and weights in bytes
+        assert by_name["fc1"][-6:] == ["16.78M", "1.05M", "32.0", "KiB", "4.0", "MiB"]
     assert "operator" in out and "aten::addmm" in out
     assert json.loads(trace.read_text())["traceEvents"]
     data = json.loads(out_json.read_text())

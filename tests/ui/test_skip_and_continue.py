@@ -72,7 +72,13 @@ def test_a_run_stopped_at_a_failing_step_can_be_rerun_skipping_it(qtbot, state):
     services.bridge.jobStarted.emit("job1", "run_recipe")
     assert not view.btn_rerun_skip.isEnabled()  # running
     services.bridge.jobEvent.emit(
-        "job1", {"event": "run_failed", "error": "step 1 (fp16): boom", "index": 0}
+        "job1",
+        {
+            "event": "run_failed",
+            "error": "step 1 (fp16): boom",
+            "error_type": "RuntimeError",
+            "index": 0,
+        },
     )
     outcome = SimpleNamespace(status="failed", run_id="run1", error="step 1: boom")
     services.bridge.jobFinished.emit("job1", outcome)
@@ -87,7 +93,8 @@ def test_a_run_stopped_at_a_failing_step_can_be_rerun_skipping_it(qtbot, state):
     services.runQueued.emit("job2", "run2")
     view.entries["job2"].recipe = recipe
     services.bridge.jobEvent.emit(
-        "job2", {"event": "run_failed", "error": "no model", "index": None}
+        "job2",
+        {"event": "run_failed", "error": "no model", "error_type": "ModelLoadError", "index": None},
     )
     services.bridge.jobFinished.emit(
         "job2", SimpleNamespace(status="failed", run_id="run2", error="x")

@@ -181,6 +181,7 @@ class _Services(QObject):
 
 
 def test_runs_panel_shows_interval_and_noise(qapp):
+    from accel.events import RunStarted
     from studio.state import AppState
     from studio.ui.runs_view import RunsView
 
@@ -189,18 +190,27 @@ def test_runs_panel_shows_interval_and_noise(qapp):
     services.bridge.jobStarted.emit("j1", "run_recipe")
     services.bridge.jobEvent.emit(
         "j1",
-        {
-            "event": "run_started",
-            "baseline": {"latency_p50_ms": 10.0},
-            "num_steps": 2,
-            "model_source": "zoo:mlp",
-        },
+        RunStarted(
+            run_dir="",
+            model_source="zoo:mlp",
+            model_kind="torch",
+            device="cpu",
+            recipe={"name": "r"},
+            environment={},
+            num_steps=2,
+            baseline={"latency_p50_ms": 10.0},
+        ).to_dict(),  # as the worker sends it
     )
     services.bridge.jobEvent.emit("j1", _step(0, "export_onnx", 2.31, 2.25, 2.38))
     services.bridge.jobEvent.emit("j1", _step(1, "onnxruntime", 1.0, 0.5, 1.6, noisy=True))
     services.bridge.jobEvent.emit(
         "j1",
-        {"event": "run_finished", "status": "succeeded", "summary": {"noise": f"1 of 2: {REASON}"}},
+        {
+            "event": "run_finished",
+            "status": "succeeded",
+            "duration_s": 1.0,
+            "summary": {"noise": f"1 of 2: {REASON}"},
+        },
     )
     view._show_selected()
     t = view.table
