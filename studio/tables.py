@@ -71,7 +71,7 @@ def op_columns(cuda: bool = False) -> list[Column]:
         Column("calls", lambda r: r.calls, str),
         Column("self CPU ms", lambda r: r.self_cpu_ms, fmt_ms, cli=not cuda),
         Column("CPU ms", lambda r: r.cpu_ms, fmt_ms, cli=False),
-        Column("self device ms", lambda r: r.self_device_ms, fmt_ms, cli=cuda),
+        Column("device ms", lambda r: r.self_device_ms, fmt_ms, cli=cuda),
         Column("%", lambda r: 100.0 * r.share, _pct),
         Column("input shapes", lambda r: r.input_shapes, cli_width=48),
     ]

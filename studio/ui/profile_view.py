@@ -290,8 +290,10 @@ class ProfileView(QWidget):
             for view in (self.layers, self.ops):
                 view.setColumnWidth(0, 190)
                 view.setColumnWidth(1, 110)
+                fm = view.horizontalHeader().fontMetrics()
                 for c in range(2, view.model().columnCount() - 1):
-                    view.setColumnWidth(c, 78)
+                    title = str(view.model().headerData(c, Qt.Orientation.Horizontal))
+                    view.setColumnWidth(c, max(78, fm.horizontalAdvance(title) + 26))
         self.export_btn.setEnabled(bool(prof.trace_path))
         flops = f", {_fmt_count(prof.total_flops)}FLOPs" if prof.total_flops else ""
         cov = f", coverage {100 * prof.coverage:.0f} %" if prof.coverage else ""
