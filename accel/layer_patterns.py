@@ -53,6 +53,16 @@ def match(
     return matched, [p for p in patterns if p not in used]
 
 
+def module_layers(module: Any) -> list[tuple[str, str]]:
+    """(name, type name) of every submodule of a torch ``module`` (the root left out): what
+    the patterns select from, and what accel.plan checks layer lists against. Empty for an
+    object without ``named_modules``."""
+    named = getattr(module, "named_modules", None)
+    if named is None:
+        return []
+    return [(n, type(m).__name__) for n, m in named() if n]
+
+
 def filter_fn(patterns: Sequence[str]) -> Callable[[Any, str], bool]:
     """A torchao-style ``filter_fn(module, fqn)``: true for the modules the patterns select."""
     wanted = list(patterns)

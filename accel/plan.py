@@ -7,19 +7,24 @@ with each pass's declared ``Requirements.accepts`` / ``produces``, its device an
 needs. The runner calls it before any work (an impossible order fails the run at once),
 ``studio run --dry-run`` prints it, the search asks ``passes_after(form)`` which passes can
 follow a model of some form, and the GUI's recipe editor asks ``step_problems`` (each step's
-problem, never raising) and ``palette`` (which pass can be added where, or why not)."""
+problem, never raising) and ``palette`` (which pass can be added where, or why not).
+
+Given the loaded torch model's layers (``layers``: (module name, type name) pairs), the plan
+also checks the passes' declared layer lists (``Requirements.layer_lists``: exclude, keep,
+ignore) of the steps that receive the model's original layer names: a pattern that selects
+no layer (a typo) is that step's problem, with the close names."""
 
 from __future__ import annotations
 
 import functools
 import importlib.util
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from accel.errors import RecipeError
-from accel.models.forms import default_form, describe, kind_of, source_form
+from accel.models.forms import EAGER, default_form, describe, kind_of, source_form
 from accel.recipe import Recipe, load_recipe
 
 
@@ -88,20 +93,25 @@ def plan(
     *,
     start_form: str | None = None,
     device: str | None = None,
+    layers: Sequence[tuple[str, str]] | None = None,
 ) -> Plan:
     """The plan of ``recipe`` (never loads the model). ``start_form``: the model's form when
     the caller knows it (a loaded model: accel.models.forms.model_form), else read from the
-    source; ``device`` overrides the recipe's. Order problems are in the Plan (``ok``,
-    ``errors``); an unreadable recipe raises RecipeError."""
+    source; ``device`` overrides the recipe's; ``layers``: the loaded torch model's
+    (module name, type name) pairs (accel.layer_patterns.module_layers), to check the steps'
+    layer patterns (``layer_problems``); without them, a warning says they are checked when
+    the model loads. Order problems are in the Plan (``ok``, ``errors``); an unreadable
+    recipe raises RecipeError."""
     from accel.passes import get_pass
 
     recipe = load_recipe(recipe)
     device = device or recipe.device
     form = start = start_form or source_form(recipe.model.source)
+    bad_layers = layer_problems(recipe.steps, start, layers) if layers is not None else {}
     steps: list[PlannedStep] = []
     for index, step in recipe.enabled_steps():
         cls = get_pass(step.pass_name)
-        problem = step_problem(cls, form, device)
+        problem = step_problem(cls, form, device) or bad_layers.get(index)
         produces = cls.produced_form(form) if form is not None else _known_output(cls)
         steps.append(PlannedStep(index, step.pass_name, step.label, form, produces, problem))
         form = produces
@@ -112,6 +122,13 @@ def plan(
     ]
     if not steps:
         warnings.append("the recipe has no enabled steps")
+    lists = checkable_lists(recipe.steps, start) if layers is None else []
+    checked = [f"step {i + 1} {', '.join(params)}" for i, _, params in lists if params]
+    if checked:
+        warnings.append(
+            f"layer patterns ({'; '.join(checked)}) are checked against the model's layers "
+            "when it loads"
+        )
     if start is None:
         warnings.append(
             "the model's form cannot be told from its source; the first step is checked "
@@ -171,6 +188,65 @@ def forms_along(steps: Any, start_form: str | None) -> list[str | None]:
     return forms
 
 
+def checkable_lists(
+    steps: Any, start_form: str | None
+) -> list[tuple[int, Any, dict[str, list[str]]]]:
+    """(index, pass class, {param: patterns}) of the enabled ``steps`` whose layer lists
+    (``Requirements.layer_lists``, non-empty ones) select from the original torch model's
+    layers: the steps from a plain (eager) torch start up to the first step that changes the
+    model's form or its layer names (``Requirements.keeps_layer_names`` false: quantizers
+    swap modules, compile and exports wrap or rename them). Later steps' patterns may name
+    what those steps made (or ONNX ops): the passes check them when they run."""
+    from accel.errors import PassError
+    from accel.passes import get_pass
+
+    out: list[tuple[int, Any, dict[str, list[str]]]] = []
+    if start_form != EAGER:
+        return out
+    for index, step in enumerate(steps):
+        if not step.enabled:
+            continue
+        try:
+            cls = get_pass(step.pass_name)
+        except PassError:
+            break
+        req = cls.requires
+        if "torch" not in req.model_kinds or cls.form_problem(EAGER) is not None:
+            break  # a step that cannot take the model: its own problem, names unknown after
+        lists = {
+            param: [str(p) for p in patterns]
+            for param in req.layer_lists
+            if isinstance(patterns := step.params.get(param), list) and patterns
+        }
+        out.append((index, cls, lists))
+        if not req.keeps_layer_names or cls.produced_form(EAGER) != EAGER:
+            break
+    return out
+
+
+def layer_problems(
+    steps: Any, start_form: str | None, layers: Sequence[tuple[str, str]]
+) -> dict[int, str]:
+    """Index (in ``steps``) -> why its layer patterns select nothing in ``layers`` (the
+    loaded torch model's (module name, type name) pairs), for the steps ``checkable_lists``
+    names; a pattern is fine when it selects any layer by name, prefix, glob or type name
+    (accel.layer_patterns). The text is the passes' own (close names, what names look like)."""
+    from accel.layer_patterns import match, unmatched_message
+
+    layers = [(n, t) for n, t in layers if n]
+    names = [n for n, _ in layers]
+    out: dict[int, str] = {}
+    for index, cls, lists in checkable_lists(steps, start_form):
+        found = []
+        for param, patterns in lists.items():
+            _, unmatched = match(layers, patterns)
+            if unmatched:
+                found.append(unmatched_message(unmatched, names, f"{param} pattern(s)"))
+        if found:
+            out[index] = f"{cls.name}: " + " ".join(found)
+    return out
+
+
 def passes_after(form: str | None, device: str = "cpu") -> list[tuple[str, str | None]]:
     """Every listed pass as (name, why it cannot follow a model of ``form`` on ``device``
     or None when it can), sorted like ``accel.passes.list_passes``. For the GUI palette and
@@ -188,16 +264,24 @@ def start_form(source: str, kind: str | None = None) -> str:
     return form if form is not None else default_form(kind or "torch")
 
 
-def step_problems(steps: Any, start_form: str | None, device: str) -> list[str | None]:
+def step_problems(
+    steps: Any,
+    start_form: str | None,
+    device: str,
+    layers: Sequence[tuple[str, str]] | None = None,
+) -> list[str | None]:
     """Why each of ``steps`` (accel.recipe.Step, disabled ones included) cannot run where it
     is on ``device`` (None: it can), never raising: an unknown pass or invalid parameters is
-    that step's problem. For editors that show every step's problem at once (the GUI's
-    step list); ``plan`` is the same check for a whole, valid recipe."""
+    that step's problem, and with ``layers`` (the model's (module name, type name) pairs)
+    layer patterns that select nothing (``layer_problems``). For editors that show every
+    step's problem at once (the GUI's step list); ``plan`` is the same check for a whole,
+    valid recipe."""
     from accel.errors import PassError
     from accel.passes import get_pass
 
+    bad_layers = layer_problems(steps, start_form, layers) if layers is not None else {}
     out: list[str | None] = []
-    for step, form in zip(steps, forms_along(steps, start_form), strict=False):
+    for i, (step, form) in enumerate(zip(steps, forms_along(steps, start_form), strict=False)):
         try:
             cls = get_pass(step.pass_name)
         except PassError:
@@ -209,7 +293,7 @@ def step_problems(steps: Any, start_form: str | None, device: str) -> list[str |
                 cls.parse_config(step.params)
             except Exception as exc:  # noqa: BLE001 - the validation message is the problem
                 problem = f"invalid parameters: {_first_error(exc)}"
-        out.append(problem)
+        out.append(problem or bad_layers.get(i))
     return out
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from accel.backends.base import Backend, BenchTarget, ScriptRuntime
 from accel.errors import AccelError
+from accel.layer_patterns import module_layers
 
 if TYPE_CHECKING:
     from accel.models.loaded import LoadedModel
@@ -183,4 +184,7 @@ class TorchBackend(Backend):
                 key = str(p.dtype).removeprefix("torch.")
                 dtypes[key] = dtypes.get(key, 0) + p.numel()
             out["param_dtypes"] = dtypes
+            # (module name, type name) of its layers: editors check layer patterns with them
+            # (accel.plan.step_problems) without loading the model again.
+            out["layers"] = [list(pair) for pair in module_layers(model.module)]
         return out

@@ -36,6 +36,11 @@ log = logging.getLogger(__name__)
 
 CATEGORIES = ("precision", "layout", "compile", "quantize", "prune", "export", "runtime", "test")
 
+# Roles of a pass's layer lists (Requirements.layer_lists): what the listed layers get.
+KEEP_FLOAT = "keep_float"  # they stay in float32 (quantizers' exclude, fp16/bf16 keep)
+SKIP = "skip"  # the pass leaves them alone (prune's ignore: left unpruned)
+LAYER_ROLES = (KEEP_FLOAT, SKIP)
+
 
 class PassConfig(BaseModel):
     """Base of every pass config: frozen, unknown keys are errors."""
@@ -47,7 +52,13 @@ class PassConfig(BaseModel):
 class Requirements:
     """What a pass needs. ``accepts``: the model forms it takes (accel.models.forms; empty:
     every form of ``model_kinds``); ``produces``: the form it returns (None: the form it
-    received, or the pass's ``output_kind``). accel.plan checks step orders with them."""
+    received, or the pass's ``output_kind``). accel.plan checks step orders with them.
+    ``layer_lists``: its parameters that are layer lists (accel.layer_patterns) -> their role
+    (KEEP_FLOAT or SKIP), so the plan checks their patterns against the model's layers and
+    recipe edits ("keep in float") find them without guessing from field names.
+    ``keeps_layer_names``: the torch module it returns names its layers as the one it got,
+    types unchanged (layers may go: fold_batchnorm), so later steps' patterns can be checked
+    against the original model's layers."""
 
     model_kinds: tuple[str, ...] = ("torch",)
     cuda: bool = False
@@ -55,6 +66,17 @@ class Requirements:
     note: str = ""
     accepts: tuple[str, ...] = ()
     produces: str | None = None
+    layer_lists: dict[str, str] = field(default_factory=dict, hash=False)
+    keeps_layer_names: bool = False
+
+    def __post_init__(self) -> None:
+        bad = {k: v for k, v in self.layer_lists.items() if v not in LAYER_ROLES}
+        if bad:
+            raise ValueError(f"layer_lists roles {bad} not in {LAYER_ROLES}")
+
+    def lists_of(self, role: str) -> list[str]:
+        """The names of the layer-list parameters of ``role``."""
+        return [name for name, r in self.layer_lists.items() if r == role]
 
     def accepted_forms(self) -> tuple[str, ...]:
         return self.accepts or forms_of(self.model_kinds)
@@ -67,6 +89,8 @@ class Requirements:
             "note": self.note,
             "accepts": list(self.accepted_forms()),
             "produces": self.produces,
+            "layer_lists": dict(self.layer_lists),
+            "keeps_layer_names": self.keeps_layer_names,
         }
 
 

@@ -35,6 +35,7 @@ class FoldBatchNorm(Pass):
         model_kinds=("torch",),
         note="for models with Conv + BatchNorm (inference only)",
         accepts=(EAGER, EXPORTED),
+        keeps_layer_names=True,  # a folded BatchNorm stays as an nn.Identity of its name
     )
 
     def apply(

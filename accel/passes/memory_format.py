@@ -39,6 +39,7 @@ class ChannelsLast(Pass):
         model_kinds=("torch",),
         note="useful for models with 2-D convolutions",
         accepts=(EAGER, COMPILED, SCRIPTED, EXPORTED),
+        keeps_layer_names=True,
     )
 
     def apply(

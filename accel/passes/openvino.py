@@ -20,6 +20,7 @@ from pydantic import Field
 from accel.errors import PassError
 from accel.layer_patterns import PATTERN_HELP
 from accel.passes.base import (
+    KEEP_FLOAT,
     STAGE_LOWER,
     STAGE_RUNTIME_NUMERIC,
     Choice,
@@ -406,6 +407,7 @@ class QuantizeOpenVinoPass(Pass):
         model_kinds=("openvino",),
         libraries=("openvino", "nncf"),
         note="calibrates on the recipe's data; accuracy control with data.eval",
+        layer_lists={"exclude": KEEP_FLOAT},
     )
     search = SearchSpec(
         stage=STAGE_RUNTIME_NUMERIC,

@@ -10,6 +10,7 @@ from pydantic import Field
 from accel.layer_patterns import PATTERN_HELP
 from accel.models.forms import COMPILED, EAGER, EXPORTED
 from accel.passes.base import (
+    KEEP_FLOAT,
     STAGE_NUMERIC,
     Choice,
     Pass,
@@ -103,7 +104,12 @@ class _LowPrecision(Pass):
     dtype: str = "float32"
     category = "precision"
     Config = LowPrecisionConfig
-    requires = Requirements(model_kinds=("torch",), accepts=(EAGER,))
+    requires = Requirements(
+        model_kinds=("torch",),
+        accepts=(EAGER,),
+        layer_lists={"keep": KEEP_FLOAT},
+        keeps_layer_names=True,
+    )
 
     def apply(
         self, model: LoadedModel, config: LowPrecisionConfig, ctx: PassContext

@@ -17,6 +17,7 @@ from pydantic import Field
 from accel.layer_patterns import PATTERN_HELP
 from accel.models.forms import EAGER
 from accel.passes.base import (
+    SKIP,
     STAGE_PRUNE,
     FloatRange,
     Pass,
@@ -239,6 +240,8 @@ class PruneChannels(Pass):
         libraries=("torch_pruning",),
         note="eager nn.Module (not TorchScript)",
         accepts=(EAGER,),
+        layer_lists={"ignore": SKIP},
+        keeps_layer_names=True,
     )
 
     def preflight(self, model: LoadedModel, config: PruneChannelsConfig) -> None:
@@ -399,6 +402,8 @@ class PruneUnstructured(Pass):
         model_kinds=("torch",),
         note="dense kernels do not get faster from zeros",
         accepts=(EAGER,),
+        layer_lists={"ignore": SKIP},
+        keeps_layer_names=True,
     )
 
     def apply(
@@ -469,6 +474,8 @@ class Sparsity24(Pass):
         libraries=("torchao",),
         note="NVIDIA GPU with sparse tensor cores (Ampere or newer)",
         accepts=(EAGER,),
+        layer_lists={"ignore": SKIP},
+        keeps_layer_names=True,
     )
 
     def apply(self, model: LoadedModel, config: Sparsity24Config, ctx: PassContext) -> LoadedModel:

@@ -25,6 +25,7 @@ from pydantic import Field
 
 from accel.layer_patterns import PATTERN_HELP
 from accel.passes.base import (
+    KEEP_FLOAT,
     STAGE_RUNTIME_NUMERIC,
     Choice,
     Pass,
@@ -275,7 +276,11 @@ def _script_helpers() -> list[Any]:
 
 class _QuantizeOnnx(Pass):
     category = "quantize"
-    requires = Requirements(model_kinds=("onnx",), libraries=("onnxruntime", "onnx"))
+    requires = Requirements(
+        model_kinds=("onnx",),
+        libraries=("onnxruntime", "onnx"),
+        layer_lists={"exclude": KEEP_FLOAT},
+    )
     mode = "dynamic"
 
     def _out_name(self, config: Any) -> str:

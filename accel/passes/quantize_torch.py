@@ -23,6 +23,7 @@ from accel.errors import NotApplicable, PassError
 from accel.layer_patterns import PATTERN_HELP, unmatched_message
 from accel.models.forms import EAGER
 from accel.passes.base import (
+    KEEP_FLOAT,
     STAGE_NUMERIC,
     Choice,
     Pass,
@@ -198,6 +199,7 @@ class QuantizeDynamicInt8(Pass):
         libraries=("torchao",),
         note="speeds up Linear/LSTM-heavy models on CPU",
         accepts=(EAGER,),
+        layer_lists={"exclude": KEEP_FLOAT},
     )
 
     def _backend(self, config: DynamicInt8Config, module: Any, device: str) -> str:
@@ -325,7 +327,11 @@ class QuantizeWeightOnly(Pass):
     layer_types = ("Linear",)  # what it quantizes (sensitivity analysis, exclude)
     layer_local = True  # quantizing a layer does not depend on the others (sensitivity)
     requires = Requirements(
-        model_kinds=("torch",), libraries=("torchao",), note="Linear layers", accepts=(EAGER,)
+        model_kinds=("torch",),
+        libraries=("torchao",),
+        note="Linear layers",
+        accepts=(EAGER,),
+        layer_lists={"exclude": KEEP_FLOAT},
     )
 
     @staticmethod
@@ -439,6 +445,7 @@ class QuantizeStaticInt8(Pass):
         libraries=("torchao",),
         note="needs a torch.export-able model; int8 kernels after torch.compile, q/dq reference ops in eager",
         accepts=(EAGER,),
+        layer_lists={"exclude": KEEP_FLOAT},
     )
 
     def apply(self, model: LoadedModel, config: StaticInt8Config, ctx: PassContext) -> LoadedModel:
@@ -573,6 +580,7 @@ class QuantizationAwareTraining(Pass):
         libraries=("torchao",),
         note="trains the model for `steps` steps",
         accepts=(EAGER,),
+        layer_lists={"exclude": KEEP_FLOAT},
     )
 
     def preflight(self, model: LoadedModel, config: QATConfigModel) -> None:

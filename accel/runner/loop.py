@@ -1,6 +1,7 @@
-"""The run loop: prepare, check the plan (accel.plan), load the original and its baseline,
-then per step apply the pass (accel.runner.steps), evaluate it (accel.runner.evaluate),
-save what it leaves (accel.runner.artifacts) and report through events."""
+"""The run loop: prepare, check the plan (accel.plan), load the original, check the steps'
+layer patterns against its layers, take its baseline, then per step apply the pass
+(accel.runner.steps), evaluate it (accel.runner.evaluate), save what it leaves
+(accel.runner.artifacts) and report through events."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from accel.events import (
     StepFinished,
     StepStarted,
 )
+from accel.layer_patterns import module_layers
+from accel.models.forms import model_form
 from accel.plan import PlanError, plan
 from accel.recipe import Recipe, Step
 from accel.runner.artifacts import save_step_model, step_artifacts
@@ -105,6 +108,8 @@ class _Run:
             if recipe.model.trust_pickle and not trust_pickle:
                 emit(Log(level="warning", message=RECIPE_TRUST_PICKLE_IGNORED))
             orig = load_original(recipe, trust_pickle, trusted_source)
+            if (bad_patterns := self._check_layers(orig)) is not None:
+                return bad_patterns
             not_applicable = preflight(recipe.enabled_steps(), orig.model)
             if not_applicable and recipe.on_step_error == "stop":
                 index, why = next(iter(not_applicable.items()))
@@ -164,6 +169,18 @@ class _Run:
         summary = run_summary(self.result)
         emit(RunFinished(status="succeeded", duration_s=self.result.duration_s, summary=summary))
         return self.result
+
+    def _check_layers(self, orig: Original) -> RunResult | None:
+        """The steps' layer patterns (exclude, keep, ignore) against the loaded torch model's
+        layers, before the baseline: a typo fails the run now with the close names (the
+        failed result), not after minutes of benchmarking; None when they select layers (or
+        with on_step_error: skip, where such a step fails when it comes and is skipped)."""
+        model = orig.model
+        if self.recipe.on_step_error != "stop" or model.kind != "torch":
+            return None
+        layers = module_layers(model.module)
+        planned = plan(self.recipe, start_form=model_form(model), layers=layers)
+        return None if planned.ok else self.fail(PlanError(planned), None)
 
     def _started(self, orig: Original, baseline: Baseline) -> None:
         self.emit(

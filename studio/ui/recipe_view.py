@@ -246,7 +246,7 @@ class RecipeView(RecipeEditsMixin, QWidget):
             row = self.steps.currentRow()
             self.steps.clear()
             start = self._start_form()
-            step_why = step_problems(recipe.steps, start, recipe.device)  # accel.plan
+            step_why = step_problems(recipe.steps, start, recipe.device, self._layers())
             problems = []
             warnings = step_warnings(recipe.steps, recipe.device)
             for i, step in enumerate(recipe.steps):
@@ -322,6 +322,15 @@ class RecipeView(RecipeEditsMixin, QWidget):
         """The loaded model's form (accel.plan.start_form: from its source or kind)."""
         info = self.state.model_info or {}
         return start_form(self.state.recipe.model.source, info.get("kind"))
+
+    def _layers(self) -> list[tuple[str, str]] | None:
+        """The opened model's (module name, type name) pairs, which the inspect job read in
+        its worker (model_info "layers"), when the recipe is for that model; None: unknown
+        (no layer patterns are checked then)."""
+        layers = (self.state.model_info or {}).get("layers")
+        if not layers or self.state.model_source != self.state.recipe.model.source:
+            return None
+        return [(str(name), str(type_name)) for name, type_name in layers]
 
     def _update_palette(self, start_form: str | None) -> None:
         """Enable the passes accel.plan can place in the recipe; a disabled one shows why."""

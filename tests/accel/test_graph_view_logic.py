@@ -103,17 +103,44 @@ def test_details_of_a_leaf_module_box_show_the_op_and_its_shapes():
     assert dict(group.rows)["Ops"] == "2" and "open" in dict(group.rows)["Group"]
 
 
-def test_keep_in_float_edits_the_fitting_quantization_step_or_adds_one():
+def test_keep_in_float_edits_every_fitting_step_or_adds_one():
     steps = [{"pass": "bf16"}, {"pass": "quantize_dynamic_int8"}]
     r = Recipe.model_validate({"model": {"source": "zoo:mlp"}, "steps": steps})
     edit = keep_in_float(r, "torch", ["fc"])
-    assert edit.index == 1 and edit.recipe.steps[1].params["exclude"] == ["fc"]
+    # The quantizer's exclude and bf16's keep: both declared keep-in-float lists.
+    assert edit.indices == (0, 1) and edit.index == 0
+    assert edit.recipe.steps[0].params["keep"] == ["fc"]
+    assert edit.recipe.steps[1].params["exclude"] == ["fc"]
+    assert "step 1: bf16" in edit.message and "step 2: quantize_dynamic_int8" in edit.message
     again = keep_in_float(edit.recipe, "torch", ["fc", "head"])
     assert again.recipe.steps[1].params["exclude"] == ["fc", "head"]
-    # An ONNX model: the torch quantizer does not take node names; a fitting step is added.
+    assert again.recipe.steps[0].params["keep"] == ["fc", "head"]
+    # An ONNX model: the torch steps do not take node names; a fitting step is added.
     onnx = keep_in_float(r, "onnx", ["/fc/Gemm"])
-    assert onnx.index == 2
+    assert onnx.index == 2 and onnx.indices == (2,)
     added = onnx.recipe.steps[2]
     assert added.params["exclude"] == ["/fc/Gemm"] and "onnx" in added.pass_name
     with pytest.raises(ValueError, match="pick a layer"):
         keep_in_float(r, "torch", [])
+
+
+def test_keep_in_float_on_a_bf16_step_sets_its_keep_list():
+    r = Recipe.model_validate({"model": {"source": "zoo:mlp"}, "steps": [{"pass": "bf16"}]})
+    edit = keep_in_float(r, "torch", ["fc1"], where="fc1")
+    assert len(edit.recipe.steps) == 1 and edit.recipe.steps[0].params["keep"] == ["fc1"]
+    assert edit.message == "fc1 kept in float (step 1: bf16)"
+
+
+def test_keep_in_float_leaves_steps_after_an_export_and_other_lists_alone():
+    steps = [
+        {"pass": "prune_unstructured", "params": {"ignore": ["fc2"]}},
+        {"pass": "fp16"},
+        {"pass": "export_onnx"},
+        {"pass": "quantize_onnx_static"},
+    ]
+    r = Recipe.model_validate({"model": {"source": "zoo:mlp"}, "steps": steps})
+    edit = keep_in_float(r, "torch", ["fc1"])
+    assert edit.indices == (1,)
+    assert edit.recipe.steps[0].params == {"ignore": ["fc2"]}  # prune's list is not float
+    assert edit.recipe.steps[1].params["keep"] == ["fc1"]
+    assert "exclude" not in edit.recipe.steps[3].params  # receives an ONNX model there

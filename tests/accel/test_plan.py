@@ -184,3 +184,89 @@ def test_placement_appends_inserts_before_the_export_or_says_why_not():
     assert [p.pass_name for p in palette(steps, EAGER, "cpu")] == [
         name for name, _ in passes_after(ONNX)
     ]
+
+
+MLP_LAYERS = [
+    ("fc1", "Linear"), ("act1", "ReLU"), ("fc2", "Linear"), ("act2", "ReLU"), ("fc3", "Linear")
+]  # fmt: skip
+
+
+def _step(pass_name, **params):
+    return {"pass": pass_name, "params": params}
+
+
+def test_a_typo_in_a_layer_list_is_the_steps_problem_with_close_names():
+    r = _recipe()
+    r["steps"] = [_step("quantize_dynamic_int8", exclude=["fc9", "fc1"])]
+    p = plan(r, layers=MLP_LAYERS)
+    assert not p.ok and p.steps[0].problem.startswith("quantize_dynamic_int8: exclude pattern")
+    assert "['fc9']" in p.steps[0].problem and "Close names: fc1, fc2, fc3" in p.steps[0].problem
+    with pytest.raises(PlanError, match="step 1 .*fc9"):
+        check(r, layers=MLP_LAYERS)
+    # Without the layers nothing is checked; the plan says when it will be.
+    quiet = plan(r)
+    assert quiet.ok and any("step 1 exclude" in w and "when it loads" in w for w in quiet.warnings)
+
+
+def test_type_names_prefixes_and_globs_select_layers():
+    r = _recipe()
+    r["steps"] = [
+        _step("prune_unstructured", ignore=["fc*"]),
+        _step("bf16", keep=["Linear"]),
+        _step("quantize_dynamic_int8", exclude=["fc3", "act2"]),
+    ]
+    p = plan(r, layers=MLP_LAYERS)
+    assert p.ok, p.errors
+    assert not any("when it loads" in w for w in p.warnings)
+
+
+def test_only_steps_on_the_original_layer_names_are_checked():
+    from accel.plan import layer_problems
+    from accel.recipe import Step
+
+    r = _recipe()
+    # quantize_dynamic_int8 swaps modules: bf16 after it names layers the plan cannot know.
+    r["steps"] = [_step("quantize_dynamic_int8", exclude=["fc1"]), _step("bf16", keep=["nope"])]
+    assert plan(r, layers=MLP_LAYERS).ok
+    # ONNX patterns can be op types or node names: an ONNX quantizer is never checked here.
+    r["steps"] = [{"pass": "export_onnx"}, _step("quantize_onnx_dynamic", exclude=["Gather"])]
+    assert plan(r, layers=MLP_LAYERS).ok
+    # A pass that keeps names (prune) does not stop the check of the steps after it.
+    r["steps"] = [_step("prune_unstructured"), _step("fp16", keep=["fc0"])]
+    p = plan(r, layers=MLP_LAYERS)
+    assert [s.problem is None for s in p.steps] == [True, False] and "keep pattern" in p.errors[0]
+    # A model that does not start as a plain torch module: nothing is checked.
+    steps = [Step.model_validate(s) for s in r["steps"]]
+    assert layer_problems(steps, SCRIPTED, MLP_LAYERS) == {}
+    assert list(layer_problems(steps, EAGER, MLP_LAYERS)) == [1]
+
+
+def test_step_problems_checks_layer_lists_when_given():
+    from accel.plan import step_problems
+    from accel.recipe import Step
+
+    steps = [
+        Step.model_validate(_step("fp16", keep=["fc1"])),
+        Step.model_validate(_step("quantize_static_int8", exclude=["fc_1"])),
+    ]
+    assert step_problems(steps, EAGER, "cpu") == [None, None]
+    problems = step_problems(steps, EAGER, "cpu", layers=MLP_LAYERS)
+    assert problems[0] is None and "exclude pattern(s) ['fc_1']" in problems[1]
+    assert "fc1" in problems[1].split("Close names:")[1]
+
+
+def test_runner_fails_on_a_typo_before_the_baseline(tmp_path, monkeypatch):
+    import accel.runner.loop as loop
+    from accel.runner import run_recipe
+
+    def no_baseline(*a, **k):
+        raise AssertionError("the baseline ran")
+
+    monkeypatch.setattr(loop, "evaluate_baseline", no_baseline)
+    r = _recipe()
+    r["steps"] = [_step("fold_batchnorm"), _step("quantize_dynamic_int8", exclude=["fc_2"])]
+    events = []
+    res = run_recipe(r, on_event=events.append, out_dir=tmp_path / "run")
+    assert res.status == "failed" and "step 2 (quantize_dynamic_int8)" in res.error
+    assert "['fc_2']" in res.error and "Close names:" in res.error and "fc2" in res.error
+    assert events[-1].kind == "run_failed"

@@ -54,3 +54,24 @@ def test_unknown_pass_suggests_close_names():
 
     with pytest.raises(PassError, match="Did you mean channels_last"):
         get_pass("channel_last")
+
+
+@pytest.mark.parametrize("cls", list_passes(include_test=True), ids=lambda c: c.name)
+def test_layer_lists_are_declared(cls):
+    """Every parameter written in the layer-pattern language (its description ends with
+    PATTERN_HELP) is declared in ``requires.layer_lists`` with a role, and only those."""
+    from accel.layer_patterns import PATTERN_HELP
+    from accel.passes.base import LAYER_ROLES
+
+    fields = cls.Config.model_fields
+    patterned = {n for n, f in fields.items() if PATTERN_HELP in (f.description or "")}
+    assert set(cls.requires.layer_lists) == patterned
+    assert set(cls.requires.layer_lists.values()) <= set(LAYER_ROLES)
+    assert cls.describe()["requires"]["layer_lists"] == cls.requires.layer_lists
+
+
+def test_an_unknown_layer_list_role_is_refused():
+    from accel.passes.base import Requirements
+
+    with pytest.raises(ValueError, match="roles"):
+        Requirements(layer_lists={"exclude": "float"})

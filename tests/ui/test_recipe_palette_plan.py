@@ -66,3 +66,21 @@ def test_step_problems_are_the_plans(panel):
     reason = dict(passes_after("eager", state.recipe.device))["onnxruntime"]
     assert view.steps.item(0).toolTip() == reason
     assert not view.btn_run.isEnabled() and f"step 1: {reason}" in view.problem.text()
+
+
+def test_a_typo_in_a_layer_list_is_shown_with_the_opened_models_layers(panel):
+    state, view = panel
+    step = Step.model_validate({"pass": "quantize_dynamic_int8", "params": {"exclude": ["fc_1"]}})
+    state.update_steps([step])
+    # No layers known (e.g. a cached model info from before): nothing to check.
+    assert view.steps.item(0).toolTip() != "" and "fc_1" not in view.steps.item(0).toolTip()
+    layers = [["fc1", "Linear"], ["act1", "ReLU"], ["fc2", "Linear"]]
+    state.set_model("zoo:mlp", {"kind": "torch", "layers": layers})
+    state.update_steps([step])
+    tip = view.steps.item(0).toolTip()
+    assert "exclude pattern(s) ['fc_1']" in tip and "Close names: act1, fc1, fc2" in tip
+    assert not view.btn_run.isEnabled() and "step 1:" in view.problem.text()
+    # Layers of another model than the recipe's: not used.
+    model = state.recipe.model.model_copy(update={"source": "zoo:lstm"})
+    state.set_recipe(state.recipe.model_copy(update={"model": model}))
+    assert "fc_1" not in view.steps.item(0).toolTip()

@@ -159,7 +159,10 @@ class SelectionMixin:
                 "Keep in float (exclude from quantization)",
                 lambda: self.keep_in_float(path, names),
             )
-            act.setToolTip("Adds this module to the quantization step's exclude list")
+            act.setToolTip(
+                "Adds this module to the recipe steps that keep layers in float "
+                "(quantization exclude, fp16/bf16 keep), or adds a quantization step"
+            )
         menu.addAction("Copy module path", lambda: QGuiApplication.clipboard().setText(path))
         if node.op != "group":
             name = node.name or node.id
