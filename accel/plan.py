@@ -211,7 +211,7 @@ def checkable_lists(
         except PassError:
             break
         req = cls.requires
-        if "torch" not in req.model_kinds or cls.form_problem(EAGER) is not None:
+        if cls.form_problem(EAGER) is not None:
             break  # a step that cannot take the model: its own problem, names unknown after
         lists = {
             param: [str(p) for p in patterns]

@@ -23,7 +23,7 @@ from accel.events import (
     StepStarted,
 )
 from accel.layer_patterns import module_layers
-from accel.models.forms import model_form
+from accel.models.forms import EAGER, model_form
 from accel.plan import PlanError, plan
 from accel.recipe import Recipe, Step
 from accel.runner.artifacts import save_step_model, step_artifacts
@@ -176,10 +176,10 @@ class _Run:
         failed result), not after minutes of benchmarking; None when they select layers (or
         with on_step_error: skip, where such a step fails when it comes and is skipped)."""
         model = orig.model
-        if self.recipe.on_step_error != "stop" or model.kind != "torch":
-            return None
-        layers = module_layers(model.module)
-        planned = plan(self.recipe, start_form=model_form(model), layers=layers)
+        form = model_form(model)
+        if self.recipe.on_step_error != "stop" or form != EAGER:
+            return None  # only an eager torch model's layer names are the recipe's names
+        planned = plan(self.recipe, start_form=form, layers=module_layers(model.module))
         return None if planned.ok else self.fail(PlanError(planned), None)
 
     def _started(self, orig: Original, baseline: Baseline) -> None:
