@@ -164,6 +164,9 @@ def test_ctrl_c_cancels_and_records_cancelled(tmp_path):
         "run",
         str(_recipe(tmp_path, "slow")),
         env_extra={"ACCEL_STUDIO_PLUGINS": FAULT_PASSES},
+        # Ctrl-C as a terminal sends it: a test run started in the background by a
+        # non-interactive shell ignores SIGINT, and a child would inherit that.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     repo = Repository.open(db)
     deadline = time.monotonic() + 120
