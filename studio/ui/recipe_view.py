@@ -307,7 +307,10 @@ class RecipeView(RecipeEditsMixin, QWidget):
     def _update_run_button(self, *_: Any) -> None:
         recipe = self.state.recipe
         problems = list(getattr(self, "_recipe_problems", [])) + self.form_problems()
-        self.problem.setText("\n".join(problems))
+        # The banner keeps each problem to what to change (a layer-pattern typo's close
+        # names); the sample of names and the pattern help are in its tooltip.
+        self.problem.setText("\n".join(_banner_line(p) for p in problems))
+        self.problem.setToolTip("\n\n".join(problems))
         self.problem.setVisible(bool(problems))
         self.btn_run.setEnabled(bool(recipe.enabled_steps()) and not problems)
         if problems:
@@ -429,3 +432,10 @@ def _scroll(w: QWidget) -> QScrollArea:
     s.setWidgetResizable(True)
     s.setWidget(w)
     return s
+
+
+def _banner_line(problem: str) -> str:
+    """``problem`` up to the sample of names that accel.layer_patterns adds ("Names look
+    like: ..."); other problems are shown whole."""
+    head, sep, _ = problem.partition(" Names look like:")
+    return head + (" (hover for the layer names)" if sep else "")

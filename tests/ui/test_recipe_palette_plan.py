@@ -80,6 +80,10 @@ def test_a_typo_in_a_layer_list_is_shown_with_the_opened_models_layers(panel):
     tip = view.steps.item(0).toolTip()
     assert "exclude pattern(s) ['fc_1']" in tip and "Close names: act1, fc1, fc2" in tip
     assert not view.btn_run.isEnabled() and "step 1:" in view.problem.text()
+    # The banner keeps what to change; the sample of names is in its tooltip.
+    banner = view.problem.text()
+    assert "Close names: act1, fc1, fc2" in banner and "Names look like" not in banner
+    assert "Names look like: fc1, act1, fc2" in view.problem.toolTip()
     # Layers of another model than the recipe's: not used.
     model = state.recipe.model.model_copy(update={"source": "zoo:lstm"})
     state.set_recipe(state.recipe.model_copy(update={"model": model}))
