@@ -135,7 +135,9 @@ def measure(art: dict, spec: object, args: argparse.Namespace, clients: list[int
         print(
             f"   {n:3d} clients: {t_dyn:8.1f} vs {t_nob:8.1f} req/s = {t_dyn / t_nob:5.2f}x "
             f"with dynamic batching (rounds: {ratios}); p99 {med(p.p99_ms for p in dyn):8.2f} ms "
-            f"(dynamic) / {med(p.p99_ms for p in nob):8.2f} ms (none); errors "
+            f"(dynamic) / {med(p.p99_ms for p in nob):8.2f} ms (none); batches "
+            + "/".join("-" if p.avg_batch is None else f"{p.avg_batch:.1f}" for p in dyn)
+            + "; errors "
             f"{sum(p.errors for p in dyn + nob)}"
         )
     direct = med(rp.direct_p50_ms for rp in reports)

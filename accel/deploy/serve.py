@@ -5,9 +5,10 @@ and concurrent clients load it, with and without dynamic batching.
 picks ``dynamic_batching`` from it (``accel.deploy.triton.choose_batching``), then for each
 mode starts the Triton server bound to 127.0.0.1, sends single-sample requests from
 ``clients`` threads (each request count and the whole test bounded in time), and stops the
-server, also on Ctrl-C and when ``cancel()`` turns true. Results: p50/p99 latency and
-throughput per client count and mode, and the served path's overhead over a direct call at
-one client (both timed in alternation while the server is up).
+server, also on Ctrl-C and when ``cancel()`` turns true. Results: p50/p99 latency,
+throughput and the batches Triton formed (requests per model execution, read from its metrics
+endpoint) per client count and mode, and the served path's overhead over a direct call at one
+client (both timed in alternation while the server is up).
 
 The clients run in a separate process by default: PyTriton runs the model in this process,
 and client threads here would compete with it for the GIL — more so with dynamic batching,
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.deploy.triton import (
+    WAIT_GAIN,
     DeployError,
     batch_spec,
     batch_sweep,
@@ -52,6 +54,9 @@ class LoadPoint:
     p50_ms: float
     p99_ms: float
     throughput: float  # requests (= samples) per second
+    # Requests per model execution, from Triton's metrics (None where they could not be read):
+    # the batches the dynamic batcher actually formed (1.0 without batching).
+    avg_batch: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -346,8 +351,9 @@ def _serving(
     port: int | None,
     instances: int,
     log_dir: str,
-) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Triton serving the model in ``mode`` on 127.0.0.1; yields (gRPC url, one request).
+) -> Iterator[tuple[str, dict[str, Any], str]]:
+    """Triton serving the model in ``mode`` on 127.0.0.1; yields (gRPC url, one request,
+    metrics url).
     The server stops when the block ends, whatever ends it."""
     import numpy as np
     from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
@@ -405,7 +411,43 @@ def _serving(
             raise DeployError(f"Triton did not start: {type(exc).__name__}: {exc}\n{tail}") from exc
         # A batching model takes one sample; without batching the whole batch-1 tensor.
         request = {k: v[0] for k, v in plan.feeds.items()} if batching else plan.feeds
-        yield f"grpc://127.0.0.1:{ports[1]}", request
+        yield f"grpc://127.0.0.1:{ports[1]}", request, f"http://127.0.0.1:{ports[2]}/metrics"
+
+
+def batch_counts(metrics_text: str, model: str = "model") -> tuple[float, float] | None:
+    """(requests, model executions) of ``model`` from Triton's Prometheus metrics text (its
+    ``nv_inference_count`` and ``nv_inference_exec_count`` counters), None when absent."""
+    found: dict[str, float] = {}
+    for line in metrics_text.splitlines():
+        name, _, rest = line.partition("{")
+        if name not in ("nv_inference_count", "nv_inference_exec_count"):
+            continue
+        labels, _, value = rest.partition("}")
+        if f'model="{model}"' not in labels.split(","):
+            continue
+        with contextlib.suppress(ValueError):
+            found[name] = found.get(name, 0.0) + float(value.strip())
+    if len(found) < 2:
+        return None
+    return found["nv_inference_count"], found["nv_inference_exec_count"]
+
+
+def _batch_counts(metrics_url: str) -> tuple[float, float] | None:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(metrics_url, timeout=5) as resp:  # noqa: S310 - loopback
+            return batch_counts(resp.read().decode("utf-8", "replace"))
+    except OSError:
+        return None
+
+
+def _avg_batch(
+    before: tuple[float, float] | None, after: tuple[float, float] | None
+) -> float | None:
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
 
 
 def _read(path: Path | None) -> str:
@@ -415,7 +457,14 @@ def _read(path: Path | None) -> str:
         return ""
 
 
-def _point(mode: str, clients: int, lat: list[float], errors: int, wall: float) -> LoadPoint:
+def _point(
+    mode: str,
+    clients: int,
+    lat: list[float],
+    errors: int,
+    wall: float,
+    avg_batch: float | None = None,
+) -> LoadPoint:
     return LoadPoint(
         mode=mode,
         clients=clients,
@@ -424,6 +473,7 @@ def _point(mode: str, clients: int, lat: list[float], errors: int, wall: float) 
         p50_ms=statistics.median(lat) * 1e3 if lat else float("nan"),
         p99_ms=_percentile(lat, 0.99) * 1e3,
         throughput=len(lat) / wall if wall > 0 else 0.0,
+        avg_batch=avg_batch,
     )
 
 
@@ -451,10 +501,11 @@ def serve_test(
         raise Cancelled("serve test cancelled")
     progress(0.0, "batch sweep")
     plan = _plan(runtime, spec, batches, log)
-    if plan.report.sweep_gain < 1.1:  # choose_batching's own threshold
+    if plan.report.sweep_gain < WAIT_GAIN:  # choose_batching's own threshold
         log(
             f"the direct sweep gains {plan.report.sweep_gain:.2f}x at best over batch 1: "
-            "dynamic batching has little to win for this model on this machine"
+            "the dynamic batcher batches the requests already queued and holds none back "
+            "(no preferred sizes, max queue delay 0)"
         )
     _python_lib_env()
     if port is not None:
@@ -466,23 +517,26 @@ def serve_test(
         progress(0.1 + 0.9 * done / steps, f"starting Triton ({mode})")
         with (
             tempfile.TemporaryDirectory(prefix="accel-triton-") as logs,
-            _serving(runtime, spec, plan, mode, port, instances, logs) as (url, request),
+            _serving(runtime, spec, plan, mode, port, instances, logs) as (url, request, metrics),
         ):
             for n in clients:
                 if cancel():
                     raise Cancelled("serve test cancelled")
                 progress(0.1 + 0.9 * done / steps, f"{mode}: {n} client(s)")
                 args = (url, request, n, duration_s, max_requests)
+                counts = _batch_counts(metrics)
                 if client_process:
                     lat, errors, wall = _load_in_process(args, cancel, duration_s + 120)
                 else:
                     lat, errors, wall = client_load(*args, cancel=cancel)
-                point = _point(mode, n, lat, errors, wall)
+                batch = _avg_batch(counts, _batch_counts(metrics))
+                point = _point(mode, n, lat, errors, wall, batch)
                 plan.report.load.append(point)
                 done += 1
                 log(
                     f"{mode:16s} {n:3d} clients: {point.throughput:9.1f} req/s, "
                     f"p50 {point.p50_ms:7.2f} ms, p99 {point.p99_ms:7.2f} ms"
+                    + (f", {batch:.2f} requests per batch" if batch is not None else "")
                     + (f", {errors} errors" if errors else "")
                 )
             if mode == "no batching" and not cancel():

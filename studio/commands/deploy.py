@@ -164,13 +164,16 @@ def run_serve_test(args: argparse.Namespace) -> int:
     sizes = ", ".join(map(str, report.preferred_batch_sizes)) or "none"
     print(f"dynamic batching: preferred [{sizes}], max_queue_delay {report.max_queue_delay_us} us")
     print(
-        f"{'mode':18s} {'clients':>7s} {'req/s':>9s} {'p50 ms':>8s} {'p99 ms':>8s} {'errors':>6s}"
+        f"{'mode':18s} {'clients':>7s} {'req/s':>9s} {'p50 ms':>8s} {'p99 ms':>8s} "
+        f"{'batch':>6s} {'errors':>6s}"
     )
     for p in report.load:
+        batch = "-" if p.avg_batch is None else f"{p.avg_batch:.2f}"
         print(
             f"{p.mode:18s} {p.clients:7d} {p.throughput:9.1f} {p.p50_ms:8.2f} "
-            f"{p.p99_ms:8.2f} {p.errors:6d}"
+            f"{p.p99_ms:8.2f} {batch:>6s} {p.errors:6d}"
         )
+    print("batch: requests per model execution (Triton's metrics), the batches formed")
     for n in clients:
         a, b = report.point("dynamic batching", n), report.point("no batching", n)
         if a and b and b.throughput > 0:

@@ -345,3 +345,5 @@ class ServeLoadRow(Base):
     p99_ms: Mapped[float] = mapped_column(Float)
     throughput: Mapped[float] = mapped_column(Float)  # requests (= samples) per second
     overhead_ms: Mapped[float | None] = mapped_column(Float)  # p50 served - direct batch-1 p50
+    # Requests per model execution (Triton's metrics): the batches dynamic batching formed.
+    avg_batch: Mapped[float | None] = mapped_column(Float)

@@ -291,6 +291,7 @@ class ServedPoint:
     p99_ms: float
     throughput: float
     overhead_ms: float | None
+    avg_batch: float | None = None  # requests per model execution (Triton's metrics)
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,7 @@ class ServeTests(StoreBase):
                         p99_ms=float(p["p99_ms"]),
                         throughput=float(p["throughput"]),
                         overhead_ms=None if direct is None else float(p["p50_ms"]) - float(direct),
+                        avg_batch=_float_or_none(p.get("avg_batch")),
                     )
                 )
             s.add(row)
@@ -107,6 +108,10 @@ def serve_tests(repo: ServeTestStore, run_id: str) -> list[ServeTest]:
     return repo.serve_tests(run_id)
 
 
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
 def _to_dataclass(r: ServeTestRow) -> ServeTest:
     return ServeTest(
         id=r.id,
@@ -129,6 +134,7 @@ def _to_dataclass(r: ServeTestRow) -> ServeTest:
                 p.p99_ms,
                 p.throughput,
                 p.overhead_ms,
+                p.avg_batch,
             )
             for p in r.load
         ],

@@ -22,7 +22,15 @@ from PySide6.QtWidgets import (
 from studio.fmt import fmt_ms
 from studio.ui import plot_theme
 
-LOAD_COLUMNS = ["clients", "dynamic batching", "p50 ms", "p99 ms", "throughput /s", "errors"]
+LOAD_COLUMNS = [
+    "clients",
+    "dynamic batching",
+    "avg batch",
+    "p50 ms",
+    "p99 ms",
+    "throughput /s",
+    "errors",
+]
 
 
 class ServeResultsView(QWidget):
@@ -89,6 +97,7 @@ class ServeResultsView(QWidget):
             cells = [
                 str(p.clients),
                 "on" if p.dynamic_batching else "off",
+                "-" if p.avg_batch is None else f"{p.avg_batch:.2f}",
                 fmt_ms(p.p50_ms),
                 fmt_ms(p.p99_ms),
                 f"{p.throughput:.1f}",

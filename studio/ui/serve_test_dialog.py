@@ -147,8 +147,9 @@ def summary(report: dict[str, Any]) -> str:
     off = next((p for p in load if p["clients"] == most and p["mode"] == "no batching"), None)
     if not (on and off and off["throughput"] > 0):
         return "Done."
+    batches = f", {on['avg_batch']:.1f} requests per batch" if on.get("avg_batch") else ""
     return (
-        f"{most} clients: {on['throughput']:.1f} req/s with dynamic batching vs "
+        f"{most} clients: {on['throughput']:.1f} req/s with dynamic batching{batches} vs "
         f"{off['throughput']:.1f} without ({on['throughput'] / off['throughput']:.2f}x; the "
         f"direct batch sweep's best gain: {report.get('sweep_gain', float('nan')):.2f}x)."
     )

@@ -25,7 +25,7 @@ REPORT = {
         {"mode": "no batching", "clients": 4, "requests": 100, "errors": 0,
          "p50_ms": 2.0, "p99_ms": 5.0, "throughput": 80.0},
         {"mode": "dynamic batching", "clients": 4, "requests": 400, "errors": 1,
-         "p50_ms": 1.5, "p99_ms": 3.0, "throughput": 400.0},
+         "p50_ms": 1.5, "p99_ms": 3.0, "throughput": 400.0, "avg_batch": 3.25},
     ],
 }  # fmt: skip
 
@@ -46,7 +46,7 @@ def test_upgrade_from_0003_keeps_runs_and_adds_serve_tests(tmp_path):
         )
     engine.dispose()
     repo = Repository.open(path)
-    assert dbmod.current_revision(repo.engine) == "0004" == dbmod.head_revision()
+    assert dbmod.current_revision(repo.engine) == "0005" == dbmod.head_revision()
     assert repo.get_run("r1").run.name == "old"
     assert serve_tests(repo, "r1") == []
     add_serve_test(repo, "r1", REPORT, {"kind": "onnx", "path": "/m.onnx"})
@@ -93,6 +93,7 @@ def test_serve_test_round_trip_and_cascade(tmp_path):
     off, on = old.load
     assert (off.dynamic_batching, on.dynamic_batching) == (False, True)
     assert on.errors == 1 and on.overhead_ms == pytest.approx(1.1)
+    assert (off.avg_batch, on.avg_batch) == (None, 3.25)  # None: a report without the metric
     assert old.speedup(4) == pytest.approx(5.0) and old.speedup(16) is None
     with pytest.raises(RunNotFound):
         add_serve_test(repo, "nope", REPORT)

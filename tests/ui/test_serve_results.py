@@ -19,9 +19,9 @@ REPORT = {
     "direct_p50_ms": 0.4,
     "load": [
         {"mode": "no batching", "clients": 16, "requests": 100, "errors": 0,
-         "p50_ms": 20.0, "p99_ms": 50.0, "throughput": 80.0},
+         "p50_ms": 20.0, "p99_ms": 50.0, "throughput": 80.0, "avg_batch": 1.0},
         {"mode": "dynamic batching", "clients": 16, "requests": 400, "errors": 0,
-         "p50_ms": 15.0, "p99_ms": 30.0, "throughput": 200.0},
+         "p50_ms": 15.0, "p99_ms": 30.0, "throughput": 200.0, "avg_batch": 6.5},
     ],
 }  # fmt: skip
 
@@ -67,8 +67,8 @@ def test_history_shows_the_selected_runs_serve_test(qapp, tmp_path):
             for r in range(sv.table.rowCount())
         ]
         assert cells == [
-            ["16", "off", "20.0", "50.0", "80.0", "0"],
-            ["16", "on", "15.0", "30.0", "200.0", "0"],
+            ["16", "off", "1.00", "20.0", "50.0", "80.0", "0"],
+            ["16", "on", "6.50", "15.0", "30.0", "200.0", "0"],
         ]
         # the chart follows the theme, also after it was drawn
         from PySide6.QtWidgets import QApplication
