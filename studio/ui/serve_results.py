@@ -4,6 +4,7 @@ throughput per client count, with and without dynamic batching)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pyqtgraph as pg
@@ -22,15 +23,18 @@ from PySide6.QtWidgets import (
 from studio.fmt import fmt_ms
 from studio.ui import plot_theme
 
+# One row per client count: without ("off") and with ("on") dynamic batching side by side.
 LOAD_COLUMNS = [
-    "clients",
-    "dynamic batching",
-    "avg batch",
-    "p50 ms",
-    "p99 ms",
-    "throughput /s",
-    "errors",
-]
+    ("clients", "concurrent clients, each sending one request at a time"),
+    ("req/s off", "throughput without dynamic batching (requests per second)"),
+    ("req/s on", "throughput with dynamic batching (requests per second)"),
+    ("gain", "throughput with dynamic batching over without"),
+    ("p99 ms off", "99th percentile latency without dynamic batching"),
+    ("p99 ms on", "99th percentile latency with dynamic batching"),
+    ("avg batch", "requests per model execution with dynamic batching (Triton's metrics): "
+     "the batches the dynamic batcher formed"),
+    ("errors", "failed requests, both modes"),
+]  # fmt: skip
 
 
 class ServeResultsView(QWidget):
@@ -45,12 +49,15 @@ class ServeResultsView(QWidget):
         self.chart = pg.PlotWidget()
         self.chart.setObjectName("batchSweepChart")
         self.chart.setLabel("bottom", "batch size")
-        self.chart.setLabel("left", "throughput", units="items/s")
+        self.chart.setLabel("left", "samples/s")  # short: the chart is low in the History dock
         self.chart.showGrid(x=True, y=True, alpha=0.3)
         self.chart.setMinimumHeight(140)
         self.table = QTableWidget(0, len(LOAD_COLUMNS))
         self.table.setObjectName("serveLoadTable")
-        self.table.setHorizontalHeaderLabels(LOAD_COLUMNS)
+        for j, (label, tip) in enumerate(LOAD_COLUMNS):
+            header = QTableWidgetItem(label)
+            header.setToolTip(tip)
+            self.table.setHorizontalHeaderItem(j, header)
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
@@ -85,23 +92,33 @@ class ServeResultsView(QWidget):
 
     def _fill(self, t: Any) -> None:
         gain = t.speedup(max((p.clients for p in t.load), default=0))
+        batching = (
+            f"preferred {t.preferred_batch_sizes}, max queue delay {t.max_queue_delay_us} µs"
+            if t.preferred_batch_sizes or t.max_queue_delay_us
+            else "no preferred sizes, no queue delay (batches what is queued)"
+        )
         self.title.setText(
             f"Serve test ({t.created_at:%Y-%m-%d %H:%M}, {t.artifact_kind}): dynamic batching "
-            f"preferred {t.preferred_batch_sizes or '-'}, max queue delay "
-            f"{t.max_queue_delay_us} µs; direct call p50 {fmt_ms(t.direct_p50_ms)} ms"
+            f"{batching}; direct call p50 {fmt_ms(t.direct_p50_ms)} ms"
             + (f"; throughput with/without batching {gain:.2f}x" if gain else "")
+            + ". off/on: without/with dynamic batching."
         )
         self._chart(t)
-        self.table.setRowCount(len(t.load))
-        for i, p in enumerate(sorted(t.load, key=lambda p: (p.clients, p.dynamic_batching))):
+        counts = sorted({p.clients for p in t.load})
+        self.table.setRowCount(len(counts))
+        for i, n in enumerate(counts):
+            off = next((p for p in t.load if p.clients == n and not p.dynamic_batching), None)
+            on = next((p for p in t.load if p.clients == n and p.dynamic_batching), None)
+            ratio = t.speedup(n)
             cells = [
-                str(p.clients),
-                "on" if p.dynamic_batching else "off",
-                "-" if p.avg_batch is None else f"{p.avg_batch:.2f}",
-                fmt_ms(p.p50_ms),
-                fmt_ms(p.p99_ms),
-                f"{p.throughput:.1f}",
-                str(p.errors),
+                str(n),
+                "-" if off is None else f"{off.throughput:.1f}",
+                "-" if on is None else f"{on.throughput:.1f}",
+                "-" if ratio is None else f"{ratio:.2f}x",
+                "-" if off is None else fmt_ms(off.p99_ms),
+                "-" if on is None else fmt_ms(on.p99_ms),
+                "-" if on is None or on.avg_batch is None else f"{on.avg_batch:.2f}",
+                str(sum(p.errors for p in (off, on) if p is not None)),
             ]
             for j, text in enumerate(cells):
                 item = QTableWidgetItem(text)
@@ -116,8 +133,9 @@ class ServeResultsView(QWidget):
         pts = sorted(t.sweep, key=lambda p: p.batch)
         if not pts:
             return
-        xs = [p.batch for p in pts]
-        self.chart.getAxis("bottom").setTicks([[(x, str(x)) for x in xs]])
+        # batch sizes on a log2 axis: 1, 2, 4, ... 32 evenly spaced (their labels do not overlap)
+        xs = [math.log2(p.batch) for p in pts]
+        self.chart.getAxis("bottom").setTicks([[(x, str(p.batch)) for x, p in zip(xs, pts)]])
         self.chart.plot(
             xs,
             [p.throughput for p in pts],
@@ -125,7 +143,12 @@ class ServeResultsView(QWidget):
             symbol="o",
             symbolBrush="#1f77b4",
         )
-        for p in pts:  # latency per batch beside each point
-            label = pg.TextItem(f"{fmt_ms(p.latency_ms)} ms", color=fg, anchor=(0.5, 1.2))
-            label.setPos(p.batch, p.throughput)
+        ys = [p.throughput for p in pts]
+        span = max(max(ys) - min(ys), max(ys) * 0.05, 1e-9)
+        # headroom above the highest point for its latency label
+        self.chart.setYRange(min(ys) - 0.1 * span, max(ys) + 0.4 * span, padding=0)
+        for i, p in enumerate(pts):  # latency per batch above each point, inside the plot
+            x_anchor = 0.0 if i == 0 else 1.0 if i == len(pts) - 1 else 0.5
+            label = pg.TextItem(f"{fmt_ms(p.latency_ms)} ms", color=fg, anchor=(x_anchor, 1.2))
+            label.setPos(xs[i], p.throughput)
             self.chart.addItem(label)

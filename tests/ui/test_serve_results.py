@@ -60,16 +60,17 @@ def test_history_shows_the_selected_runs_serve_test(qapp, tmp_path):
         assert not sv.isHidden()
         assert "preferred [4, 8]" in sv.title.text() and "2.50x" in sv.title.text()
         items = sv.chart.getPlotItem().listDataItems()
-        assert list(items[0].getData()[0]) == [1, 4, 8]
+        assert list(items[0].getData()[0]) == [0, 2, 3]  # log2 of the batch sizes 1, 4, 8
+        ticks = sv.chart.getAxis("bottom")._tickLevels[0]
+        assert [label for _, label in ticks] == ["1", "4", "8"]
         assert list(items[0].getData()[1]) == [2500.0, 6600.0, 10000.0]
         cells = [
             [sv.table.item(r, c).text() for c in range(sv.table.columnCount())]
             for r in range(sv.table.rowCount())
         ]
-        assert cells == [
-            ["16", "off", "1.00", "20.0", "50.0", "80.0", "0"],
-            ["16", "on", "6.50", "15.0", "30.0", "200.0", "0"],
-        ]
+        # one row per client count, without / with dynamic batching side by side
+        assert cells == [["16", "80.0", "200.0", "2.50x", "50.0", "30.0", "6.50", "0"]]
+        assert "batches the dynamic batcher formed" in sv.table.horizontalHeaderItem(6).toolTip()
         # the chart follows the theme, also after it was drawn
         from PySide6.QtWidgets import QApplication
 
