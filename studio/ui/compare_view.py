@@ -9,6 +9,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
+    QCheckBox,
     QDialog,
     QHeaderView,
     QLabel,
@@ -16,6 +17,7 @@ from PySide6.QtWidgets import (
     QTableWidgetItem,
     QTabWidget,
     QVBoxLayout,
+    QWidget,
 )
 
 from studio.fmt import fmt_bytes, fmt_count, fmt_ms, fmt_num, fmt_speedup
@@ -40,7 +42,8 @@ class CompareView(QDialog):
         self.details = self.comparison.runs
         tabs = QTabWidget()
         tabs.addTab(self._metrics_table(), "Metrics")
-        tabs.addTab(self._latency_chart(), "Latency per step")
+        self.latency_plot = self._latency_chart()
+        tabs.addTab(self._with_log_toggle(self.latency_plot), "Latency per step")
         tabs.addTab(self._pareto_chart(), "Speedup vs parity error")
         lay = QVBoxLayout(self)
         names = ", ".join(
@@ -51,7 +54,7 @@ class CompareView(QDialog):
         head.setWordWrap(True)
         lay.addWidget(head)
         lay.addWidget(tabs, 1)
-        self.plots = [tabs.widget(1), tabs.widget(2)]
+        self.plots = [self.latency_plot, tabs.widget(2)]
         self._apply_theme()
 
     def changeEvent(self, event) -> None:  # noqa: N802 - Qt API
@@ -112,13 +115,40 @@ class CompareView(QDialog):
         t.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         return t
 
+    def _with_log_toggle(self, chart: pg.PlotWidget) -> QWidget:
+        """The latency chart under a "Log scale" check box: an int8 step at 1/20 of the
+        original's latency is a flat line at the bottom of a linear axis."""
+        box = QCheckBox("Log scale")
+        box.setObjectName("latencyLogScale")
+        box.setToolTip("latency on a logarithmic axis (steps far faster than the original)")
+        box.toggled.connect(lambda on: self._draw_latency(chart, log=on))
+        page = QWidget()
+        lay = QVBoxLayout(page)
+        lay.setContentsMargins(0, 4, 0, 0)
+        lay.addWidget(box)
+        lay.addWidget(chart, 1)
+        return page
+
     def _latency_chart(self) -> pg.PlotWidget:
         w = pg.PlotWidget()
         w.setObjectName("latencyChart")
-        w.setLabel("left", "latency p50", units="ms")
         w.setLabel("bottom", "step")
-        w.addLegend()
+        # Top right: latencies fall from the original on the left, so that corner is free.
+        w.addLegend(offset=(-10, 10))
         w.showGrid(x=True, y=True, alpha=0.3)
+        self._draw_latency(w, log=False)
+        return w
+
+    def _draw_latency(self, w: pg.PlotWidget, *, log: bool) -> None:
+        """(Re)draw the latency lines and intervals; ``log``: log10 values on an axis that
+        labels them as latencies (the intervals too, so they stay around their points)."""
+        w.clear()
+        w.getAxis("left").setLogMode(False, log)
+        w.setLabel("left", "latency p50", units="ms")
+
+        def y_of(ms: float) -> float:
+            return math.log10(ms) if log and ms > 0 else (math.nan if log else ms)
+
         # Whole-number ticks named after the passes; steps are aligned by pass (a recipe
         # without a step leaves a gap there instead of shifting the rest).
         slots = self.comparison.slots
@@ -135,7 +165,7 @@ class CompareView(QDialog):
             xs = [(where.get(r.index, r.index) + 1 if r.index >= 0 else 0) + dx for r in rows]
             # One point per slot; NaN where the run has no such step, drawn as a gap in its
             # line rather than a segment that jumps over the missing step.
-            at = {round(x - dx): r.latency_p50_ms for x, r in zip(xs, rows)}
+            at = {round(x - dx): y_of(r.latency_p50_ms) for x, r in zip(xs, rows)}
             line_x = [x + dx for x in range(len(slots) + 1)]
             line_y = [at.get(x, math.nan) for x in range(len(slots) + 1)]
             color = COLORS[k % len(COLORS)]
@@ -159,17 +189,17 @@ class CompareView(QDialog):
                 )
             bars = [(x, r) for x, r in zip(xs, rows) if r.latency_low_ms is not None]
             if bars:  # the latency's 95% interval (steps timed against the original)
+                mid = np.array([y_of(r.latency_p50_ms) for _, r in bars])
                 w.addItem(
                     pg.ErrorBarItem(
                         x=np.array([x for x, _ in bars]),
-                        y=np.array([r.latency_p50_ms for _, r in bars]),
-                        top=np.array([r.latency_high_ms - r.latency_p50_ms for _, r in bars]),
-                        bottom=np.array([r.latency_p50_ms - r.latency_low_ms for _, r in bars]),
+                        y=mid,
+                        top=np.array([y_of(r.latency_high_ms) for _, r in bars]) - mid,
+                        bottom=mid - np.array([y_of(r.latency_low_ms) for _, r in bars]),
                         beam=0.05,
                         pen=pg.mkPen(color, width=1.5),
                     )
                 )
-        return w
 
     def pareto_points(self) -> list[tuple[float, float, str]]:
         """(speedup, parity error = max abs, label) of every measured step of every run."""

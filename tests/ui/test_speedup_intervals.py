@@ -4,6 +4,7 @@ show the same figures as the CLI for the same stored runs. No worker runs here."
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from PySide6.QtCore import QObject, Signal
 
@@ -117,6 +118,25 @@ def test_compare_dialog_draws_intervals_and_calls_a_tie(qapp, stored, capsys):
     assert [i for i in lat.getPlotItem().items if isinstance(i, pg.ErrorBarItem)]
     ticks = dict(lat.getAxis("bottom")._tickLevels[0])
     assert ticks[0] == "original" and ticks[2] == "2. export_onnx"
+    # Log scale: points and intervals in log10, drawn again on a toggle, and back.
+    from PySide6.QtWidgets import QCheckBox
+
+    def first_line_and_bars():
+        items = lat.getPlotItem().items
+        line = next(i for i in items if isinstance(i, pg.PlotDataItem))
+        bars = next(i for i in items if isinstance(i, pg.ErrorBarItem))
+        return list(line.yData), bars.opts
+
+    linear, linear_bars = first_line_and_bars()
+    view.findChild(QCheckBox, "latencyLogScale").setChecked(True)
+    logged, log_bars = first_line_and_bars()
+    assert lat.getAxis("left").logMode is True  # the left axis keeps its y flag
+    assert logged == pytest.approx([np.log10(v) for v in linear], nan_ok=True)
+    top = linear_bars["y"] + linear_bars["top"]
+    assert log_bars["y"] + log_bars["top"] == pytest.approx(np.log10(top))
+    assert len([i for i in lat.getPlotItem().items if isinstance(i, pg.ErrorBarItem)]) == 2
+    view.findChild(QCheckBox, "latencyLogScale").setChecked(False)
+    assert first_line_and_bars()[0] == pytest.approx(linear, nan_ok=True)
     # The metrics table shows the same interval text as `studio compare`.
     table = view.findChild(type(view._metrics_table()), "compareTable")
     cells = {
