@@ -128,7 +128,7 @@ def _prune_and_check(
     when the residual width had to be kept) and torch-pruning's facts."""
     import torch
 
-    from accel.errors import AccelError, PassError
+    from accel.errors import AccelError, NotApplicable, PassError
     from accel.passes import _prune_helpers as h
 
     def on_prune(i: int, n: int) -> None:
@@ -153,6 +153,8 @@ def _prune_and_check(
             )
     except AccelError:
         raise
+    except h.DependencyGraphError as exc:
+        raise NotApplicable(f"prune_channels: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - torch-pruning fails in many ways on unusual graphs
         first = str(exc).splitlines()[0] if str(exc) else ""
         raise PassError(
@@ -338,6 +340,8 @@ class PruneChannels(Pass):
             "update_attention_attributes",
             "_taylor_gradients",
             "layer_widths",
+            "DependencyGraphError",
+            "check_dependency_graph",
             "prune_channels_tp",
             "prune_channels_runnable",
             "distill",

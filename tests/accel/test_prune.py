@@ -439,3 +439,48 @@ def test_prune_channels_says_before_work_that_swin_attention_is_not_supported(tm
     with pytest.raises(NotApplicable, match="shifted-window attention"):
         cls().preflight(model, cls.parse_config({}))
     cls().preflight(_load("resnet"), cls.parse_config({}))  # other models: nothing to say
+
+
+_DEEP_CHAIN = """
+import torch
+from torch import nn
+
+
+class DeepChain(nn.Module):
+    # 600 element-wise ops between a conv and a concatenation: torch-pruning's shape
+    # inference walks them one by one and gives up past its recursion limit (500), as on
+    # torchvision's ssdlite320 head, where its group search then ran for over 20 minutes.
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, 8, 1), nn.Conv2d(3, 8, 1)
+        self.c = nn.Conv2d(16, 4, 1)
+
+    def forward(self, x):
+        y = self.a(x)
+        for _ in range(600):
+            y = y * 1.0001
+        return self.c(torch.cat([y, self.b(x)], 1))
+
+
+def make():
+    torch.manual_seed(0)
+    return DeepChain().eval()
+"""
+
+
+def test_prune_channels_refuses_a_graph_torch_pruning_cannot_follow(tmp_path):
+    """A model whose channel counts torch-pruning's shape inference cannot follow is refused
+    with the reason and what to use instead, before any group search (which on such graphs
+    does not finish); the same model with a short chain prunes."""
+    from accel.errors import NotApplicable
+    from accel.passes import _prune_helpers as h
+
+    (tmp_path / "deep.py").write_text(_DEEP_CHAIN)
+    model = load_model(f"{tmp_path / 'deep.py'}:make", "x:float32[batch,3,8,8]; batch=1..4:1")
+    cls = get_pass("prune_channels")
+    ctx = PassContext(inputs=model.example_inputs(), original=model, work_dir=tmp_path)
+    with pytest.raises(NotApplicable, match="recursion limit.*prune_unstructured"):
+        cls().apply(model, cls.parse_config({"ratio": 0.5}), ctx)
+    (tmp_path / "short.py").write_text(_DEEP_CHAIN.replace("range(600)", "range(10)"))
+    short = load_model(f"{tmp_path / 'short.py'}:make", "x:float32[batch,3,8,8]; batch=1..4:1")
+    h.check_dependency_graph(short.module, short.prepare_inputs(short.example_inputs()))
