@@ -26,9 +26,11 @@ def folder_size(path: Path) -> int:
 
 
 def main() -> int:
+    # Absolute: the bundle runs from a temporary folder (`make package-test` passes a path
+    # relative to the checkout).
     exe = Path(
         sys.argv[1] if len(sys.argv) > 1 else ROOT / "dist" / "accel-studio" / "accel-studio"
-    )
+    ).resolve()
     if not exe.is_file():
         print(f"{exe} does not exist: build it first with `make package`", file=sys.stderr)
         return 2
