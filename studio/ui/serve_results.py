@@ -11,7 +11,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
-    QHBoxLayout,
+    QBoxLayout,
     QHeaderView,
     QLabel,
     QTableWidget,
@@ -60,15 +60,35 @@ class ServeResultsView(QWidget):
             self.table.setHorizontalHeaderItem(j, header)
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
-        row = QHBoxLayout()
-        row.addWidget(self.chart, 1)
-        row.addWidget(self.table, 1)
+        self.row = QBoxLayout(QBoxLayout.Direction.LeftToRight)
+        self.row.addWidget(self.chart, 1)
+        self.row.addWidget(self.table, 1)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 4, 0, 0)
         lay.addWidget(self.title)
-        lay.addLayout(row, 1)
+        lay.addLayout(self.row, 1)
         self.setVisible(False)
+
+    # Below this width the table goes under the chart (a History dock at the window's side).
+    STACK_BELOW_PX = 900
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt API
+        super().resizeEvent(event)
+        narrow = self.width() < self.STACK_BELOW_PX
+        want = QBoxLayout.Direction.TopToBottom if narrow else QBoxLayout.Direction.LeftToRight
+        if self.row.direction() != want:
+            self.row.setDirection(want)
+        self._fit_columns()
+
+    def _fit_columns(self) -> None:
+        """Columns share the table's width when their contents fit; otherwise each is as wide
+        as its contents and the table scrolls sideways (no cut numbers)."""
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        self.table.resizeColumnsToContents()
+        need = sum(self.table.columnWidth(j) for j in range(self.table.columnCount()))
+        if need <= self.table.viewport().width():
+            header.setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
 
     def changeEvent(self, event) -> None:  # noqa: N802 - Qt API
         if event.type() in plot_theme.PALETTE_EVENTS and self.test is not None:
@@ -124,6 +144,7 @@ class ServeResultsView(QWidget):
                 item = QTableWidgetItem(text)
                 item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 self.table.setItem(i, j, item)
+        self._fit_columns()
 
     def _chart(self, t: Any) -> None:
         pal = self.palette()

@@ -89,3 +89,28 @@ def test_history_shows_the_selected_runs_serve_test(qapp, tmp_path):
     finally:
         view.close()
         repo.close()
+
+
+def test_serve_results_stack_and_keep_numbers_whole_in_a_narrow_dock(qtbot, tmp_path):
+    """A History dock at the window's side: the table goes under the chart and its columns
+    keep their contents' width (the table scrolls sideways) instead of cutting the numbers."""
+    from PySide6.QtWidgets import QBoxLayout
+
+    from studio.store import Repository
+    from studio.ui.serve_results import ServeResultsView
+
+    repo = Repository.open(tmp_path / "n.db")
+    run = repo.create_run(model_source="zoo:mlp", recipe={"name": "served"})
+    add_serve_test(repo, run.id, REPORT, {"kind": "onnx", "path": "/m.onnx"})
+    view = ServeResultsView(repo)
+    qtbot.addWidget(view)
+    view.show_run(run.id)
+    view.resize(480, 420)
+    view.show()
+    qtbot.waitUntil(lambda: view.row.direction() == QBoxLayout.Direction.TopToBottom)
+    table = view.table
+    for j in range(table.columnCount()):
+        assert table.columnWidth(j) >= table.sizeHintForColumn(j)
+    view.resize(1300, 300)
+    qtbot.waitUntil(lambda: view.row.direction() == QBoxLayout.Direction.LeftToRight)
+    repo.close()
