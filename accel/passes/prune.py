@@ -341,7 +341,6 @@ class PruneChannels(Pass):
             "_taylor_gradients",
             "layer_widths",
             "DependencyGraphError",
-            "check_dependency_graph",
             "prune_channels_tp",
             "prune_channels_runnable",
             "distill",
