@@ -308,10 +308,15 @@ class ServeTest:
     sweep: list[SweepPoint] = field(default_factory=list)
     load: list[ServedPoint] = field(default_factory=list)
 
+    def pair(self, clients: int) -> tuple[ServedPoint | None, ServedPoint | None]:
+        """The load points at ``clients``: (without, with) dynamic batching."""
+        at = [p for p in self.load if p.clients == clients]
+        off = next((p for p in at if not p.dynamic_batching), None)
+        return off, next((p for p in at if p.dynamic_batching), None)
+
     def speedup(self, clients: int) -> float | None:
         """Throughput with dynamic batching over without, at ``clients``."""
-        on = next((p for p in self.load if p.clients == clients and p.dynamic_batching), None)
-        off = next((p for p in self.load if p.clients == clients and not p.dynamic_batching), None)
+        off, on = self.pair(clients)
         if on is None or off is None or off.throughput <= 0:
             return None
         return on.throughput / off.throughput

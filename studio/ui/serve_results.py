@@ -29,8 +29,8 @@ LOAD_COLUMNS = [
     ("req/s off", "throughput without dynamic batching (requests per second)"),
     ("req/s on", "throughput with dynamic batching (requests per second)"),
     ("gain", "throughput with dynamic batching over without"),
-    ("p99 ms off", "99th percentile latency without dynamic batching"),
-    ("p99 ms on", "99th percentile latency with dynamic batching"),
+    ("p50/p99 ms off", "median / 99th percentile latency without dynamic batching"),
+    ("p50/p99 ms on", "median / 99th percentile latency with dynamic batching"),
     ("avg batch", "requests per model execution with dynamic batching (Triton's metrics): "
      "the batches the dynamic batcher formed"),
     ("errors", "failed requests, both modes"),
@@ -58,6 +58,11 @@ class ServeResultsView(QWidget):
             header = QTableWidgetItem(label)
             header.setToolTip(tip)
             self.table.setHorizontalHeaderItem(j, header)
+        # Columns as wide as their contents, the last one takes the spare width; a table too
+        # narrow for them scrolls sideways instead of cutting the numbers.
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setStretchLastSection(True)
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.row = QBoxLayout(QBoxLayout.Direction.LeftToRight)
@@ -78,17 +83,6 @@ class ServeResultsView(QWidget):
         want = QBoxLayout.Direction.TopToBottom if narrow else QBoxLayout.Direction.LeftToRight
         if self.row.direction() != want:
             self.row.setDirection(want)
-        self._fit_columns()
-
-    def _fit_columns(self) -> None:
-        """Columns share the table's width when their contents fit; otherwise each is as wide
-        as its contents and the table scrolls sideways (no cut numbers)."""
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        self.table.resizeColumnsToContents()
-        need = sum(self.table.columnWidth(j) for j in range(self.table.columnCount()))
-        if need <= self.table.viewport().width():
-            header.setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
 
     def changeEvent(self, event) -> None:  # noqa: N802 - Qt API
         if event.type() in plot_theme.PALETTE_EVENTS and self.test is not None:
@@ -127,16 +121,15 @@ class ServeResultsView(QWidget):
         counts = sorted({p.clients for p in t.load})
         self.table.setRowCount(len(counts))
         for i, n in enumerate(counts):
-            off = next((p for p in t.load if p.clients == n and not p.dynamic_batching), None)
-            on = next((p for p in t.load if p.clients == n and p.dynamic_batching), None)
+            off, on = t.pair(n)
             ratio = t.speedup(n)
             cells = [
                 str(n),
                 "-" if off is None else f"{off.throughput:.1f}",
                 "-" if on is None else f"{on.throughput:.1f}",
                 "-" if ratio is None else f"{ratio:.2f}x",
-                "-" if off is None else fmt_ms(off.p99_ms),
-                "-" if on is None else fmt_ms(on.p99_ms),
+                _latencies(off),
+                _latencies(on),
                 "-" if on is None or on.avg_batch is None else f"{on.avg_batch:.2f}",
                 str(sum(p.errors for p in (off, on) if p is not None)),
             ]
@@ -144,7 +137,6 @@ class ServeResultsView(QWidget):
                 item = QTableWidgetItem(text)
                 item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 self.table.setItem(i, j, item)
-        self._fit_columns()
 
     def _chart(self, t: Any) -> None:
         pal = self.palette()
@@ -173,3 +165,7 @@ class ServeResultsView(QWidget):
             label = pg.TextItem(f"{fmt_ms(p.latency_ms)} ms", color=fg, anchor=(x_anchor, 1.2))
             label.setPos(xs[i], p.throughput)
             self.chart.addItem(label)
+
+
+def _latencies(p: Any) -> str:
+    return "-" if p is None else f"{fmt_ms(p.p50_ms)} / {fmt_ms(p.p99_ms)}"

@@ -69,7 +69,9 @@ def test_history_shows_the_selected_runs_serve_test(qapp, tmp_path):
             for r in range(sv.table.rowCount())
         ]
         # one row per client count, without / with dynamic batching side by side
-        assert cells == [["16", "80.0", "200.0", "2.50x", "50.0", "30.0", "6.50", "0"]]
+        assert cells == [
+            ["16", "80.0", "200.0", "2.50x", "20.0 / 50.0", "15.0 / 30.0", "6.50", "0"]
+        ]
         assert "batches the dynamic batcher formed" in sv.table.horizontalHeaderItem(6).toolTip()
         # the chart follows the theme, also after it was drawn
         from PySide6.QtWidgets import QApplication
