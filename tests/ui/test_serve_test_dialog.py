@@ -259,6 +259,9 @@ def test_real_serve_test_of_zoo_mlp_and_cancel_stops_the_server(qtbot, runs, ser
     assert all(p["errors"] == 0 and p["requests"] > 0 for p in load)
     (stored,) = serve_tests(repo, served)
     assert {p.clients for p in stored.load} == {2} and stored.speedup(2) is not None
+    # the batches Triton formed reach the store through the worker job
+    off, on = stored.pair(2)
+    assert off.avg_batch == pytest.approx(1.0) and 1.0 <= on.avg_batch <= 2.0
 
     # Cancel while the clients load the server: the job ends and its Triton server is gone.
     done.clear()
