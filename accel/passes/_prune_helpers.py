@@ -220,6 +220,30 @@ class DependencyGraphError(ValueError):
     """torch-pruning cannot follow this model's channel counts (see prune_channels_tp)."""
 
 
+def build_pruner(model, example_inputs, **kwargs):
+    """torch-pruning's MetaPruner, stopped at its shape inference's recursion-limit warning.
+
+    Past that limit (long chains of reshapes and concatenations, as in detection heads) the
+    group search that the constructor runs next has no time or memory bound (torchvision
+    ssdlite320: over 20 minutes; swin_t: over 17 GB). Over the 19 corpus models only those
+    two hit the limit."""
+    import warnings
+
+    import torch_pruning as tp
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="Maximum recursive depth", category=UserWarning)
+        try:
+            return tp.pruner.MetaPruner(model, example_inputs, **kwargs)
+        except UserWarning:
+            raise DependencyGraphError(
+                "torch-pruning cannot follow the channel counts of this model: its shape "
+                "inference hit its recursion limit on long chains of reshapes and "
+                "concatenations, and its group search would not finish. Use prune_unstructured "
+                "or quantization for this model, or prune its backbone as a model of its own."
+            ) from None
+
+
 def prune_channels_tp(
     model,
     inputs,
@@ -242,8 +266,6 @@ def prune_channels_tp(
     shrinking each head). Modules in ``keep`` keep their output channels (and so does every
     layer coupled to them). Returns a dict of facts (ignored layers, channels before/after).
     """
-    import warnings
-
     import torch_pruning as tp
 
     model.eval()
@@ -261,36 +283,21 @@ def prune_channels_tp(
     # Rotary embeddings need the full head size, grouped-query attention whole kv groups.
     whole_heads = prune_heads or any(b["whole_heads"] for b in blocks)
     channels_before = layer_widths(model)
-    # torch-pruning's shape inference warns and gives up past its recursion limit (long chains
-    # of reshapes and concatenations, as in detection heads), and the group search that the
-    # pruner's constructor runs next then has no time or memory bound (torchvision ssdlite320:
-    # over 20 minutes; swin_t: over 17 GB). Stop at that warning. Over the 19 corpus models
-    # only those two hit the limit.
-    with warnings.catch_warnings():
-        warnings.filterwarnings("error", message="Maximum recursive depth", category=UserWarning)
-        try:
-            pruner = tp.pruner.MetaPruner(
-                model,
-                tuple(inputs.values()),
-                importance=importances[importance](),
-                global_pruning=global_pruning,
-                pruning_ratio=ratio,
-                max_pruning_ratio=max(ratio, 0.9),  # global ranking must not empty a layer
-                iterative_steps=iterative_steps,
-                ignored_layers=ignored,
-                round_to=round_to,
-                num_heads=heads,
-                prune_num_heads=whole_heads,
-                prune_head_dims=not whole_heads,
-                head_pruning_ratio=ratio if whole_heads else 0.0,
-            )
-        except UserWarning:
-            raise DependencyGraphError(
-                "torch-pruning cannot follow the channel counts of this model: its shape "
-                "inference hit its recursion limit on long chains of reshapes and "
-                "concatenations, and its group search would not finish. Use prune_unstructured "
-                "or quantization for this model, or prune its backbone as a model of its own."
-            ) from None
+    pruner = build_pruner(
+        model,
+        tuple(inputs.values()),
+        importance=importances[importance](),
+        global_pruning=global_pruning,
+        pruning_ratio=ratio,
+        max_pruning_ratio=max(ratio, 0.9),  # global ranking must not empty a layer
+        iterative_steps=iterative_steps,
+        ignored_layers=ignored,
+        round_to=round_to,
+        num_heads=heads,
+        prune_num_heads=whole_heads,
+        prune_head_dims=not whole_heads,
+        head_pruning_ratio=ratio if whole_heads else 0.0,
+    )
     for step in range(iterative_steps):
         if importance == "taylor":
             _taylor_gradients(model, batches)

@@ -341,6 +341,7 @@ class PruneChannels(Pass):
             "_taylor_gradients",
             "layer_widths",
             "DependencyGraphError",
+            "build_pruner",
             "prune_channels_tp",
             "prune_channels_runnable",
             "distill",
