@@ -18,7 +18,7 @@ def main() -> int:
     if args[:1] == ["--studio-worker"]:
         from studio.workers import entry
 
-        code = entry.serve() if "--serve" in args[1:] else entry.main()
+        code = entry.start(args[1:])
         sys.stderr.flush()
         os._exit(code)
     if args[:1] == ["--smoke"]:

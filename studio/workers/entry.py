@@ -94,6 +94,13 @@ def _watch_stdin(stdin: Any, cancelled: threading.Event, job_id: str) -> None:
 WARM_IMPORTS = ("torch", "accel.models", "accel.graph", "accel.profile", "accel.jobs")
 
 
+def end_leftovers() -> None:
+    """Kill the processes a job left behind in this (warm) worker: its children and theirs."""
+    from studio.workers.guard import kill_descendants
+
+    kill_descendants(os.getpid())
+
+
 def _protocol_stream() -> Any:
     # The protocol gets the real stdout; fd 1 becomes stderr so stray prints and C
     # libraries writing to stdout cannot corrupt it.
@@ -213,12 +220,26 @@ def serve() -> int:
         try:
             run_job(proto, spec, cancelled)
         finally:
+            end_leftovers()  # what the job started ends with it, not with the warm worker
             busy.clear()
             events.pop(spec.job_id, None)
 
 
+def start(argv: list[str]) -> int:
+    """A worker's whole life: hand its lifetime to a guard (``studio.workers.guard``: the
+    group is killed when the worker ends or the studio dies), switch third-party telemetry
+    off, then serve jobs (``--serve``) or run one."""
+    from studio.workers.guard import split_off_guard
+
+    split_off_guard()
+    from accel.privacy import disable_telemetry
+
+    disable_telemetry()
+    return serve() if "--serve" in argv else main()
+
+
 if __name__ == "__main__":
-    code = serve() if "--serve" in sys.argv[1:] else main()
+    code = start(sys.argv[1:])
     sys.stderr.flush()
     # Skip interpreter teardown: atexit hooks of native libraries can hang or crash
     # after the result was already sent.

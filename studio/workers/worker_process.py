@@ -1,7 +1,12 @@
 """Process supervision: start a worker process (fresh, or the lane's warm one), hand it a
 job, relay its messages to the dispatcher until its ``done`` or its exit, and keep or retire
 a warm worker afterwards. Timeouts, cancel escalation and the memory cap are in
-``studio.workers.watchdog``."""
+``studio.workers.watchdog``.
+
+A worker's end is seen by waiting on its process (a pidfd, or its exit status), never by
+the end of its output: any process the worker's libraries forked can hold the pipe open
+(``WorkerOutput``). Each worker leads its own process group under a guard
+(``studio.workers.guard``); when it has ended, whatever is left of its group is killed."""
 
 from __future__ import annotations
 
@@ -9,10 +14,12 @@ import collections
 import contextlib
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +59,109 @@ def process_rss_mb(pid: int) -> float | None:
     return None
 
 
+def process_tree_rss_mb(pid: int) -> float | None:
+    """Resident memory of process ``pid`` and its descendants in MiB (a worker's guard, the
+    worker and what it started); None when it cannot be read."""
+    try:
+        import psutil
+
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except Exception:  # noqa: BLE001 - no psutil, or the process is gone
+        return process_rss_mb(pid)
+    total = 0
+    for p in procs:
+        with contextlib.suppress(Exception):
+            total += p.memory_info().rss
+    return total / 2**20
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL what is left of the process group ``pid`` leads (after its leader ended: a
+    group id is not reused while the group has members, so this reaches only ours)."""
+    if not hasattr(os, "killpg"):
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+class WorkerOutput:
+    """The lines a worker writes to its stdout, read until the worker's process has ended.
+
+    The process's end is watched through a pidfd (Linux) or its exit status, polled: a
+    process forked inside the worker that keeps the pipe open cannot make a finished worker
+    look alive. After the end, what is already in the pipe is still read."""
+
+    POLL_MS = 1000  # with a pidfd the poll wakes at the exit anyway; this is a safety net
+    POLL_NO_PIDFD_MS = 100
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        self.proc = proc
+        self.fd = proc.stdout.fileno()
+        os.set_blocking(self.fd, False)
+        self.pidfd: int | None = None
+        with contextlib.suppress(AttributeError, OSError):
+            self.pidfd = os.pidfd_open(proc.pid)
+        self.poller = select.poll()
+        self.poller.register(self.fd, select.POLLIN | select.POLLHUP)
+        if self.pidfd is not None:
+            self.poller.register(self.pidfd, select.POLLIN)
+        self.buffer = b""
+        self.pending: collections.deque[str] = collections.deque()
+        self.closed = False
+
+    def _read_available(self) -> bool:
+        """Read what the pipe holds now; False at end of file."""
+        while True:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except BlockingIOError:
+                return True
+            except OSError:
+                return False
+            if not chunk:
+                return False
+            self.buffer += chunk
+
+    def _split(self) -> None:
+        *lines, self.buffer = self.buffer.split(b"\n")
+        self.pending.extend(line.decode("utf-8", errors="replace") for line in lines)
+
+    def _drain_pending(self) -> Iterator[str]:
+        # Popped one at a time: a caller that stops at a line (a warm worker's ``done``)
+        # leaves the rest for its next read.
+        while self.pending:
+            yield self.pending.popleft()
+
+    def lines(self) -> Iterator[str]:
+        """Complete lines as they come; ends when the process has ended (or at EOF)."""
+        yield from self._drain_pending()
+        while not self.closed:
+            timeout = self.POLL_MS if self.pidfd is not None else self.POLL_NO_PIDFD_MS
+            with contextlib.suppress(InterruptedError):
+                self.poller.poll(timeout)
+            open_ = self._read_available()
+            self._split()
+            if not open_ or self.proc.poll() is not None:
+                self._read_available()  # what was written before the end
+                self._split()
+                if self.buffer:
+                    self.pending.append(self.buffer.decode("utf-8", errors="replace"))
+                    self.buffer = b""
+                self.close()
+            yield from self._drain_pending()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.pidfd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.pidfd)
+            self.pidfd = None
+
+
 class WorkerProcess:
     """One worker process; a persistent (warm) one serves several jobs, one at a time."""
 
@@ -61,6 +171,7 @@ class WorkerProcess:
         self.persistent = persistent
         self.job: Job | None = None
         self.jobs_served = 0
+        self.output = WorkerOutput(proc)
         self.idle_tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         self.stderr_reader = threading.Thread(
             target=self._read_stderr, name=f"worker-{proc.pid}-stderr", daemon=True
@@ -94,6 +205,8 @@ class WorkerProcess:
                         self.proc.kill()
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.proc.wait(2.0)
+            kill_group(self.proc.pid)
+            self.output.close()
 
         threading.Thread(target=reap, name=f"worker-{self.proc.pid}-reap", daemon=True).start()
 
@@ -178,7 +291,7 @@ class Supervision:
             and not job.killed
         )
         if keep:
-            rss = process_rss_mb(worker.proc.pid)
+            rss = process_tree_rss_mb(worker.proc.pid)
             if rss is not None and rss > self.recycle_rss_mb:
                 log.info(
                     "warm worker %s uses %.0f MiB after %s: replacing it",
@@ -234,6 +347,8 @@ class Supervision:
                     code = None
             else:
                 code = proc.wait()
+                kill_group(proc.pid)
+                worker.output.close()
                 worker.stderr_reader.join(timeout=2.0)
                 with contextlib.suppress(OSError):
                     if proc.stdin:
@@ -263,12 +378,8 @@ class Supervision:
         self._send(job, spec)
         if cancel_now:
             self._send(job, Cancel(job_id=job.id, seq=1))
-        assert proc.stdout is not None
         got_done = heard = False
-        while True:
-            line = proc.stdout.readline()
-            if not line:
-                break  # EOF: the worker exited
+        for line in worker.output.lines():  # ends when the worker's process has ended
             if not line.strip():
                 continue
             try:

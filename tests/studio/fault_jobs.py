@@ -97,6 +97,28 @@ def fake_run(params: dict[str, Any], emit: Any, cancel: Any) -> dict[str, Any]:
     return {"status": "succeeded", "steps": steps}
 
 
+def fork_holder(params: dict[str, Any], emit: Any, cancel: Any) -> dict[str, Any]:
+    """Forks a child that keeps the worker's pipes open and sleeps (what OpenVINO's telemetry
+    sender did), then finishes or hangs. ``child``: "plain", "ignore_term" (ignores SIGTERM)
+    or "setsid" (leaves the worker's process group); ``then``: "return" or "hang". The
+    child's pid goes to ``pid_file``."""
+    how = params.get("child", "plain")
+    pid = os.fork()
+    if pid == 0:
+        if how == "ignore_term":
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        elif how == "setsid":
+            os.setsid()
+        time.sleep(600)
+        os._exit(0)
+    with open(params["pid_file"], "w") as f:
+        f.write(str(pid))
+    emit({"event": "log", "level": "info", "message": f"child {pid} holds the pipes"})
+    if params.get("then") == "hang":
+        inject("unkillable")
+    return {"child": pid}
+
+
 def echo(params: dict[str, Any], emit: Any, cancel: Any) -> dict[str, Any]:
     """Emits ``n`` small events as fast as it can (protocol overhead benchmark)."""
     n = int(params.get("n", 10))
@@ -115,4 +137,5 @@ def print_to_stdout(params: dict[str, Any], emit: Any, cancel: Any) -> dict[str,
 
 register_job("fake_run", fake_run)
 register_job("echo", echo)
+register_job("fork_holder", fork_holder)
 register_job("print_to_stdout", print_to_stdout)
