@@ -19,6 +19,7 @@ from typing import Any
 from accel.errors import RecipeError
 from accel.literals import doc_text
 from accel.models.inputs import InputSpec, is_floating
+from accel.privacy import SCRIPT_PREAMBLE
 from accel.recipe import Recipe, load_recipe
 
 _ZOO_CLASSES = {
@@ -500,7 +501,12 @@ def _script_header(recipe: Recipe, spec: InputSpec, imports: list[str]) -> list[
         "    python this_script.py --out results/",
         '"""',
         "",
-        "\n".join(imports),
+        "import os",
+        "import sys",
+        "",
+        SCRIPT_PREAMBLE.rstrip(),
+        "",
+        "\n".join(i for i in imports if i not in ("import os", "import sys")),
         "",
         f"RTOL, ATOL, MIN_COSINE = {g.rtol!r}, {g.atol!r}, {g.min_cosine!r}",
         f"WARMUP, ITERS, THREADS = {b.warmup!r}, {b.iters!r}, {b.threads!r}",

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 
 COMMAND_MODULES = [
@@ -58,12 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from accel.privacy import disable_telemetry
+    from studio.logs import setup_logging
+
+    disable_telemetry()  # before any command imports a library that phones home
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
+    setup_logging(verbose=args.verbose)
     if args.command is None:
         args.command = "gui"
         if "gui" not in parser._subparsers._group_actions[0].choices:

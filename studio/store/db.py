@@ -19,36 +19,18 @@ import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
-import platformdirs
 from filelock import FileLock
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import StaticPool
 
+from studio.paths import data_dir, settings_path
+
 log = logging.getLogger(__name__)
 
-APP_NAME = "accel-studio"
 DB_ENV = "ACCEL_STUDIO_DB"
 BUSY_TIMEOUT_MS = 60_000
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
-
-
-HOME_ENV = "ACCEL_STUDIO_HOME"  # one folder for data and settings (tests, portable installs)
-
-
-def data_dir() -> Path:
-    """The user data folder of the studio (created on demand)."""
-    home = os.environ.get(HOME_ENV)
-    path = Path(home) if home else platformdirs.user_data_path(APP_NAME, appauthor=False)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def settings_path() -> Path:
-    home = os.environ.get(HOME_ENV)
-    if home:
-        return Path(home) / "settings.json"
-    return platformdirs.user_config_path(APP_NAME, appauthor=False) / "settings.json"
 
 
 def default_db_path() -> Path:

@@ -290,9 +290,9 @@ def test_db_url_resolution(tmp_path, monkeypatch):
     (tmp_path / "settings.json").write_text(json.dumps({"database": str(tmp_path / "set.db")}))
     assert dbmod.resolve_db_url(None).endswith("set.db")
     (tmp_path / "settings.json").unlink()
-    monkeypatch.setenv(dbmod.HOME_ENV, str(tmp_path / "home"))
+    monkeypatch.setenv("ACCEL_STUDIO_HOME", str(tmp_path / "home"))
     assert dbmod.resolve_db_url(None) == f"sqlite:///{tmp_path / 'home' / 'studio.db'}"
-    monkeypatch.delenv(dbmod.HOME_ENV)
+    monkeypatch.delenv("ACCEL_STUDIO_HOME")
 
 
 def test_sqlite_connection_settings(repo):
