@@ -55,8 +55,12 @@ def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
 
 
 def _trial_task(spec: dict[str, Any]) -> dict[str, Any]:
-    """Body of the Ray task: run the trial, collect its events."""
+    """Body of the Ray task: run the trial, collect its events (third-party telemetry off in
+    the Ray worker, as in the studio's own workers)."""
+    from accel.privacy import disable_telemetry
     from accel.search.trial import run_trial
+
+    disable_telemetry()
 
     events: list[dict[str, Any]] = []
     try:
@@ -140,10 +144,13 @@ class RayExecutor:
             ) from None
         check_reachable(address, connect_timeout_s)
         self._ray = ray
+        from accel.privacy import TELEMETRY_ENV
+
         env = {
+            **TELEMETRY_ENV,
             "PYTHONPATH": os.pathsep.join(
                 filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])
-            )
+            ),
         }
         errors: list[BaseException] = []
         hp = _host_port(address)

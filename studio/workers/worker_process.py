@@ -156,6 +156,9 @@ class WorkerOutput:
         if self.closed:
             return
         self.closed = True
+        with contextlib.suppress(OSError, ValueError):
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
         if self.pidfd is not None:
             with contextlib.suppress(OSError):
                 os.close(self.pidfd)
