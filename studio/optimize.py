@@ -292,6 +292,11 @@ class SearchThread:
         self._kwargs = kwargs
         self._config = config
         self.thread = threading.Thread(target=self._run, name="search", daemon=True)
+        # Set when the search ended. Waiting on this, never on Thread.join: a Ctrl-C that
+        # interrupts Thread.join on Python 3.11 leaves the thread marked as stopped while it
+        # still runs (CPython's bpo-45274 handling), and the search looked finished with no
+        # outcome.
+        self.done = threading.Event()
 
     def start(self) -> SearchThread:
         self.thread.start()
@@ -305,9 +310,11 @@ class SearchThread:
             self.outcome = optimize(self._config, cancel=self.cancel_event.is_set, **self._kwargs)
         except BaseException as exc:  # noqa: BLE001 - handed to whoever waits
             self.error = exc
+        finally:
+            self.done.set()
         if self.on_done is not None:
             self.on_done(self)
 
     def join(self, timeout: float | None = None) -> bool:
-        self.thread.join(timeout)
-        return not self.thread.is_alive()
+        """Wait up to ``timeout`` seconds; True once the search has ended."""
+        return self.done.wait(timeout)

@@ -88,6 +88,8 @@ class SearchConfig:
             raise SearchError(f"the budget must be positive, got {self.budget_s} s")
         if self.max_trials is not None and self.max_trials < 1:
             raise SearchError(f"the trial count must be at least 1, got {self.max_trials}")
+        if self.trial_timeout_s is not None and not self.trial_timeout_s > 0:
+            raise SearchError(f"the trial timeout must be above 0 s, got {self.trial_timeout_s}")
         if not 0 <= self.max_cosine_drop <= 2:
             raise SearchError(
                 f"max cosine drop must be between 0 and 2, got {self.max_cosine_drop}"
@@ -590,7 +592,7 @@ class _TrialLoop:
             if not batch:
                 return "finished", "every chain in the space was tried"
             for ot, rec, handle in batch:
-                self._finish(ot, rec, _wait(handle, is_cancelled))
+                self._finish(ot, rec, _wait(handle, is_cancelled, config.trial_timeout_s))
             if is_cancelled():
                 return "cancelled", "cancelled by the user"
 
@@ -668,8 +670,16 @@ def _exclude_sets(
     return add_exclude_sets(space, config, stop)
 
 
-def _wait(handle: TrialHandle, is_cancelled: Callable[[], bool]) -> dict[str, Any]:
+# A trial that outlives its timeout by this much is given up here, whatever its executor
+# does (the pool and Ray stop it at its timeout; this holds the search's own promise).
+OVERDUE_S = 30.0
+
+
+def _wait(
+    handle: TrialHandle, is_cancelled: Callable[[], bool], timeout_s: float | None = None
+) -> dict[str, Any]:
     cancelled = False
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s + OVERDUE_S
     while True:
         try:
             return handle.result(timeout=0.2)
@@ -677,6 +687,13 @@ def _wait(handle: TrialHandle, is_cancelled: Callable[[], bool]) -> dict[str, An
             if is_cancelled() and not cancelled:
                 cancelled = True
                 handle.cancel()
+            if deadline is not None and time.monotonic() > deadline:
+                handle.cancel()
+                return {
+                    "status": "timed_out",
+                    "result": {},
+                    "error": f"the trial ran past its timeout of {timeout_s:g} s",
+                }
 
 
 def _record(rec: TrialRecord, outcome: dict[str, Any]) -> None:

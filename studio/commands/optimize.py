@@ -104,10 +104,25 @@ def _names(text: str | None) -> tuple[str, ...]:
     return tuple(n.strip() for n in (text or "").split(",") if n.strip())
 
 
+def check_options(args: argparse.Namespace) -> None:
+    """Bad numbers are refused naming the option, before anything starts."""
+    from studio.cli import CliError
+
+    if args.budget and parse_duration(args.budget) <= 0:
+        raise CliError(f"--budget {args.budget!r}: give a time above zero, like 90s or 15m")
+    positive = {"--trial-timeout": args.trial_timeout, "--trials": args.trials}
+    positive.update({"--iters": args.iters, "--threads": args.threads})
+    for option, value in positive.items():
+        if value is not None and not value > 0:
+            raise CliError(f"{option} must be above zero, got {value:g}")
+
+
 def build_config(args: argparse.Namespace) -> Any:
     from pathlib import Path
 
     from accel.search import SearchConfig
+
+    check_options(args)
 
     data: dict[str, Any] = {}
     if args.data:
@@ -230,21 +245,41 @@ def run(args: argparse.Namespace) -> int:
         script=args.script,
         on_start=on_start,
     ).start()
-    interrupted = False
-    try:
-        while not th.join(0.2):
-            pass
-    except KeyboardInterrupt:
-        interrupted = True
-        print("cancelling the search (finished trials are kept) ...", file=sys.stderr, flush=True)
-        th.cancel()
-        th.join()
+    interrupted = wait_for_search(th)
     if th.error is not None:
         if isinstance(th.error, AccelError):
             raise CliError(str(th.error)) from None
         raise th.error
-    assert th.outcome is not None
+    if th.outcome is None:  # cancelled and still winding down after CANCEL_WAIT_S
+        print("the search was cancelled; finished trials are in the database", file=sys.stderr)
+        return 130
     return report(th.outcome, interrupted, trust_pickle=bool(args.trust_pickle))
+
+
+# After Ctrl-C: how long to wait for the running trial to stop (the pool cancels it, then
+# terminates and kills its worker's process group within a few seconds).
+CANCEL_WAIT_S = 30.0
+
+
+def wait_for_search(th: Any) -> bool:
+    """Wait for the search thread; Ctrl-C cancels it (finished trials are kept) and waits for
+    it to wind down. Returns True when it was interrupted. More Ctrl-Cs only say so."""
+    try:
+        while not th.join(0.2):
+            pass
+        return False
+    except KeyboardInterrupt:
+        pass
+    print("cancelling the search (finished trials are kept) ...", file=sys.stderr, flush=True)
+    th.cancel()
+    deadline = time.monotonic() + CANCEL_WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            if th.join(0.2):
+                break
+        except KeyboardInterrupt:
+            print("still stopping the running trial ...", file=sys.stderr, flush=True)
+    return True
 
 
 def report(outcome: Any, interrupted: bool = False, trust_pickle: bool = False) -> int:
