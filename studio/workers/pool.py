@@ -55,6 +55,7 @@ from studio.workers.pool_jobs import (
     Lane,
     env_plugins,
 )
+from studio.workers.processes import process_rss_mb
 from studio.workers.scheduling import Scheduling
 from studio.workers.watchdog import (
     DEFAULT_MEMORY_FRACTION,
@@ -70,7 +71,6 @@ from studio.workers.worker_process import (
     RECYCLE_RSS_MB,
     Supervision,
     WorkerProcess,
-    process_rss_mb,
     worker_command,
 )
 
