@@ -409,6 +409,7 @@ def import_run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from studio.cli import CliError
+    from studio.run_records import RecordError, check_unrecorded
     from studio.store import StoreError
     from studio.workers.pool import UNRECORDED_FILE
 
@@ -419,6 +420,12 @@ def import_run(args: argparse.Namespace) -> int:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise CliError(f"cannot read {path}: {exc}") from None
+    if not isinstance(record, dict):
+        raise CliError(f"{path} is not a run record")
+    try:
+        check_unrecorded(record, path)
+    except RecordError as exc:
+        raise CliError(f"{path}: {exc}") from None
     with _repo(args) as repo:
         try:
             repo.check_writable()

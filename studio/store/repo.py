@@ -130,21 +130,51 @@ class Repository(RunWrites, RunEvents, RunQueries, Profiles, Searches, ServeTest
             return [model_record(r) for r in s.scalars(select(ModelRow).order_by(ModelRow.id))]
 
     def import_unrecorded(self, record: Mapping[str, Any]) -> str:
-        """Record a run the pool kept in a file when the store failed (``unrecorded_run.json``);
-        returns its run id. Importing twice is refused."""
+        """Record a run the pool kept in a file when the store failed (``unrecorded_run.json``;
+        the caller checked the file, ``studio.run_records.check_unrecorded``); returns its run
+        id. A row the failed save left ``running`` (or that a later start marked
+        ``crashed``) is restored from the record when it is the same run (same recipe and
+        model source); a run recorded otherwise is refused."""
         if record.get("format") != "accel-studio-unrecorded-run/1":
             raise StoreError("not an unrecorded-run file (format accel-studio-unrecorded-run/1)")
         run = dict(record.get("run") or {})
         run_id = str(run.get("run_id") or "")
-        with self._read() as s:
-            if run_id and s.get(RunRow, run_id) is not None:
-                raise StoreError(f"run {run_id} is already in the database")
-        self.create_run(**{k: v for k, v in run.items() if k in _CREATE_RUN_ARGS})
+        if run_id and self._reset_interrupted(run_id, run):
+            pass  # the left-behind row is cleared; the events below fill it again
+        else:
+            self.create_run(**{k: v for k, v in run.items() if k in _CREATE_RUN_ARGS})
         for event in record.get("events") or []:
             self.record_event(run_id, event)
         final = {k: v for k, v in dict(record.get("final") or {}).items() if k in _STATUS_ARGS}
         self.set_status(run_id, str(record.get("status") or "failed"), **final)
         return run_id
+
+    def _reset_interrupted(self, run_id: str, run: Mapping[str, Any]) -> bool:
+        """False when no row has this id; True after clearing the row a failed save left
+        behind (running or crashed) for this same run; StoreError otherwise."""
+        with self._write() as s:
+            row = s.get(RunRow, run_id)
+            if row is None:
+                return False
+            if row.status not in ("running", "crashed", "queued"):
+                raise StoreError(f"run {run_id} is already in the database ({row.status})")
+            same_recipe = run.get("recipe") is None or (
+                row.recipe is not None and row.recipe.hash == recipe_hash(dict(run["recipe"]))
+            )
+            same_model = not run.get("model_source") or (
+                row.model is not None and row.model.source == run["model_source"]
+            )
+            if not (same_recipe and same_model):
+                raise StoreError(
+                    f"run {run_id} in the database has another recipe or model than this "
+                    "record: it is not the run the record describes"
+                )
+            for step in list(row.steps):
+                s.delete(step)
+            row.status, row.finished_at, row.duration_s = "queued", None, None
+            row.error = row.error_type = row.signal = row.log_tail = ""
+            row.exit_code = None
+        return True
 
     def export_run(self, run_id: str) -> dict[str, Any]:
         """A run as one JSON document (format ``accel-studio.run/1``)."""

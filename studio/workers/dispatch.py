@@ -54,7 +54,9 @@ def save_unrecorded(job: Job, status: str, final: dict[str, Any], result: dict) 
 
             path = data_dir() / "unrecorded" / f"{job.run_id}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(record, indent=1, default=str, ensure_ascii=True))
+        from studio.run_records import sign
+
+        path.write_text(json.dumps(sign(record), indent=1, default=str, ensure_ascii=True))
         return str(path)
     except OSError as exc:
         log.error("could not keep the unrecorded run %s either: %s", job.run_id, exc)

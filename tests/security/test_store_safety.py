@@ -100,29 +100,6 @@ class FailingStore:
         return call
 
 
-def test_a_run_the_store_lost_is_not_a_success_and_can_be_imported(tmp_path):
-    repo = Repository.open(tmp_path / "a.db")
-    store = FailingStore(repo, fail_after="create_run")
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    with WorkerPool(store, cpu_workers=1, devices=[]) as pool:
-        h = pool.submit(
-            "fake_run", {"steps": 2, "run_dir": str(run_dir)}, plugins=[PLUGIN], record=True
-        )
-        out = h.wait(60)
-    assert out.status == "succeeded" and not out.ok  # the job worked, the record did not
-    assert "No space left" in out.store_error
-    assert out.record_file == str(run_dir / UNRECORDED_FILE)
-    assert repo.get_run(out.run_id).status in ("queued", "running")  # what the db has
-    repo.close()
-    # `studio import-run` puts it in a database afterwards, with its steps.
-    assert main(["--db", str(tmp_path / "b.db"), "import-run", str(run_dir)]) == 0
-    with Repository.open(tmp_path / "b.db") as other:
-        d = other.get_run(out.run_id)
-        assert d.status == "succeeded" and [s.index for s in d.steps] == [-1, 0, 1]
-    assert main(["--db", str(tmp_path / "b.db"), "import-run", str(run_dir)]) == 2  # twice
-
-
 def test_cli_run_reports_an_unrecorded_run_with_a_failing_exit_code(tmp_path, capsys, monkeypatch):
     """The whole `studio run` path: the store fails after the run was created."""
     from studio.store import repo as repo_mod
