@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= $(if $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl),torch==2.13.0,)
 PYTEST_ARGS ?=
 
-.PHONY: run test lint venv clean bench screenshots corpus package package-test
+.PHONY: run test lint venv clean bench screenshots corpus package package-test gpu-check
 
 $(BIN)/studio: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,11 @@ bench: venv
 # Every pass on every real-architecture corpus model: bench/out/corpus.md and corpus.json.
 corpus: venv
 	$(BIN)/python bench/corpus.py $(CORPUS_ARGS)
+
+# On a machine with one NVIDIA GPU: installs the GPU extras, runs every gpu test and a short
+# GPU bench, writes bench/out/gpu_check.md (under 8 minutes). Without a GPU: says so, exit 0.
+gpu-check: venv
+	$(BIN)/python bench/gpu_check.py $(GPU_CHECK_ARGS)
 
 # The one-folder desktop bundle (packaging/README.md): dist/accel-studio/accel-studio.
 APP_ID := io.github.accelstudio.AccelStudio

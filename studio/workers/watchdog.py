@@ -28,7 +28,7 @@ def default_memory_limit() -> int:
     value: Any = os.environ.get(MEMORY_ENV)
     if value is None:
         with contextlib.suppress(Exception):
-            from studio.store.db import settings_path
+            from studio.paths import settings_path
 
             value = json.loads(settings_path().read_text()).get("worker_memory_mb")
     if value not in (None, ""):
