@@ -383,6 +383,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=6, help="timing rounds per variant")
     ap.add_argument("--skip", default="", help="phases to skip: tests,bench,profile,pool")
     ap.add_argument("--device", default=DEVICE, help=argparse.SUPPRESS)  # cpu: script check
+    ap.add_argument("--budget", type=float, default=TOTAL_S, help="seconds for the whole check")
     args = ap.parse_args()
     if args.dry_run:
         return dry_run()
@@ -390,7 +391,7 @@ def main() -> int:
     if not nvidia_gpus() and DEVICE.startswith("cuda"):
         print("gpu-check: no NVIDIA GPU on this machine (nvidia-smi lists none): nothing to check")
         return 0
-    deadline = Deadline(TOTAL_S)
+    deadline = Deadline(args.budget)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report = Report()
@@ -400,7 +401,7 @@ def main() -> int:
     report.environment = environment()
     print(json.dumps(report.environment, indent=1), flush=True)
     phases = [
-        ("tests", lambda: run_tests(report, out, min(TESTS_S, deadline.left() - 150))),
+        ("tests", lambda: run_tests(report, out, min(TESTS_S, deadline.left() * 0.4))),
         ("profile", lambda: run_profile(report)),
         ("pool", lambda: run_pool(report)),
     ]
