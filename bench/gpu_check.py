@@ -406,7 +406,7 @@ def main() -> int:
         ("pool", lambda: run_pool(report)),
     ]
     with tempfile.TemporaryDirectory() as work:
-        phases.insert(1, ("bench", lambda: run_bench(report, Path(work), deadline, args.rounds)))
+        phases.append(("bench", lambda: run_bench(report, Path(work), deadline, args.rounds)))
         for name, phase in phases:
             if name in skip or deadline.left() < 20:
                 continue
