@@ -119,6 +119,14 @@ class OnnxRuntime(Pass):
         requested = requested_providers(config.providers, ctx.device)
         usable = usable_providers(ctx.device)
         missing = [p for p in requested if p not in usable]
+        if config.providers and len(missing) == len(requested):
+            raise PassError(
+                f"none of the execution providers asked for can run here: "
+                f"{', '.join(missing)} (available: {', '.join(usable)}). GPU providers need "
+                "onnxruntime-gpu built for this machine's CUDA (and TensorRT's libraries for "
+                "the TensorRT provider) and a cuda device; add 'cpu' to the list to fall back "
+                "to the CPU instead"
+            )
         if missing and config.providers:
             ctx.warn(
                 f"providers not available here: {', '.join(missing)} "

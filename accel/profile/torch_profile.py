@@ -403,21 +403,24 @@ def profile_torch(
     op_rows: list[OpRow] = []
     scope_self: dict[str, float] = {}
     written = None
-    n_op = max(1, min(iters, op_iters or 5)) if ops or trace_path is not None else 0
+    # On CUDA the operator pass is what attributes GPU time to modules (see kernel_times).
+    n_op = max(1, min(iters, op_iters or 5)) if ops or trace_path is not None or cuda else 0
     if n_op:
         steps.phase(0.7, 1.0)
         op_rows, written, scope_self = _op_table(module, call, device, n_op, trace_path, steps)
-        op_rows = op_rows if ops else []
 
     # 4. rows, fitted to the plain forward
     plain, hooked_wall, plain_ms = timed.plain, timed.hooked_wall, median(timed.plain)
     rows = _module_rows(module, timed, plain_ms, info, cuda)
+    if cuda and op_rows:
+        kernel_times(rows, op_rows)
     measured_sum = sum(r.self_ms for r in rows)
     notes.extend(_sum_notes(measured_sum, plain_ms, cuda, compensate, hook_cost_ns))
     # The headline is the plain forward; what the layers do not explain is a row of its own.
     add_unattributed(rows, plain_ms)
     if op_rows:
         op_rows = _fit_ops_to_layers(op_rows, {r.name: r.self_ms for r in rows}, scope_self, cuda)
+    op_rows = op_rows if ops else []
     root_flops = info.flops.get("")
     steps.phase(0.0, 1.0)
     steps.report(1.0, "done")
@@ -583,19 +586,50 @@ def _module_row(
     return row
 
 
+def kernel_times(rows: list[LayerProfile], ops: list[OpRow]) -> None:
+    """CUDA: each module's self time becomes the GPU time of the kernels its own operators
+    launched (torch.profiler's CUPTI times, ``OpRow.self_device_ms``; operators outside any
+    module count to the root), and inclusive times their sums over the subtree.
+
+    CUDA events recorded in the timing hooks measure the stretch between two hooks, which on
+    a launch-bound model (small batches, many small kernels) is mostly the GPU waiting for
+    the hooks themselves: on an H200 the layers of zoo:resnet added up to 2.2x the plain
+    forward. Kernel times add up to what the GPU did; the rest of the forward is the GPU
+    waiting for the CPU, the (unattributed) row."""
+    own: dict[str, float] = {}
+    for o in ops:
+        path = o.module if o.module is not None else ""
+        own[path] = own.get(path, 0.0) + o.self_device_ms
+    inclusive = {r.name: own.get(r.name, 0.0) for r in rows}
+    for r in reversed(rows):  # children come after their parents
+        if r.parent is not None and r.parent in inclusive:
+            inclusive[r.parent] += inclusive[r.name]
+    for r in rows:
+        r.self_ms = own.get(r.name, 0.0)
+        r.inclusive_ms = inclusive[r.name]
+
+
 def _sum_notes(
     measured_sum: float, plain_ms: float, cuda: bool, compensate: bool, hook_cost_ns: float
 ) -> list[str]:
     """Notes on how the layer times were taken and how well they add up."""
     notes = []
-    if plain_ms > 0 and abs(measured_sum - plain_ms) > 0.1 * plain_ms:
+    if cuda and plain_ms > 0 and measured_sum < 0.9 * plain_ms:
+        idle = 1.0 - measured_sum / plain_ms
+        notes.append(
+            f"the GPU ran kernels for {measured_sum:.3f} ms of a {plain_ms:.3f} ms forward: "
+            f"{idle:.0%} of the time it waited for the CPU to launch work (the "
+            "(unattributed) row); CUDA graphs or torch.compile mode=reduce-overhead remove "
+            "most of that wait"
+        )
+    elif plain_ms > 0 and abs(measured_sum - plain_ms) > 0.1 * plain_ms:
         notes.append(
             f"the layers add up to {measured_sum:.3f} ms against a plain forward of "
             f"{plain_ms:.3f} ms; the difference is the (unattributed) row (a busy machine "
             "makes the two disagree: profile again when it is quiet)"
         )
     if cuda:
-        notes.append("layer times are GPU times between CUDA events recorded in the hooks")
+        notes.append("layer times are the GPU kernel times of each module's own operators")
     elif compensate:
         notes.append(
             f"hook cost of {hook_cost_ns / 1e3:.2f} us per module call removed from parents"

@@ -338,7 +338,16 @@ def test_fp16_full_conversion_halves_the_size(tmp_path):
         )
 
 
+def _ort_has(provider: str) -> bool:
+    import onnxruntime as ort
+
+    return provider in ort.get_available_providers()
+
+
 @pytest.mark.gpu
+@pytest.mark.skipif(
+    not _ort_has("CUDAExecutionProvider"), reason="needs onnxruntime-gpu (the CUDA provider)"
+)
 def test_onnxruntime_cuda_io_binding(tmp_path):
     model = _exported(tmp_path).replace(device="cuda")
     cls = get_pass("onnxruntime")
@@ -374,3 +383,17 @@ def test_onnx_file_as_the_source(pipeline_runs, tmp_path):
     assert fp16.details["fp16_initializers"] > 0 and fp16.metrics["size_ratio"] < 0.6
     assert _cosine(fp16) > 0.999 and _cosine(ort_step) > 0.999
     assert ort_step.details["graph_optimization_level"] == "extended"
+
+
+def test_gpu_providers_that_cannot_run_here_are_an_error_not_a_silent_cpu_run(tmp_path):
+    """Asked for the CUDA provider where it cannot run (no GPU here; on the H200 check,
+    onnxruntime without the GPU build), the step fails saying why, instead of timing the CPU."""
+    from accel.errors import PassError
+
+    model = _exported(tmp_path)
+    cls = get_pass("onnxruntime")
+    ctx = PassContext(inputs=model.input_spec.sample(), work_dir=tmp_path / "o", device="cpu")
+    with pytest.raises(PassError, match="none of the execution providers asked for"):
+        cls().apply(model, cls.parse_config({"providers": ["cuda"]}), ctx)
+    out = cls().apply(model, cls.parse_config({"providers": ["cuda", "cpu"]}), ctx)
+    assert ctx.details["provider"] == "CPUExecutionProvider" and out.session() is not None
