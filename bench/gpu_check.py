@@ -390,7 +390,7 @@ def dry_run() -> int:
             p = plan(recipe, device="cuda:0")
             where = "plan ok" if p.ok else f"plan: {'; '.join(p.errors)}"
             print(f"  {name:10s} {label:16s} {'+'.join(s['pass'] for s in steps):40s} {where}")
-    print("would profile zoo:resnet on cuda:0 and run an inspect job on the pool's GPU lane")
+    print("would profile zoo:resnet on cuda:0 and run a profile job on the pool's GPU lane")
     print(markdown(Report(environment={"gpus": []})).splitlines()[0], "(report format ok)")
     return 0
 
