@@ -316,7 +316,7 @@ MODULE_CODE = "(module code)"  # an op row for a module's own Python between its
 
 
 def _fit_ops_to_layers(
-    ops: list[OpRow], layer_self: dict[str, float], scope_self: dict[str, float], cuda: bool
+    ops: list[OpRow], rows: list[LayerProfile], scope_self: dict[str, float], cuda: bool
 ) -> list[OpRow]:
     """Scale each module's operator times so they add up to the module's self time.
 
@@ -327,6 +327,7 @@ def _fit_ops_to_layers(
     module's time outside any op (its Python, the record_function scope) is an op row
     of its own, ``(module code)``."""
     key = "self_device_ms" if cuda else "self_cpu_ms"
+    layer_self = {r.name: r.self_ms for r in rows}
     by_module: dict[str | None, list[OpRow]] = {}
     for o in ops:
         by_module.setdefault(o.module, []).append(o)
@@ -416,11 +417,8 @@ def profile_torch(
         kernel_times(rows, op_rows)
     measured_sum = sum(r.self_ms for r in rows)
     notes.extend(_sum_notes(measured_sum, plain_ms, cuda, compensate, hook_cost_ns))
-    # The headline is the plain forward; what the layers do not explain is a row of its own.
-    add_unattributed(rows, plain_ms)
-    if op_rows:
-        op_rows = _fit_ops_to_layers(op_rows, {r.name: r.self_ms for r in rows}, scope_self, cuda)
-    op_rows = op_rows if ops else []
+    add_unattributed(rows, plain_ms)  # what the layers do not explain is a row of its own
+    op_rows = _fit_ops_to_layers(op_rows, rows, scope_self, cuda) if ops and op_rows else []
     root_flops = info.flops.get("")
     steps.phase(0.0, 1.0)
     steps.report(1.0, "done")

@@ -409,13 +409,12 @@ def import_run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from studio.cli import CliError
-    from studio.run_records import RecordError, check_unrecorded
+    from studio.run_records import FILE_NAME, RecordError, check_unrecorded
     from studio.store import StoreError
-    from studio.workers.pool import UNRECORDED_FILE
 
     path = Path(args.file)
     if path.is_dir():
-        path = path / UNRECORDED_FILE
+        path = path / FILE_NAME
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from accel.recipe import load_recipe
     from studio.cli import CliError
     from studio.workers.entry import load_plugin
-    from studio.workers.pool import env_plugins
+    from studio.workers.pool_jobs import env_plugins
 
     for plugin in env_plugins():  # their passes must validate here too
         load_plugin(plugin)

@@ -7,15 +7,21 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import queue
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from studio.workers.pool_jobs import FINAL, Job, JobOutcome, JobUpdate
+from studio.run_records import FILE_NAME
+from studio.workers.pool_jobs import FINAL, Job, JobOutcome, JobUpdate, PoolSettings, PoolState
 from studio.workers.protocol import Done, EventMessage, Hello, LogMessage, Message
 from studio.workers.watchdog import DEFAULT_MEMORY_FRACTION, MEMORY_ENV, gib
+
+if TYPE_CHECKING:
+    from studio.workers.recorder import RunRecorder
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +32,6 @@ CRASH_HINTS = {
     "SIGKILL": "killed from outside, most often by the system's out-of-memory killer; "
     "try a smaller batch or input shape",
 }
-
-UNRECORDED_FILE = "unrecorded_run.json"
 
 
 def save_unrecorded(job: Job, status: str, final: dict[str, Any], result: dict) -> str:
@@ -48,7 +52,7 @@ def save_unrecorded(job: Job, status: str, final: dict[str, Any], result: dict) 
     }
     try:
         if run_dir and Path(run_dir).is_dir():
-            path = Path(run_dir) / UNRECORDED_FILE
+            path = Path(run_dir) / FILE_NAME
         else:
             from studio.store.db import data_dir
 
@@ -63,15 +67,46 @@ def save_unrecorded(job: Job, status: str, final: dict[str, Any], result: dict) 
         return ""
 
 
-class Dispatch:
-    """The WorkerPool part that runs on the dispatcher thread."""
+class Dispatcher:
+    """Applies what happens to jobs, in order, on one thread: ``post(what, job, payload)``
+    queues it (queued, started, msg, exit), the thread records it through ``store`` and
+    tells the listeners; a job's exit becomes its ``JobOutcome`` and ``release(job)``."""
 
-    def _post(self, what: str, job: Job, payload: Any) -> None:
-        self._inbox.put((what, job, payload))
+    def __init__(
+        self,
+        state: PoolState,
+        settings: PoolSettings,
+        store: RunRecorder | None,
+        release: Callable[[Job], None],
+    ) -> None:
+        self.state = state
+        self.settings = settings
+        self.store = store
+        self.release = release
+        self.inbox: queue.Queue[tuple[str, Any, Any]] = queue.Queue()
+        self.listeners: list[Callable[[JobUpdate], None]] = []
+        self.thread = threading.Thread(target=self.run, name="pool-dispatch", daemon=True)
 
-    def _dispatch(self) -> None:
+    def post(self, what: str, job: Job | None, payload: Any = None) -> None:
+        self.inbox.put((what, job, payload))
+
+    def subscribe(self, listener: Callable[[JobUpdate], None]) -> Callable[[], None]:
+        with self.state.lock:
+            self.listeners.append(listener)
+
+        def unsubscribe() -> None:
+            with self.state.lock, contextlib.suppress(ValueError):
+                self.listeners.remove(listener)
+
+        return unsubscribe
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self.post("stop", None)
+        self.thread.join(timeout=timeout)
+
+    def run(self) -> None:
         while True:
-            what, job, payload = self._inbox.get()
+            what, job, payload = self.inbox.get()
             if what == "stop":
                 return
             if what == "recover":
@@ -83,7 +118,7 @@ class Dispatch:
             except Exception:
                 log.exception("worker pool: handling %s of job %s failed", what, job.id)
                 if what == "exit" and not job.finished.is_set():
-                    self._release(job)
+                    self.release(job)
 
     def _store_call(
         self, fn: Callable[..., Any], *args: Any, job: Job | None = None, **kwargs: Any
@@ -146,7 +181,7 @@ class Dispatch:
             status, error_type = "crashed", "OutOfMemory"
             error = (
                 f"out of memory: the worker used {gib(job.out_of_memory)}, over its limit of "
-                f"{gib(self.memory_limit_bytes)} (setting {MEMORY_ENV}, default "
+                f"{gib(self.settings.memory_limit_bytes)} (setting {MEMORY_ENV}, default "
                 f"{int(DEFAULT_MEMORY_FRACTION * 100)}% of RAM), and was stopped; try a smaller "
                 "batch or input shape"
             )
@@ -201,14 +236,14 @@ class Dispatch:
                 )
         job.outcome = outcome
         job.status = status
-        self._release(job)
+        self.release(job)
         self._notify(
             JobUpdate(job.id, job.kind, "finished", status, job.run_id, outcome.result, outcome)
         )
 
     def _notify(self, update: JobUpdate) -> None:
-        with self._lock:
-            listeners = list(self._listeners)
+        with self.state.lock:
+            listeners = list(self.listeners)
         for fn in listeners:
             try:
                 fn(update)

@@ -20,91 +20,46 @@ runs). A warm worker is replaced after it dies, after a cancelled or timed-out j
 after a job that left it using more than ``recycle_rss_mb`` of memory.
 
 Where the code is: this module holds ``WorkerPool``'s public API (submit, cancel, jobs,
-subscribe, shutdown) and its shared state; its parts are mixins in their own modules:
-``scheduling`` (queue -> lanes, releasing a slot), ``worker_process`` (spawning, relaying a
-worker's messages, warm-worker reuse), ``watchdog`` (timeouts, cancel -> terminate -> kill,
-the memory cap), ``dispatch`` (the dispatcher thread: recording through the RunRecorder,
-how a job ended, listeners) and ``pool_jobs`` (the job, outcome, update and handle records).
+subscribe, shutdown); it composes four collaborators that share a ``PoolState``:
+``Scheduler`` (queue -> lanes, releasing a slot), ``Supervisor`` (a job's worker process:
+spawning, relaying its messages, warm-worker reuse), ``Watchdog`` (timeouts, cancel ->
+terminate -> kill, the memory cap) and ``Dispatcher`` (the thread that records through the
+RunRecorder, decides how a job ended and tells the listeners); ``pool_jobs`` holds the
+records, ``processes`` the operating system's side of a worker.
 """
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 import itertools
 import os
-import queue
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from studio.workers.devices import GpuInfo, detect_gpus
-from studio.workers.dispatch import CRASH_HINTS, UNRECORDED_FILE, Dispatch, save_unrecorded
+from studio.workers.dispatch import Dispatcher
 from studio.workers.pool_jobs import (
     FINAL,
-    JOB_STATUSES,
-    LOG_TAIL_LINES,
-    PLUGINS_ENV,
     Job,
     JobHandle,
     JobOutcome,
     JobUpdate,
     Lane,
+    PoolSettings,
+    PoolState,
     env_plugins,
 )
-from studio.workers.processes import process_rss_mb
-from studio.workers.scheduling import Scheduling
-from studio.workers.watchdog import (
-    DEFAULT_MEMORY_FRACTION,
-    MEMORY_CHECK_S,
-    MEMORY_ENV,
-    MemoryProbe,
-    Watchdog,
-    default_memory_limit,
-    gib,
-)
-from studio.workers.worker_process import (
-    PROJECT_ROOT,
-    RECYCLE_RSS_MB,
-    Supervision,
-    WorkerProcess,
-    worker_command,
-)
+from studio.workers.scheduling import Scheduler
+from studio.workers.watchdog import Watchdog, default_memory_limit
+from studio.workers.worker_process import RECYCLE_RSS_MB, Supervisor
 
 if TYPE_CHECKING:
     from studio.workers.recorder import RunRecorder
 
-__all__ = [  # the pool's names, importable from here as before the split
-    "CRASH_HINTS",
-    "DEFAULT_MEMORY_FRACTION",
-    "FINAL",
-    "JOB_STATUSES",
-    "LOG_TAIL_LINES",
-    "MEMORY_CHECK_S",
-    "MEMORY_ENV",
-    "PLUGINS_ENV",
-    "PROJECT_ROOT",
-    "RECYCLE_RSS_MB",
-    "UNRECORDED_FILE",
-    "WARM_KINDS",
-    "Job",
-    "JobHandle",
-    "JobOutcome",
-    "JobUpdate",
-    "Lane",
-    "MemoryProbe",
-    "WorkerPool",
-    "WorkerProcess",
-    "default_memory_limit",
-    "env_plugins",
-    "gib",
-    "process_rss_mb",
-    "save_unrecorded",
-    "worker_command",
-]
+__all__ = ["WARM_KINDS", "JobHandle", "JobOutcome", "JobUpdate", "WorkerPool"]
 
 
 # Job kinds a warm worker may serve: they load a model and look at it, and restore any
@@ -112,14 +67,9 @@ __all__ = [  # the pool's names, importable from here as before the split
 WARM_KINDS = frozenset({"inspect", "profile", "export_onnx", "graph_diff", "analyze"})
 
 
-class WorkerPool(Scheduling, Supervision, Watchdog, Dispatch):
+class WorkerPool:
     """Runs jobs in worker processes; records run jobs into ``store`` when given: any
     ``studio.workers.recorder.RunRecorder`` (the studio's Repository, or a MemoryRecorder).
-
-    This class holds the public API and the shared state; its parts are mixins in their
-    own modules: ``scheduling`` (queue -> lanes), ``worker_process`` (start, relay, warm
-    worker reuse), ``watchdog`` (timeouts, cancel escalation, memory cap) and ``dispatch``
-    (the dispatcher thread: recording, outcomes, listeners).
 
     ``devices``: GPUs to use (default: detected without CUDA); ``cpu_workers``:
     concurrent CPU jobs; ``max_concurrency``: limit over all lanes.
@@ -144,76 +94,72 @@ class WorkerPool(Scheduling, Supervision, Watchdog, Dispatch):
         memory_limit_bytes: int | None = None,
     ) -> None:
         self.store = store
-        self.warm = warm
-        self.recycle_rss_mb = float(
-            recycle_rss_mb
-            if recycle_rss_mb is not None
-            else os.environ.get("ACCEL_STUDIO_WORKER_RECYCLE_MB", RECYCLE_RSS_MB)
+        self.settings = PoolSettings(
+            python=python or sys.executable,
+            env=dict(env or {}),
+            cwd=os.getcwd(),
+            cancel_grace_s=cancel_grace_s,
+            kill_grace_s=kill_grace_s,
+            default_timeout_s=default_timeout_s,
+            warm=warm,
+            recycle_rss_mb=float(
+                recycle_rss_mb
+                if recycle_rss_mb is not None
+                else os.environ.get("ACCEL_STUDIO_WORKER_RECYCLE_MB", RECYCLE_RSS_MB)
+            ),
+            # Each worker's memory cap (resident memory, its child processes included): a
+            # runaway model ends as "out of memory" with the figure, and the next job runs.
+            memory_limit_bytes=(
+                default_memory_limit() if memory_limit_bytes is None else int(memory_limit_bytes)
+            ),
         )
-        self._idle: dict[str, WorkerProcess] = {}  # lane name -> its warm worker, when idle
-        # Each worker's memory cap (resident memory, its child processes included): a
-        # runaway model ends as "out of memory" with the figure, and the next job runs.
-        self.memory_limit_bytes = (
-            default_memory_limit() if memory_limit_bytes is None else int(memory_limit_bytes)
-        )
-        self.python = python or sys.executable
-        self.extra_env = dict(env or {})
-        self.cancel_grace_s = cancel_grace_s
-        self.kill_grace_s = kill_grace_s
-        self.default_timeout_s = default_timeout_s
-        self.cwd = os.getcwd()
-        gpus = detect_gpus() if devices is None else list(devices)
-        self.lanes: list[Lane] = []
-        for i, g in enumerate(gpus):
-            vid = g.visible_id if isinstance(g, GpuInfo) else str(g)
-            self.lanes.append(Lane(f"cuda:{i}", {"CUDA_VISIBLE_DEVICES": vid}, 1, "cuda:0"))
-        if cpu_workers > 0:
-            # Hide GPUs from CPU jobs so they cannot grab GPU memory by accident.
-            self.lanes.append(Lane("cpu", {"CUDA_VISIBLE_DEVICES": ""}, cpu_workers, "cpu"))
-        if not self.lanes:
-            raise ValueError("the pool has no lanes: give cpu_workers >= 1 or a GPU")
-        self.max_concurrency = max_concurrency or sum(lane.slots for lane in self.lanes)
-        self._lock = threading.RLock()
-        self._wake = threading.Condition(self._lock)
-        self._queue: list[tuple[int, int, Job]] = []
-        self._jobs: dict[str, Job] = {}
-        self._running: set[str] = set()
+        lanes = _lanes(devices, cpu_workers)
+        self.state = PoolState(lanes, max_concurrency or sum(lane.slots for lane in lanes))
         self._order = itertools.count()
-        self._inbox: queue.Queue[tuple[str, Job, Any]] = queue.Queue()
-        self._listeners: list[Callable[[JobUpdate], None]] = []
-        self._closed = False
-        self._next_memory_check = 0.0
-        self._dispatcher = threading.Thread(
-            target=self._dispatch, name="pool-dispatch", daemon=True
+        self.dispatcher = Dispatcher(self.state, self.settings, store, self._release)
+        self.supervisor = Supervisor(
+            self.state, self.settings, self.dispatcher.post, self._warm_kind
         )
-        self._watchdog = threading.Thread(target=self._watch, name="pool-watchdog", daemon=True)
-        self._dispatcher.start()
-        self._watchdog.start()
+        self.scheduler = Scheduler(self.state, self.supervisor.supervise)
+        self.watchdog = Watchdog(self.state, self.settings, self.supervisor.send)
+        self.dispatcher.thread.start()
+        self.watchdog.thread.start()
         if warm:
             for lane in self.lanes:
-                self._ensure_warm(lane)
+                self.supervisor.ensure_warm(lane)
         if store is not None:
             # Runs left "running" by a studio that was killed end as crashed; done on the
             # pool's thread, before any job, so creating a pool never waits on the database.
-            self._inbox.put(("recover", None, None))  # type: ignore[arg-type]
+            self.dispatcher.post("recover", None)
 
-    # --- public API ------------------------------------------------------------------------
+    # --- what callers read -----------------------------------------------------------------
+
+    @property
+    def lanes(self) -> list[Lane]:
+        return self.state.lanes
 
     @property
     def has_gpu(self) -> bool:
         return any(lane.name.startswith("cuda") for lane in self.lanes)
 
+    @property
+    def cancel_grace_s(self) -> float:
+        return self.settings.cancel_grace_s
+
+    @property
+    def kill_grace_s(self) -> float:
+        return self.settings.kill_grace_s
+
+    @property
+    def memory_limit_bytes(self) -> int:
+        return self.settings.memory_limit_bytes
+
+    # --- public API ------------------------------------------------------------------------
+
     def subscribe(self, listener: Callable[[JobUpdate], None]) -> Callable[[], None]:
         """Call ``listener(update)`` for every job update (on the pool's dispatcher thread).
         Returns a function that unsubscribes."""
-        with self._lock:
-            self._listeners.append(listener)
-
-        def unsubscribe() -> None:
-            with self._lock, contextlib.suppress(ValueError):
-                self._listeners.remove(listener)
-
-        return unsubscribe
+        return self.dispatcher.subscribe(listener)
 
     def submit(
         self,
@@ -237,28 +183,24 @@ class WorkerPool(Scheduling, Supervision, Watchdog, Dispatch):
         "cuda:N". Higher ``priority`` starts first. With a store, run jobs (kind
         ``run_recipe``, or ``record=True``) get a run row (``handle.run_id``), written
         by the pool's thread before any of the job's events."""
-        if self._closed:
+        if self.state.closed:
             raise RuntimeError("the worker pool is shut down")
         params = dict(params or {})
         recipe_in = params.get("recipe")
         if device is None and isinstance(recipe_in, Mapping) and recipe_in.get("device"):
             device = str(recipe_in["device"])  # a recipe asking for cuda:1 gets that GPU's lane
-        self._lane_for(device, check_only=True)
-        job_id = uuid.uuid4().hex
+        self.scheduler.lane_for(device, check_only=True)
         if record is None:
             record = kind == "run_recipe"
         new_run: dict[str, Any] | None = None
         if record and self.store is not None and run_id is None:
-            recipe_content = recipe
-            if recipe_content is None and isinstance(params.get("recipe"), Mapping):
-                recipe_content = params["recipe"]
             # The row is written by the dispatcher (first thing for this job), so submit
             # never waits on the database: the GUI thread calls it.
             run_id = uuid.uuid4().hex
             new_run = dict(
                 run_id=run_id,
                 model_source=model_source or params.get("model"),
-                recipe=recipe_content,
+                recipe=recipe if recipe is not None else _recipe_of(params),
                 kind=kind,
                 device=device or "",
                 parent_run_id=parent_run_id,
@@ -268,41 +210,42 @@ class WorkerPool(Scheduling, Supervision, Watchdog, Dispatch):
                 job_params={"kind": kind, "params": params, "device": device},
             )
         job = Job(
-            id=job_id,
+            id=uuid.uuid4().hex,
             kind=kind,
             params=params,
             plugins=[*env_plugins(), *(str(p) for p in plugins)],
             device=device or "auto",
             priority=priority,
-            timeout_s=timeout_s if timeout_s is not None else self.default_timeout_s,
+            timeout_s=timeout_s if timeout_s is not None else self.settings.default_timeout_s,
             run_id=run_id,
             order=next(self._order),
             new_run=new_run,
         )
-        with self._lock:
-            self._jobs[job_id] = job
-            heapq.heappush(self._queue, (-priority, job.order, job))
-        self._post("queued", job, None)
-        self._schedule()
-        return JobHandle(self, job)
+        with self.state.lock:
+            self.state.jobs[job.id] = job
+            heapq.heappush(self.state.queue, (-priority, job.order, job))
+        self.dispatcher.post("queued", job)
+        self.scheduler.schedule()
+        return JobHandle(self.cancel, job)
 
     def cancel(self, job_id: str, reason: str = "cancelled by the user") -> None:
         """Cancel cooperatively; terminate after ``cancel_grace_s``, kill after that."""
-        with self._lock:
-            job = self._jobs.get(job_id)
+        st = self.state
+        with st.lock:
+            job = st.jobs.get(job_id)
             if job is None or job.status in FINAL:
                 return
             if job.status == "queued":
-                self._queue = [e for e in self._queue if e[2] is not job]
-                heapq.heapify(self._queue)
+                st.queue = [e for e in st.queue if e[2] is not job]
+                heapq.heapify(st.queue)
                 job.cancel_requested = True
-                self._post("exit", job, None)
+                self.dispatcher.post("exit", job, None)
                 return
-            self._request_cancel(job, reason)
+            self.watchdog.request_cancel(job, reason)
 
     def jobs(self) -> list[dict[str, Any]]:
         """A snapshot of queued and running jobs."""
-        with self._lock:
+        with self.state.lock:
             return [
                 {
                     "job_id": j.id,
@@ -313,15 +256,20 @@ class WorkerPool(Scheduling, Supervision, Watchdog, Dispatch):
                     "priority": j.priority,
                     "pid": j.pid,
                 }
-                for j in self._jobs.values()
+                for j in self.state.jobs.values()
                 if j.status not in FINAL
             ]
 
+    def warm_workers(self) -> list[Any]:
+        """The lanes' idle warm workers (``WorkerProcess``), now."""
+        with self.state.lock:
+            return list(self.supervisor.idle.values())
+
     def shutdown(self, *, cancel: bool = True, timeout: float | None = 30.0) -> None:
         """Stop accepting jobs; cancel (or let finish) the others and wait for them."""
-        with self._lock:
-            self._closed = True
-            pending = [j for j in self._jobs.values() if j.status not in FINAL]
+        with self.state.lock:
+            self.state.closed = True
+            pending = [j for j in self.state.jobs.values() if j.status not in FINAL]
         if cancel:
             for j in pending:
                 self.cancel(j.id, "the studio is shutting down")
@@ -329,24 +277,41 @@ class WorkerPool(Scheduling, Supervision, Watchdog, Dispatch):
         for j in pending:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not j.finished.wait(left):
-                self._kill(j)
+                self.watchdog.kill(j)
                 j.finished.wait(2.0)
-        with self._lock:
-            idle, self._idle = list(self._idle.values()), {}
-        for worker in idle:
-            worker.retire()
-        self._inbox.put(("stop", None, None))  # type: ignore[arg-type]
-        self._dispatcher.join(timeout=5)
-        with self._wake:
-            self._wake.notify_all()
+        self.supervisor.retire_idle()
+        self.dispatcher.stop()
+        self.state.notify()
+
+    def _release(self, job: Job) -> None:
+        self.scheduler.release(job)
 
     def _warm_kind(self, kind: str) -> bool:
         """May the lane's warm worker serve a job of ``kind``? (``WARM_KINDS``, read here at
         call time so a test can extend it.)"""
-        return self.warm and kind in WARM_KINDS
+        return self.settings.warm and kind in WARM_KINDS
 
     def __enter__(self) -> WorkerPool:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+def _lanes(devices: Iterable[GpuInfo | str] | None, cpu_workers: int) -> list[Lane]:
+    gpus = detect_gpus() if devices is None else list(devices)
+    lanes: list[Lane] = []
+    for i, g in enumerate(gpus):
+        vid = g.visible_id if isinstance(g, GpuInfo) else str(g)
+        lanes.append(Lane(f"cuda:{i}", {"CUDA_VISIBLE_DEVICES": vid}, 1, "cuda:0"))
+    if cpu_workers > 0:
+        # Hide GPUs from CPU jobs so they cannot grab GPU memory by accident.
+        lanes.append(Lane("cpu", {"CUDA_VISIBLE_DEVICES": ""}, cpu_workers, "cpu"))
+    if not lanes:
+        raise ValueError("the pool has no lanes: give cpu_workers >= 1 or a GPU")
+    return lanes
+
+
+def _recipe_of(params: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    recipe = params.get("recipe")
+    return recipe if isinstance(recipe, Mapping) else None

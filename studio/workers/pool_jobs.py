@@ -1,6 +1,6 @@
-"""The pool's job records: what a submitted job carries while it waits and runs, how it
-ended (``JobOutcome``), what listeners get (``JobUpdate``), a device lane and the handle
-``submit`` returns."""
+"""The pool's records: what a submitted job carries while it waits and runs, how it ended
+(``JobOutcome``), what listeners get (``JobUpdate``), a device lane, the handle ``submit``
+returns, and what the pool's collaborators share (``PoolSettings``, ``PoolState``)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from studio.workers.processes import MemoryProbe
 from studio.workers.protocol import Done
 
 if TYPE_CHECKING:
-    from studio.workers.pool import WorkerPool
-    from studio.workers.watchdog import MemoryProbe
+    from collections.abc import Callable
 
 
 JOB_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled", "crashed", "timed_out")
@@ -113,11 +113,45 @@ class Job:
     events: list[dict[str, Any]] = field(default_factory=list)  # kept for a failed store
 
 
+@dataclass(frozen=True)
+class PoolSettings:
+    """How the pool starts, watches and stops workers (fixed when the pool is made)."""
+
+    python: str  # the interpreter that runs ``python -m studio.workers.entry``
+    env: dict[str, str]  # added to every worker's environment
+    cwd: str  # the caller's folder: relative paths mean the same in the worker
+    cancel_grace_s: float  # a cancelled job's time to stop on its own before SIGTERM
+    kill_grace_s: float  # from SIGTERM to SIGKILL
+    default_timeout_s: float | None
+    warm: bool  # keep a warm worker per lane for light jobs
+    recycle_rss_mb: float  # a warm worker above this after a job is replaced
+    memory_limit_bytes: int  # a worker's memory cap (0: none)
+
+
+class PoolState:
+    """What the pool's collaborators (scheduler, supervisor, watchdog, dispatcher) share;
+    every field is read and changed under ``lock``."""
+
+    def __init__(self, lanes: list[Lane], max_concurrency: int) -> None:
+        self.lock = threading.RLock()
+        self.wake = threading.Condition(self.lock)
+        self.lanes = lanes
+        self.max_concurrency = max_concurrency
+        self.queue: list[tuple[int, int, Job]] = []  # (-priority, order, job), a heap
+        self.jobs: dict[str, Job] = {}  # queued and running
+        self.running: set[str] = set()
+        self.closed = False
+
+    def notify(self) -> None:
+        with self.wake:
+            self.wake.notify_all()
+
+
 class JobHandle:
     """What ``submit`` returns: wait for, cancel or look at one job."""
 
-    def __init__(self, pool: WorkerPool, job: Job) -> None:
-        self._pool = pool
+    def __init__(self, cancel: Callable[[str, str], None], job: Job) -> None:
+        self._cancel = cancel
         self._job = job
 
     @property
@@ -137,7 +171,7 @@ class JobHandle:
         return self._job.outcome
 
     def cancel(self, reason: str = "cancelled by the user") -> None:
-        self._pool.cancel(self._job.id, reason)
+        self._cancel(self._job.id, reason)
 
     def wait(self, timeout: float | None = None) -> JobOutcome:
         """Block until the job ended; raises TimeoutError after ``timeout`` seconds."""

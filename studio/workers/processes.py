@@ -1,6 +1,6 @@
 """A worker process as the operating system sees it: its output read until the process ends
-(not until EOF), its memory with its descendants', and the kill of what is left of its
-process group."""
+(not until EOF), its memory with its descendants' (``MemoryProbe`` for the watchdog), and
+the kill of what is left of its process group."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 
 def process_rss_mb(pid: int) -> float | None:
@@ -135,3 +136,32 @@ class WorkerOutput:
             with contextlib.suppress(OSError):
                 os.close(self.pidfd)
             self.pidfd = None
+
+
+class MemoryProbe:
+    """Resident bytes of a worker and its children (compile workers, ...), cheap enough for
+    the watchdog: the process list is refreshed every 2 s (scanning /proc holds the GIL,
+    which the GUI thread shares), the memory of the known processes read every sample."""
+
+    REFRESH_S = 2.0
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.procs: list[Any] = []
+        self.refreshed = -1e9
+
+    def rss(self, now: float) -> int:
+        import psutil
+
+        if now - self.refreshed >= self.REFRESH_S or not self.procs:
+            self.refreshed = now
+            try:
+                root = psutil.Process(self.pid)
+                self.procs = [root, *root.children(recursive=True)]
+            except (psutil.Error, OSError):
+                self.procs = []
+        total = 0
+        for p in self.procs:
+            with contextlib.suppress(psutil.Error, OSError):
+                total += p.memory_info().rss
+        return total

@@ -1,4 +1,4 @@
-"""Scheduling: which lane a job's device maps to, and starting queued jobs (highest
+"""The pool's scheduler: which lane a job's device maps to, and starting queued jobs (highest
 priority first, then submission order) while lanes have free slots under the pool's
 concurrency limit."""
 
@@ -7,17 +7,26 @@ from __future__ import annotations
 import heapq
 import threading
 import time
+from collections.abc import Callable
 
-from studio.workers.pool_jobs import FINAL, Job, Lane
+from studio.workers.pool_jobs import FINAL, Job, Lane, PoolState
 
 
-class Scheduling:
-    """The WorkerPool part that moves jobs from the queue to lanes and back."""
+class Scheduler:
+    """Moves jobs from the queue to lanes (``schedule``) and gives their slot back
+    (``release``). ``start(job)`` runs a job that got a lane (on a thread of its own)."""
 
-    def _lane_for(self, device: str | None, *, check_only: bool = False) -> Lane | None:
+    def __init__(self, state: PoolState, start: Callable[[Job], None]) -> None:
+        self.state = state
+        self.start = start
+
+    def lane_for(self, device: str | None, *, check_only: bool = False) -> Lane | None:
+        """The least busy free lane for ``device`` (None: all busy); ValueError when the pool
+        has no lane for it at all."""
+        lanes = self.state.lanes
         dev = (device or "auto").lower()
-        gpu_lanes = [lane for lane in self.lanes if lane.name.startswith("cuda")]
-        cpu_lanes = [lane for lane in self.lanes if lane.name == "cpu"]
+        gpu_lanes = [lane for lane in lanes if lane.name.startswith("cuda")]
+        cpu_lanes = [lane for lane in lanes if lane.name == "cpu"]
         if dev == "auto":
             candidates = gpu_lanes or cpu_lanes
         elif dev == "cpu":
@@ -29,7 +38,7 @@ class Scheduling:
         else:
             raise ValueError(f"unknown device {device!r}: use auto, cpu, cuda or cuda:N")
         if not candidates:
-            have = ", ".join(lane.name for lane in self.lanes)
+            have = ", ".join(lane.name for lane in lanes)
             hint = "; nvidia-smi -L finds no such GPU" if dev.startswith("cuda") else ""
             raise ValueError(f"no worker lane for device {device!r} (this pool has: {have}){hint}")
         if check_only:
@@ -37,14 +46,15 @@ class Scheduling:
         free = [lane for lane in candidates if lane.busy < lane.slots]
         return min(free, key=lambda lane: lane.busy) if free else None
 
-    def _schedule(self) -> None:
+    def schedule(self) -> None:
+        st = self.state
         to_start: list[Job] = []
-        with self._lock:
+        with st.lock:
             waiting: list[tuple[int, int, Job]] = []
-            while self._queue and len(self._running) < self.max_concurrency:
-                entry = heapq.heappop(self._queue)
+            while st.queue and len(st.running) < st.max_concurrency:
+                entry = heapq.heappop(st.queue)
                 job = entry[2]
-                lane = self._lane_for(job.device)
+                lane = self.lane_for(job.device)
                 if lane is None:
                     waiting.append(entry)
                     continue
@@ -52,25 +62,26 @@ class Scheduling:
                 job.lane = lane
                 job.status = "running"
                 job.started = time.monotonic()
-                self._running.add(job.id)
+                st.running.add(job.id)
                 to_start.append(job)
             for entry in waiting:
-                heapq.heappush(self._queue, entry)
+                heapq.heappush(st.queue, entry)
         for job in to_start:
             threading.Thread(
-                target=self._supervise, args=(job,), name=f"job-{job.id[:8]}", daemon=True
+                target=self.start, args=(job,), name=f"job-{job.id[:8]}", daemon=True
             ).start()
 
-    def _release(self, job: Job) -> None:
-        with self._lock:
-            if job.id in self._running:
-                self._running.discard(job.id)
+    def release(self, job: Job) -> None:
+        """The job ended: free its slot, let the next one start, wake its waiters."""
+        st = self.state
+        with st.lock:
+            if job.id in st.running:
+                st.running.discard(job.id)
                 if job.lane is not None:
                     job.lane.busy -= 1
             if job.status not in FINAL:
                 job.status = "failed"
-            self._jobs.pop(job.id, None)
+            st.jobs.pop(job.id, None)
         job.finished.set()
-        self._schedule()
-        with self._wake:
-            self._wake.notify_all()
+        self.schedule()
+        st.notify()

@@ -1,5 +1,5 @@
-"""The pool's watchdog thread: job timeouts, the cancel -> terminate -> kill escalation and
-each worker's memory cap."""
+"""The pool's watchdog: job timeouts, the cancel -> terminate -> kill escalation and each
+worker's memory cap, on a thread of its own."""
 
 from __future__ import annotations
 
@@ -7,11 +7,14 @@ import contextlib
 import logging
 import os
 import signal
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
-from studio.workers.pool_jobs import Job
-from studio.workers.protocol import Cancel
+from studio.workers.pool_jobs import Job, PoolSettings, PoolState
+from studio.workers.processes import MemoryProbe
+from studio.workers.protocol import Cancel, Message
 
 log = logging.getLogger(__name__)
 
@@ -44,52 +47,35 @@ def default_memory_limit() -> int:
         return 0
 
 
-class MemoryProbe:
-    """Resident bytes of a worker and its children (compile workers, ...), cheap enough for
-    the watchdog: the process list is refreshed every 2 s (scanning /proc holds the GIL,
-    which the GUI thread shares), the memory of the known processes read every sample."""
-
-    REFRESH_S = 2.0
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.procs: list[Any] = []
-        self.refreshed = -1e9
-
-    def rss(self, now: float) -> int:
-        import psutil
-
-        if now - self.refreshed >= self.REFRESH_S or not self.procs:
-            self.refreshed = now
-            try:
-                root = psutil.Process(self.pid)
-                self.procs = [root, *root.children(recursive=True)]
-            except (psutil.Error, OSError):
-                self.procs = []
-        total = 0
-        for p in self.procs:
-            with contextlib.suppress(psutil.Error, OSError):
-                total += p.memory_info().rss
-        return total
-
-
 def gib(n: int) -> str:
     return f"{n / (1 << 30):.2f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.0f} MiB"
 
 
 class Watchdog:
-    """The WorkerPool part that stops jobs: cooperative cancel, then signals."""
+    """Stops jobs: a cooperative cancel (``send`` hands the worker a ``cancel`` message), then
+    SIGTERM to the worker's process group after ``cancel_grace_s``, SIGKILL after
+    ``kill_grace_s``; a job past its timeout is cancelled so; a worker over the memory cap
+    is killed. ``run`` is the watching thread's loop."""
 
-    def _request_cancel(self, job: Job, reason: str) -> None:
+    def __init__(
+        self, state: PoolState, settings: PoolSettings, send: Callable[[Job, Message], None]
+    ) -> None:
+        self.state = state
+        self.settings = settings
+        self.send = send
+        self.next_memory_check = 0.0
+        self.thread = threading.Thread(target=self.run, name="pool-watchdog", daemon=True)
+
+    def request_cancel(self, job: Job, reason: str) -> None:
+        """Ask the job to stop (under the state's lock); the escalation follows."""
         if job.cancel_requested:
             return
         job.cancel_requested = True
         job.cancel_at = time.monotonic()
-        self._send(job, Cancel(job_id=job.id, seq=1, reason=reason))
-        with self._wake:
-            self._wake.notify_all()
+        self.send(job, Cancel(job_id=job.id, seq=1, reason=reason))
+        self.state.notify()
 
-    def _signal(self, job: Job, sig: int) -> None:
+    def signal(self, job: Job, sig: int) -> None:
         proc = job.proc
         if proc is None or proc.poll() is not None:
             return
@@ -103,55 +89,70 @@ class Watchdog:
         except (ProcessLookupError, PermissionError):
             pass
 
-    def _kill(self, job: Job) -> None:
+    def kill(self, job: Job) -> None:
         job.killed = True
-        self._signal(job, getattr(signal, "SIGKILL", signal.SIGTERM))
+        self.signal(job, getattr(signal, "SIGKILL", signal.SIGTERM))
 
-    def _watch(self) -> None:
-        """Timeouts and the cancel -> terminate -> kill escalation."""
+    def run(self) -> None:
+        st = self.state
         while True:
-            with self._wake:
-                if self._closed and not self._running:
+            with st.wake:
+                if st.closed and not st.running:
                     return
-                self._wake.wait(0.05)
-                running = [self._jobs[i] for i in self._running]
+                st.wake.wait(0.05)
+                running = [st.jobs[i] for i in st.running if i in st.jobs]
             now = time.monotonic()
-            check_memory = self.memory_limit_bytes > 0 and now >= self._next_memory_check
+            check_memory = self.settings.memory_limit_bytes > 0 and now >= self.next_memory_check
             if check_memory:
-                self._next_memory_check = now + MEMORY_CHECK_S
+                self.next_memory_check = now + MEMORY_CHECK_S
             for job in running:
                 if job.proc is None or job.proc.poll() is not None:
                     continue
-                if check_memory and not job.out_of_memory:
-                    if job.memory_probe is None or job.memory_probe.pid != job.proc.pid:
-                        job.memory_probe = MemoryProbe(job.proc.pid)
-                    used = job.memory_probe.rss(now)
-                    if used > self.memory_limit_bytes:
-                        job.out_of_memory = used
-                        log.warning(
-                            "job %s used %s, over the worker memory limit of %s: stopped",
-                            job.id,
-                            gib(used),
-                            gib(self.memory_limit_bytes),
-                        )
-                        self._kill(job)
-                        continue
-                if (
-                    job.timeout_s is not None
-                    and job.started is not None
-                    and not job.timed_out
-                    and now - job.started > job.timeout_s
-                ):
-                    job.timed_out = True
-                    with self._lock:
-                        self._request_cancel(job, f"timed out after {job.timeout_s:g} s")
-                if job.cancel_at is not None:
-                    if job.terminated_at is None and now - job.cancel_at > self.cancel_grace_s:
-                        job.terminated_at = now
-                        self._signal(job, signal.SIGTERM)
-                    elif (
-                        job.terminated_at is not None
-                        and not job.killed
-                        and now - job.terminated_at > self.kill_grace_s
-                    ):
-                        self._kill(job)
+                if check_memory and self._over_memory(job, now):
+                    continue
+                self._check_timeout(job, now)
+                self._escalate(job, now)
+
+    def _over_memory(self, job: Job, now: float) -> bool:
+        """Kill a worker (its whole tree counted) over the memory cap; True when it was."""
+        if job.out_of_memory:
+            return False
+        if job.memory_probe is None or job.memory_probe.pid != job.proc.pid:
+            job.memory_probe = MemoryProbe(job.proc.pid)
+        used = job.memory_probe.rss(now)
+        limit = self.settings.memory_limit_bytes
+        if used <= limit:
+            return False
+        job.out_of_memory = used
+        log.warning(
+            "job %s used %s, over the worker memory limit of %s: stopped",
+            job.id,
+            gib(used),
+            gib(limit),
+        )
+        self.kill(job)
+        return True
+
+    def _check_timeout(self, job: Job, now: float) -> None:
+        if (
+            job.timeout_s is not None
+            and job.started is not None
+            and not job.timed_out
+            and now - job.started > job.timeout_s
+        ):
+            job.timed_out = True
+            with self.state.lock:
+                self.request_cancel(job, f"timed out after {job.timeout_s:g} s")
+
+    def _escalate(self, job: Job, now: float) -> None:
+        if job.cancel_at is None:
+            return
+        if job.terminated_at is None and now - job.cancel_at > self.settings.cancel_grace_s:
+            job.terminated_at = now
+            self.signal(job, signal.SIGTERM)
+        elif (
+            job.terminated_at is not None
+            and not job.killed
+            and now - job.terminated_at > self.settings.kill_grace_s
+        ):
+            self.kill(job)

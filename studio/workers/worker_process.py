@@ -18,10 +18,11 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from studio.workers.pool_jobs import LOG_TAIL_LINES, Job, Lane
+from studio.workers.pool_jobs import LOG_TAIL_LINES, Job, Lane, PoolSettings, PoolState
 from studio.workers.processes import (
     WorkerOutput,
     kill_group,
@@ -94,13 +95,28 @@ class WorkerProcess:
         threading.Thread(target=reap, name=f"worker-{self.proc.pid}-reap", daemon=True).start()
 
 
-class Supervision:
-    """The WorkerPool part that runs a job in a worker process (one thread per job).
-    Uses the pool's lock, lanes, warm-worker table (``_idle``) and ``_post``."""
+class Supervisor:
+    """Runs a job in a worker process, on the job's own thread (``supervise``): takes the
+    lane's warm worker or starts one, relays its messages to ``post`` until its ``done`` or
+    its exit, then keeps it warm or retires it. ``warm_kind(kind)``: may a warm worker serve
+    jobs of ``kind``."""
+
+    def __init__(
+        self,
+        state: PoolState,
+        settings: PoolSettings,
+        post: Callable[[str, Job, Any], None],
+        warm_kind: Callable[[str], bool],
+    ) -> None:
+        self.state = state
+        self.settings = settings
+        self.post = post
+        self.warm_kind = warm_kind
+        self.idle: dict[str, WorkerProcess] = {}  # lane name -> its warm worker, when idle
 
     def _worker_env(self, lane: Lane) -> dict[str, str]:
         env = dict(os.environ)
-        env.update(self.extra_env)
+        env.update(self.settings.env)
         env.update(lane.env)
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONFAULTHANDLER"] = "1"
@@ -120,7 +136,7 @@ class Supervision:
 
     def _spawn(self, lane: Lane, *, persistent: bool) -> WorkerProcess:
         proc = subprocess.Popen(
-            worker_command(self.python, serve=persistent),
+            worker_command(self.settings.python, serve=persistent),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -131,33 +147,40 @@ class Supervision:
             env=self._worker_env(lane),
             # The caller's folder: relative model, recipe and output paths mean the same
             # in the worker (PYTHONPATH above makes studio/accel importable from anywhere).
-            cwd=self.cwd,
+            cwd=self.settings.cwd,
             # Own session: Ctrl-C in a terminal reaches the parent only (which cancels
             # cooperatively), and the whole process group can be killed at once.
             start_new_session=True,
         )
         return WorkerProcess(proc, lane.name, persistent)
 
-    def _ensure_warm(self, lane: Lane) -> None:
+    def ensure_warm(self, lane: Lane) -> None:
         """Start the lane's warm worker unless it has a live idle one (or the pool closed)."""
-        with self._lock:
-            if self._closed or not self.warm:
+        with self.state.lock:
+            if self.state.closed or not self.settings.warm:
                 return
-            current = self._idle.get(lane.name)
+            current = self.idle.get(lane.name)
             if current is not None and current.alive:
                 return
             try:
-                self._idle[lane.name] = self._spawn(lane, persistent=True)
+                self.idle[lane.name] = self._spawn(lane, persistent=True)
             except OSError as exc:
                 log.warning("could not start a warm worker for %s: %s", lane.name, exc)
-                self._idle.pop(lane.name, None)
+                self.idle.pop(lane.name, None)
+
+    def retire_idle(self) -> None:
+        """Retire every warm worker (the pool is shutting down)."""
+        with self.state.lock:
+            idle, self.idle = list(self.idle.values()), {}
+        for worker in idle:
+            worker.retire()
 
     def _checkout(self, job: Job) -> WorkerProcess | None:
         """The lane's idle warm worker for ``job`` when it may take it, else None."""
-        if not self._warm_kind(job.kind) or job.lane is None:
+        if not self.warm_kind(job.kind) or job.lane is None:
             return None
-        with self._lock:
-            worker = self._idle.pop(job.lane.name, None)
+        with self.state.lock:
+            worker = self.idle.pop(job.lane.name, None)
         if worker is not None and not worker.alive:
             worker.retire(0)
             return None
@@ -175,7 +198,7 @@ class Supervision:
         )
         if keep:
             rss = process_tree_rss_mb(worker.proc.pid)
-            if rss is not None and rss > self.recycle_rss_mb:
+            if rss is not None and rss > self.settings.recycle_rss_mb:
                 log.info(
                     "warm worker %s uses %.0f MiB after %s: replacing it",
                     worker.proc.pid,
@@ -185,25 +208,26 @@ class Supervision:
                 keep = False
         worker.job = None
         if keep:
-            with self._lock:
-                if not self._closed and worker.lane not in self._idle:
-                    self._idle[worker.lane] = worker
+            with self.state.lock:
+                if not self.state.closed and worker.lane not in self.idle:
+                    self.idle[worker.lane] = worker
                     return True
         worker.retire()
         return False
 
-    def _supervise(self, job: Job) -> None:
+    def supervise(self, job: Job) -> None:
+        """Run ``job`` (it has its lane) to its end; the last thing posted is its exit."""
         assert job.lane is not None
-        self._post("started", job, None)
+        self.post("started", job, None)
         worker = self._checkout(job)
         reused = worker is not None
         if worker is None:
             try:
-                persistent = self._warm_kind(job.kind)
+                persistent = self.warm_kind(job.kind)
                 worker = self._spawn(job.lane, persistent=persistent)
             except OSError as exc:
                 job.stderr.append(f"could not start the worker: {exc}")
-                self._post("exit", job, None)
+                self.post("exit", job, None)
                 return
         got_done, heard = self._run_on(worker, job)
         if reused and not heard and not job.cancel_requested:
@@ -216,7 +240,7 @@ class Supervision:
                 worker = self._spawn(job.lane, persistent=True)
             except OSError as exc:
                 job.stderr.append(f"could not start the worker: {exc}")
-                self._post("exit", job, None)
+                self.post("exit", job, None)
                 return
             got_done, heard = self._run_on(worker, job)
         proc = worker.proc
@@ -225,7 +249,7 @@ class Supervision:
         else:
             if got_done:
                 try:
-                    code = proc.wait(self.kill_grace_s + 3.0)
+                    code = proc.wait(self.settings.kill_grace_s + 3.0)
                 except subprocess.TimeoutExpired:
                     code = None
             else:
@@ -237,8 +261,8 @@ class Supervision:
                     if proc.stdin:
                         proc.stdin.close()
             if worker.persistent:
-                self._ensure_warm(job.lane)  # a replacement warms up for the next job
-        self._post("exit", job, code)
+                self.ensure_warm(job.lane)  # a replacement warms up for the next job
+        self.post("exit", job, code)
 
     def _run_on(self, worker: WorkerProcess, job: Job) -> tuple[bool, bool]:
         """Send ``job`` to ``worker`` and relay its messages until its ``done`` (a persistent
@@ -247,7 +271,7 @@ class Supervision:
         proc = worker.proc
         worker.job = job
         worker.jobs_served += 1
-        with self._lock:
+        with self.state.lock:
             job.proc = proc
             job.pid = proc.pid
             cancel_now = job.cancel_requested
@@ -258,9 +282,9 @@ class Supervision:
             plugins=job.plugins,
             device=job.lane.worker_device,
         )
-        self._send(job, spec)
+        self.send(job, spec)
         if cancel_now:
-            self._send(job, Cancel(job_id=job.id, seq=1))
+            self.send(job, Cancel(job_id=job.id, seq=1))
         got_done = heard = False
         for line in worker.output.lines():  # ends when the worker's process has ended
             if not line.strip():
@@ -273,13 +297,13 @@ class Supervision:
             if worker.persistent and msg.job_id != job.id:
                 continue  # a late line of the job this worker ran before
             heard = True
-            self._post("msg", job, msg)
+            self.post("msg", job, msg)
             if worker.persistent and isinstance(msg, Done):
                 got_done = True
                 break
         return got_done, heard
 
-    def _send(self, job: Job, msg: Message) -> None:
+    def send(self, job: Job, msg: Message) -> None:
         proc = job.proc
         if proc is None or proc.stdin is None:
             return

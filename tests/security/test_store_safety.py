@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from studio.cli import main
+from studio.run_records import FILE_NAME as UNRECORDED_FILE
 from studio.store import Repository, StoreError
-from studio.workers.pool import UNRECORDED_FILE, WorkerPool
 
 PLUGIN = str(Path(__file__).parents[1] / "studio" / "fault_jobs.py")
 RECIPE = {

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from studio.workers.pool import WorkerPool, default_memory_limit
+from studio.workers.pool import WorkerPool
+from studio.workers.watchdog import default_memory_limit
 
 HOG = str(Path(__file__).with_name("memory_hog_job.py"))
 FAULTS = str(Path(__file__).parents[1] / "studio" / "fault_jobs.py")

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from studio.cli import main
+from studio.run_records import FILE_NAME as UNRECORDED_FILE
 from studio.store import Repository
-from studio.workers.pool import UNRECORDED_FILE, WorkerPool
+from studio.workers.pool import WorkerPool
 
 RECIPE = {
     "name": "mlp",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from studio.workers.pool import worker_command
+from studio.workers.worker_process import worker_command
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -80,7 +80,7 @@ def test_cancelled_job_and_big_worker_are_retired_runs_get_fresh_processes(monke
         nxt = pool.submit("fake_run", {"steps": 1}, plugins=[PLUGIN]).wait(60)
         assert nxt.ok and nxt.pid != cancelled.pid
 
-        pool.recycle_rss_mb = 1.0  # every worker is "too big" now
+    with _pool(recycle_rss_mb=1.0) as pool:  # every worker is "too big"
         big = pool.submit("fake_run", {"steps": 1}, plugins=[PLUGIN]).wait(60)
         assert big.ok and _wait_dead(big.pid)
 
@@ -93,7 +93,7 @@ def test_cancelled_job_and_big_worker_are_retired_runs_get_fresh_processes(monke
 @pytest.mark.parametrize("warm", [False, True])
 def test_shutdown_leaves_no_worker(warm):
     pool = WorkerPool(None, warm=warm, cpu_workers=1, devices=[])
-    idle = list(pool._idle.values())
+    idle = pool.warm_workers()
     pool.shutdown()
     for w in idle:
         assert _wait_dead(w.proc.pid)

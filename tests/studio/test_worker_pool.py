@@ -180,13 +180,20 @@ def test_cancel_is_cooperative_first(repo):
 
 def test_cancel_escalates_to_terminate_then_kill(repo):
     with _pool(repo) as pool:
+        started: set[str] = set()
+        pool.subscribe(
+            lambda u: started.add(u.job_id) if u.data.get("event") == "step_started" else None
+        )
         hang = pool.submit(
             "fake_run", {"steps": 1, "fault": "hang", "fault_at": 0}, plugins=[PLUGIN], record=True
         )
         stubborn = pool.submit(
             "fake_run", {"steps": 1, "fault": "unkillable", "fault_at": 0}, plugins=[PLUGIN]
         )
-        time.sleep(1.0)
+        deadline = time.monotonic() + 60  # both stuck in their step (not between steps)
+        while {hang.job_id, stubborn.job_id} - started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
         hang.cancel()
         stubborn.cancel()
         o1, o2 = hang.wait(30), stubborn.wait(30)
