@@ -182,4 +182,6 @@ def _add_port(ruleset: int, port: int) -> None:
     try:
         _syscall(_ADD_RULE, ruleset, _RULE_NET_PORT, ctypes.byref(rule), 0)
     except OSError as exc:
-        raise LandlockError(exc.errno, f"landlock: rule for TCP port {port}: {exc.strerror}") from None
+        raise LandlockError(
+            exc.errno, f"landlock: rule for TCP port {port}: {exc.strerror}"
+        ) from None

@@ -25,6 +25,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from studio.workers.confine import run_confined, worker_pid
 from studio.workers.protocol import (
     Cancel,
     Done,
@@ -108,7 +109,7 @@ def _protocol_stream() -> Any:
 def run_job(proto: Any, spec: JobSpec, cancelled: threading.Event) -> None:
     """Run one job: ``hello``, its events and logs, then ``done`` on ``proto``."""
     writer = MessageWriter(proto, spec.job_id)
-    writer.send(Hello, pid=os.getpid(), python=sys.version.split()[0])
+    writer.send(Hello, pid=worker_pid(), python=sys.version.split()[0])
     root = logging.getLogger()
     forward = _ForwardLogs(writer)
     forward.setLevel(getattr(logging, spec.log_level.upper(), logging.INFO))
@@ -162,7 +163,7 @@ def main() -> int:
         return 2
     cancelled = threading.Event()
     threading.Thread(target=_watch_stdin, args=(stdin, cancelled, spec.job_id), daemon=True).start()
-    run_job(proto, spec, cancelled)
+    run_confined(run_job, proto, spec, cancelled)
     return 0
 
 
@@ -211,7 +212,7 @@ def serve() -> int:
         spec, cancelled = item
         busy.set()
         try:
-            run_job(proto, spec, cancelled)
+            run_confined(run_job, proto, spec, cancelled)
         finally:
             busy.clear()
             events.pop(spec.job_id, None)
