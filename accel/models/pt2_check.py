@@ -27,7 +27,13 @@ HINT = (
     "If you trust this file, pass trust_pickle=True (CLI: --trust-pickle). Safer: re-save it "
     "with torch.export.save from a model whose weights are plain tensors."
 )
-_FIXED = {"archive_format", "archive_version", "byteorder", ".data/version", ".data/serialization_id"}
+_FIXED = {
+    "archive_format",
+    "archive_version",
+    "byteorder",
+    ".data/version",
+    ".data/serialization_id",
+}
 _NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 _MODEL_JSON = re.compile(r"models/([A-Za-z0-9_\-]+)\.json")
 
@@ -161,9 +167,8 @@ def _allowed_names() -> set[str]:
     """Names a shape expression may use: sympy's expression classes and singletons, torch's
     shape functions, and sympy's assumption keywords (``positive=True``)."""
     import sympy
-    from sympy.core.assumptions import _assume_defined
-
     import torch.utils._sympy.functions as shape_functions
+    from sympy.core.assumptions import _assume_defined
 
     names = set(_CONSTANTS) | set(_assume_defined)
     for module in (sympy, shape_functions):
