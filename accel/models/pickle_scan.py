@@ -91,17 +91,18 @@ def notable_imports(names: list[str]) -> list[str]:
 
 
 def describe_imports(data: bytes, limit: int = 12) -> str:
-    """One line for people: what the file's pickles import, the unusual ones first."""
-    names = pickle_imports(data)
+    """One line for people: what the pickles of ``data`` import, the unusual ones first."""
+    return _describe(pickle_imports(data), limit)
+
+
+def _describe(names: list[str], limit: int = 12) -> str:
     if not names:
         return "its pickles import nothing"
     notable = notable_imports(names)
     shown = (notable + [n for n in names if n not in notable])[:limit]
     more = f" and {len(names) - limit} more" if len(names) > limit else ""
-    head = "its pickles import " + ", ".join(shown) + more
-    if notable:
-        return head + f" ({len(notable)} beyond torch's tensor types)"
-    return head
+    extra = f" ({len(notable)} beyond torch's tensor types)" if notable else ""
+    return "its pickles import " + ", ".join(shown) + more + extra
 
 
 def weights_only_problem(data: bytes) -> str | None:
@@ -139,33 +140,39 @@ def _reason(exc: Exception) -> str:
     return first[:200] or type(exc).__name__
 
 
+MAX_SCAN_BYTES = 64 << 20  # a legacy pickle's stream is read this far at most
+
+
 def file_imports(path: Path) -> str:
-    """:func:`describe_imports` of a model file: a ``torch.save`` file, or every pickle
-    inside a ``.pt2`` archive. '' when the file cannot be read."""
+    """:func:`describe_imports` for a model file: the ``.pkl`` members of a zip archive (a
+    ``torch.save`` file, TorchScript, every pickle of a ``.pt2``), or the head of an
+    old-format pickle stream. '' when the file cannot be read."""
     try:
-        data = Path(path).read_bytes()
+        with zipfile.ZipFile(path) as z:
+            blobs = [z.read(n) for n in z.namelist() if _is_pickle(z, n)]
+    except zipfile.BadZipFile:
+        try:
+            with open(path, "rb") as fh:
+                blobs = [fh.read(MAX_SCAN_BYTES)]
+        except OSError:
+            return ""
     except OSError:
         return ""
-    if Path(path).suffix.lower() == ".pt2":
-        try:
-            with zipfile.ZipFile(io.BytesIO(data)) as z:
-                pickles = [z.read(n) for n in z.namelist() if _is_pickle(z, n)]
-        except zipfile.BadZipFile:
-            return ""
-        names: list[str] = []
-        for blob in pickles:
-            names += pickle_imports(blob)
-        names = list(dict.fromkeys(names))
-        if not names:
-            return "its pickles import nothing"
-        notable = notable_imports(names)
-        return "its pickles import " + ", ".join((notable or names)[:12])
-    return describe_imports(data)
+    names: list[str] = []
+    for blob in blobs:
+        names += pickle_imports(blob)
+    return _describe(list(dict.fromkeys(names)))
 
 
 def _is_pickle(z: zipfile.ZipFile, name: str) -> bool:
+    """A member that holds a pickle: ``*.pkl``, or (in a .pt2) a file starting with a
+    pickle's protocol opcode or a nested torch.save zip, whose size is no tensor's."""
     if name.endswith("/"):
         return False
-    with z.open(name) as fh:
-        head = fh.read(4)
-    return head[:1] == b"\x80" or head[:2] == b"PK"
+    if name.endswith(".pkl"):
+        return True
+    if "/data/" in name and not name.endswith(".json"):
+        with z.open(name) as fh:
+            head = fh.read(2)
+        return head[:1] == b"\x80" or head == b"PK"
+    return False
