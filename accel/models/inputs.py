@@ -400,10 +400,11 @@ class InputSpec:
         limit = available_memory() if limit is None else limit
         if need > limit:
             shapes = ", ".join(f"{t.name}{list(self.concrete_shape(t, dims))}" for t in self.inputs)
+            size = self.nbytes(dims)
+            drawn = f" ({_fmt_bytes(need)} while they are drawn)" if need > size else ""
             raise InputSpecError(
-                f"the inputs ({shapes}) take {_fmt_bytes(self.nbytes(dims))} and "
-                f"{_fmt_bytes(need)} while they are drawn, more than the {_fmt_bytes(limit)} "
-                "of memory available; use smaller dims (e.g. batch)"
+                f"the inputs ({shapes}) would take {_fmt_bytes(size)}{drawn}, more than the "
+                f"{_fmt_bytes(limit)} of memory available; use smaller dims (e.g. batch)"
             )
         return need
 

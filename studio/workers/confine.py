@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import importlib.util
 import logging
 import os
@@ -260,6 +261,7 @@ def run_confined(run_job: RunJob, proto: Any, spec: JobSpec, cancelled: threadin
         return
     proto.flush()
     sys.stderr.flush()
+    gc.freeze()  # the child's collector then leaves the worker's objects (and pages) alone
     tmp = Path(tempfile.mkdtemp(prefix="accel-job-"))
     # A SIGTERM to the worker's group reaches the child too: the worker outlives it and then
     # ends as the child did (a child that ignores SIGTERM is killed, and so reported).
@@ -285,6 +287,27 @@ def run_confined(run_job: RunJob, proto: Any, spec: JobSpec, cancelled: threadin
     if code != 0:
         sys.stderr.flush()
         os._exit(code)
+
+
+def warm_zygote() -> None:
+    """Pay once, in a warm worker, the first-use costs a job's child would pay every time
+    (lazy imports, kernel dispatch tables, allocator pools): build and run a zoo model on
+    one thread (no OpenMP team is started, so forking stays safe). The studio's own model,
+    not a user's: nothing here needs the box."""
+    try:
+        import torch
+
+        from accel.models import load_model
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            model = load_model("zoo:mlp(in_features=8, hidden=8)", "x:float32[2,8]")
+            model.forward(model.example_inputs())
+        finally:
+            torch.set_num_threads(threads)
+    except Exception as exc:  # noqa: BLE001 - a cold start is slower, not wrong
+        log.debug("warm-up skipped: %s", exc)
 
 
 def _wait(pid: int, cancelled: threading.Event) -> int:

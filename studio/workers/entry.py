@@ -25,7 +25,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from studio.workers.confine import run_confined, worker_pid
+from studio.workers.confine import run_confined, warm_zygote, worker_pid
 from studio.workers.protocol import (
     Cancel,
     Done,
@@ -177,6 +177,7 @@ def serve() -> int:
             importlib.import_module(name)
         except Exception as exc:  # the job that needs it reports the error properly
             print(f"worker: warm import of {name} failed: {exc}", file=sys.stderr)
+    warm_zygote()  # each job runs in a child forked from here (studio.workers.confine)
     jobs: queue.Queue[tuple[JobSpec, threading.Event] | None] = queue.Queue()
     events: dict[str, threading.Event] = {}
     busy = threading.Event()
