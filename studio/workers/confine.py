@@ -55,6 +55,19 @@ def worker_pid() -> int:
     return _WORKER_PID or os.getpid()
 
 
+def confinement_note() -> str:
+    """What a person must know about the box on this machine: '' when every job is fully
+    confined, else one sentence (no Landlock, an old ABI, the box turned off)."""
+    from accel.sandbox import availability
+
+    if confinement_off():
+        return (
+            f"{UNCONFINED_ENV} is set: models run without the box (they can read and write "
+            "anything you can, and use the network)"
+        )
+    return availability()
+
+
 def confinement_off() -> bool:
     return os.environ.get(UNCONFINED_ENV, "").strip().lower() in ("1", "true", "yes")
 
