@@ -165,6 +165,9 @@ def job_box(spec: JobSpec, cwd: Path, tmp: Path) -> Box:
         ports = _serve_ports(params)
         families = (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6)
         read += [Path("/etc/hosts"), Path("/etc/host.conf"), Path("/etc/gai.conf")]
+        # PyTriton starts the server on a pty; Triton makes its temp folders in /tmp,
+        # whatever TMPDIR says (its path is compiled in).
+        write += [Path("/dev/ptmx"), Path("/dev/pts"), Path("/tmp")]
     gpu = str(spec.device or "").startswith("cuda")
     return Box(tuple(read), tuple(write), ports, families, gpu)
 

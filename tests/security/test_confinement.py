@@ -176,3 +176,37 @@ def test_the_box_reads_its_folders_and_writes_only_its_work_folder(tmp_path):
     assert _in_child(boxed) == 0
     assert (work / "out.txt").read_text() == "ok"
     assert not (model_dir / "new").exists()
+
+
+@needs_landlock
+@pytest.mark.slow
+def test_a_serve_test_runs_in_its_box(tmp_path):
+    """Triton under PyTriton serves from inside the box: loopback ports chosen before it,
+    a pty for the server, its temp folders."""
+    pytest.importorskip("pytriton")
+    import torch
+
+    path = tmp_path / "tiny.onnx"
+    torch.onnx.export(
+        torch.nn.Linear(6, 3).eval(),
+        (torch.randn(2, 6),),
+        str(path),
+        input_names=["x"],
+        output_names=["y"],
+        dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
+        dynamo=False,
+    )
+    params = {
+        "artifact_kind": "onnx",
+        "artifact_path": str(path),
+        "input_spec": "x:float32[batch,6]; batch=1..4:1",
+        "clients": [2],
+        "batches": [1, 2],
+        "duration_s": 1.0,
+        "max_requests": 50,
+    }
+    with WorkerPool(None, cpu_workers=1, devices=[]) as pool:
+        out = pool.submit("serve_test", params).wait(600)
+    assert out.status == "succeeded", (out.error, out.log_tail[-800:])
+    assert {p["mode"] for p in out.result["load"]} == {"no batching", "dynamic batching"}
+    assert all(p["errors"] == 0 and p["requests"] > 0 for p in out.result["load"])
