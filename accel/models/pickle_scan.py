@@ -40,7 +40,24 @@ def pickle_payloads(data: bytes) -> Iterator[tuple[str, bytes]]:
             return
     except zipfile.BadZipFile:
         pass
-    yield "pickle", data
+    yield from _stacked(data)
+
+
+def _stacked(data: bytes, limit: int = 16) -> Iterator[tuple[str, bytes]]:
+    """The pickles of an old-format stream, one after another (magic number, protocol,
+    system info, the object, its storage keys), until the raw tensor bytes that follow."""
+    stream = io.BytesIO(data)
+    for k in range(limit):
+        start = stream.tell()
+        if start >= len(data):
+            return
+        try:
+            for op, _, _ in pickletools.genops(stream):
+                if op.name == "STOP":
+                    break
+        except Exception:  # noqa: BLE001 - not a pickle any more: the tensor bytes
+            return
+        yield f"pickle {k}", data[start : stream.tell()]
 
 
 def _fickling_imports(data: bytes) -> list[str]:

@@ -121,9 +121,9 @@ def _package_paths(top: str, cwd: Path) -> list[Path]:
                 sys.path.remove(str(cwd))
     if spec is None:
         return []
-    places = list(spec.submodule_search_locations or [])
-    if spec.origin and spec.origin not in ("built-in", "frozen"):
-        places.append(str(Path(spec.origin).parent if not places else spec.origin))
+    places = list(spec.submodule_search_locations or [])  # a package: its folder(s)
+    if not places and spec.origin and spec.origin not in ("built-in", "frozen"):
+        places.append(spec.origin)  # a single module: that file
     return [Path(p).resolve() for p in places]
 
 
