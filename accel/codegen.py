@@ -373,23 +373,42 @@ def _model_code(recipe: Recipe, spec: InputSpec) -> tuple[list[str], str, str]:
 
 
 def _source_spec(source: str) -> InputSpec:
-    """The input spec of a source whose recipe gives none, read without running code:
-    zoo models and model files only (never unpickling); factories need the recipe's spec."""
+    """The input spec of a source whose recipe gives none, read without building, loading or
+    importing anything: a zoo or corpus model's registered spec, an ONNX file's declared
+    inputs. Other files and factories need the recipe's spec (``studio export-script`` reads
+    a model file's spec in a confined worker and passes it in)."""
+    from pathlib import Path
+
     from accel.errors import AccelError
-    from accel.models import load_model
     from accel.trust import is_code_ref
 
-    if is_code_ref(source):
-        raise RecipeError(
-            f"the recipe gives no model.input_spec, and the script export does not import "
-            f"{source!r} to find it; add input_spec to the recipe's model (or pass --input)"
-        )
+    target = source.split("(", 1)[0].split("@", 1)[0].strip()
     try:
-        return load_model(source, validate=False, trust_code=False).input_spec
-    except AccelError as exc:
+        if target.startswith("zoo:"):
+            from accel.models.zoo import ZOO
+
+            if target[4:] not in ZOO:
+                raise RecipeError(f"unknown zoo model {target[4:]!r}; valid: {', '.join(ZOO)}")
+            return InputSpec.parse(ZOO[target[4:]].input_spec)
+        if target.startswith(("hf:", "tv:")):
+            from accel.models.corpus import get_entry
+
+            return InputSpec.parse(get_entry(target).input_spec)
+        if Path(target).suffix.lower() == ".onnx" and not is_code_ref(source):
+            from accel.models.onnx_io import check_external_data, spec_from_onnx
+
+            check_external_data(Path(target))
+            return spec_from_onnx(Path(target))
+    except RecipeError:
+        raise
+    except (AccelError, OSError, ValueError) as exc:
         raise RecipeError(
             f"cannot read the input spec of {source!r} ({exc}); add input_spec to the recipe"
         ) from None
+    raise RecipeError(
+        f"the recipe gives no model.input_spec, and the script export does not load or import "
+        f"{source!r} to find it; add input_spec to the recipe's model"
+    )
 
 
 def _run_helper(kinds: list[str]) -> str:

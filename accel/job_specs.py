@@ -26,12 +26,14 @@ from accel.recipe import ModelRef
 
 __all__ = [
     "AnalyzeJob",
+    "BisectJob",
     "ExportOnnxJob",
     "GraphDiffJob",
     "InspectJob",
     "JobParamsError",
     "ModelJob",
     "ModelRef",
+    "ParityJob",
     "ProfileJob",
     "RunRecipeJob",
     "SPECS",
@@ -202,6 +204,28 @@ class GraphDiffJob(ModelJob):
     step: str | None = None
 
 
+class ParityJob(ModelJob):
+    """Compare two models layer by layer (``studio parity A B``): ``model`` is A."""
+
+    kind: ClassVar[str] = "parity"
+    model_b: str = Field(description="the optimized model B (keeps its own input names)")
+    atol: float = Field(1e-4, ge=0, allow_inf_nan=False)
+    rtol: float = Field(1e-3, ge=0, allow_inf_nan=False)
+    min_cosine: float | None = Field(None, ge=-1, le=1, allow_inf_nan=False)
+
+
+class BisectJob(JobParams):
+    """Compare a run's original model with every step's saved model (``studio bisect``).
+    The opt-ins are the caller's: the run folder's recipe.json never grants them."""
+
+    kind: ClassVar[str] = "bisect"
+    run_dir: str = Field(description="the run folder")
+    atol: float | None = Field(None, ge=0, allow_inf_nan=False)
+    rtol: float | None = Field(None, ge=0, allow_inf_nan=False)
+    trust_pickle: bool = False
+    trust_code: bool = False
+
+
 class RunRecipeJob(JobParams):
     """Run a recipe. The recipe holds the model's ModelRef; ``model`` overrides its source;
     the trust opt-ins are the caller's, never the recipe's."""
@@ -262,6 +286,8 @@ SPECS: dict[str, type[JobParams]] = {
         GraphDiffJob,
         RunRecipeJob,
         ServeTestJob,
+        ParityJob,
+        BisectJob,
     )
 }
 

@@ -23,9 +23,11 @@ from accel.errors import Cancelled
 from accel.events import Log, Progress
 from accel.job_specs import (
     AnalyzeJob,
+    BisectJob,
     ExportOnnxJob,
     GraphDiffJob,
     InspectJob,
+    ParityJob,
     ProfileJob,
     RunRecipeJob,
 )
@@ -216,6 +218,14 @@ class AnalyzeResult:
             out["auto_exclude"] = self.auto.to_dict()
         return out
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> AnalyzeResult:
+        from accel.sensitivity import AutoExcludeResult, SensitivityReport
+
+        d = dict(d)
+        auto = d.pop("auto_exclude", None)
+        return cls(SensitivityReport.from_dict(d), AutoExcludeResult(**auto) if auto else None)
+
 
 def analyze(job: AnalyzeJob, emit: Emit, cancel: CancelCheck) -> AnalyzeResult:
     """Per-layer sensitivity (``accel.sensitivity``); with a gate, ``auto_exclude`` too.
@@ -298,6 +308,19 @@ class InspectResult:
     def to_dict(self) -> dict[str, Any]:
         graph = self.graph.to_dict() if self.graph is not None else None
         return {"info": self.info, "graph": graph, "graph_error": self.graph_error}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> InspectResult:
+        """What a worker sent back: the facts and the graph (the model stays there)."""
+        from accel.graph import Graph
+
+        graph = d.get("graph")
+        return cls(
+            None,
+            dict(d.get("info") or {}),
+            Graph.from_dict(graph) if graph else None,
+            d.get("graph_error"),
+        )
 
 
 def inspect(job: InspectJob, emit: Emit, cancel: CancelCheck) -> InspectResult:
@@ -419,6 +442,54 @@ def graph_diff_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> d
     }
 
 
+def parity(job: ParityJob, emit: Emit, cancel: CancelCheck) -> Any:
+    """Layer-by-layer comparison of two models (``accel.graph.layer_parity``); B keeps its
+    own input names (an ONNX export may call ``x`` ``input.1``)."""
+    from accel.graph.layer_parity import compare_layers
+    from accel.models import load_model
+
+    a = job.load()
+    spec = job.model.input_spec
+    b = load_model(job.model_b, spec, trust_pickle=job.model.trust_pickle)
+    return compare_layers(
+        a, b, a.example_inputs(), atol=job.atol, rtol=job.rtol, min_cosine=job.min_cosine
+    )
+
+
+def parity_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
+    """params: ``ParityJob``. Returns ``LayerParityReport.to_dict()``."""
+    return parity(ParityJob.from_params(params), emit, cancel).to_dict()
+
+
+def bisect(job: BisectJob, emit: Emit, cancel: CancelCheck) -> list[Any]:
+    """Every step of a run folder against its original (``bisect_run``)."""
+    from accel.graph.layer_parity import bisect_run
+
+    return bisect_run(
+        job.run_dir,
+        atol=job.atol,
+        rtol=job.rtol,
+        trust_pickle=job.trust_pickle,
+        trust_code=job.trust_code,
+    )
+
+
+def bisect_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
+    """params: ``BisectJob``. Returns ``{"steps": [BisectStep as JSON]}``."""
+    steps = bisect(BisectJob.from_params(params), emit, cancel)
+    return {
+        "steps": [
+            {
+                "step": s.step,
+                "artifact": s.artifact,
+                "report": s.report.to_dict() if s.report is not None else None,
+                "error": s.error,
+            }
+            for s in steps
+        ]
+    }
+
+
 def search_trial_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
     """One trial of a recipe search (``accel.search.trial.run_trial``; params: its spec)."""
     from accel.search.trial import run_trial
@@ -443,6 +514,8 @@ JOBS: dict[str, Job] = {
     "graph_diff": graph_diff_job,
     "search_trial": search_trial_job,
     "serve_test": serve_test_job,
+    "parity": parity_job,
+    "bisect": bisect_job,
 }
 
 

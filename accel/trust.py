@@ -9,8 +9,9 @@ See SECURITY.md at the repository root for the threat model. In short:
   in (``--trust-recipe-code``, a GUI confirmation). While a recipe runs, the runner marks
   code from it as untrusted with :func:`code_trust`; loaders ask :func:`require_code_trust`.
 * Whatever the trust, nothing from the standard library or site-packages is called as a
-  model factory unless it is an ``nn.Module`` class or is annotated to return one
-  (:func:`check_factory`), checked before the call.
+  model factory unless it lives in a model library's model namespace (``torch.nn``
+  classes, ``torchvision.models``, ``timm``, ``transformers``, ``diffusers``...;
+  :func:`check_factory`), checked before the call.
 * Full unpickling (``.pt`` modules, pickled weights inside ``.pt2``) needs ``trust_pickle``,
   which only the caller can pass; a recipe's own ``trust_pickle`` is ignored.
 """
@@ -24,7 +25,6 @@ import re
 import site
 import sys
 import sysconfig
-import typing
 from collections.abc import Iterator
 from contextvars import ContextVar
 from pathlib import Path
@@ -152,27 +152,42 @@ def _is_system_module(name: str | None) -> bool:
     return any(resolved.is_relative_to(d) for d in _system_dirs())
 
 
-def _returns_module(fn: Any) -> bool:
+# Where a model factory from installed packages may come from: the model namespaces of the
+# libraries the studio supports. Found at (the module named) and defined in must both be one.
+MODEL_LIBRARIES = ("torch.nn", "torchvision", "torchaudio", "timm", "transformers", "diffusers")
+
+
+def _in_model_namespace(name: str | None) -> bool:
+    """``torch.nn.*``, ``torchvision.models.*``, ``torchaudio.models.*``, ``timm`` /
+    ``timm.models.*`` / ``timm.layers.*``, and ``transformers`` / ``diffusers`` (the top
+    level) or their ``.models.*``: where those libraries keep their models, not their I/O,
+    hub or pipeline helpers."""
+    parts = (name or "").split(".")
+    top = parts[0]
+    if top == "torch":
+        return parts[:2] == ["torch", "nn"] and (len(parts) == 2 or parts[2] != "utils")
+    if top in ("torchvision", "torchaudio"):
+        return len(parts) >= 2 and parts[1] == "models"
+    if top in ("timm", "transformers", "diffusers"):
+        return len(parts) == 1 or parts[1] in ("models", "layers")
+    return False
+
+
+def _is_module_class(fn: Any) -> bool:
     import torch
 
-    if isinstance(fn, type):
-        return issubclass(fn, torch.nn.Module)
-    try:
-        hints = typing.get_type_hints(fn)
-        ret = hints.get("return")
-    except Exception:  # noqa: BLE001 - unresolvable annotations: fall back to the raw one
-        try:
-            ret = inspect.signature(fn).return_annotation
-        except (TypeError, ValueError):
-            return False
-    return isinstance(ret, type) and issubclass(ret, torch.nn.Module)
+    return isinstance(fn, type) and issubclass(fn, torch.nn.Module)
 
 
 def check_factory(fn: Any, module_name: str, ref: str) -> None:
-    """Refuse, before calling it, a callable from the standard library or site-packages
-    that is not a model factory (an nn.Module class or a function annotated to return one).
+    """Refuse, before calling it, a callable from the standard library or site-packages that
+    is not in a model library's model namespace (``MODEL_LIBRARIES``): there, an
+    ``nn.Module`` class, or (outside ``torch.nn``) a model-building function. The user's
+    own code (their named file or package) is theirs to run.
 
-    ``os:system``, ``subprocess:run`` or ``builtins:eval`` never run, whoever asked."""
+    ``os:system``, ``subprocess:run``, ``builtins:eval`` or
+    ``torch.fx.graph_module:reduce_graph_module`` never run, whoever asked: an annotation
+    says nothing about what a function does."""
     defined_in = getattr(fn, "__module__", None)
     if isinstance(fn, type) or inspect.isfunction(fn) or inspect.isbuiltin(fn):
         origins = {module_name, defined_in}
@@ -180,14 +195,17 @@ def check_factory(fn: Any, module_name: str, ref: str) -> None:
         origins = {module_name, defined_in, type(fn).__module__}
     if not any(_is_system_module(o) for o in origins):
         return  # the user's own code (opted in above)
-    if _returns_module(fn):
+    in_library = all(_in_model_namespace(o) for o in origins)
+    is_torch = any((o or "").split(".")[0] == "torch" for o in origins)
+    if in_library and (_is_module_class(fn) or (inspect.isfunction(fn) and not is_torch)):
         return
     raise UntrustedCodeError(
-        f"{ref!r} is not a model factory: {getattr(fn, '__qualname__', type(fn).__name__)} "
-        f"(from {defined_in or module_name}) is not an nn.Module class or a function annotated "
-        "to return one, and callables from the standard library or installed packages are "
-        "only called when they are. Write a small factory in your own file "
-        "(my_model.py:build) that returns the nn.Module."
+        f"{ref!r} is not a model factory the studio calls: "
+        f"{getattr(fn, '__qualname__', type(fn).__name__)} (from {defined_in or module_name}) "
+        "is not an nn.Module class or model function of a model library (torch.nn, "
+        "torchvision.models, timm, transformers, diffusers), and other callables from the "
+        "standard library or installed packages are never called as model factories. Write "
+        "a small factory in your own file (my_model.py:build) that returns the nn.Module."
     )
 
 

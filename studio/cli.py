@@ -56,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Commands that load or run a model (in a confined worker): they say when the box is missing.
+MODEL_COMMANDS = frozenset(
+    {"run", "rerun", "profile", "graph", "parity", "bisect", "analyze", "optimize", "serve-test"}
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     from accel.privacy import disable_telemetry
     from studio.logs import setup_logging
@@ -70,6 +76,12 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return 0
         args = parser.parse_args(["gui", *(argv or sys.argv[1:])])
+    if args.command in MODEL_COMMANDS:
+        from studio.workers.confine import confinement_note
+
+        note = confinement_note()
+        if note:  # said once per command, before any model is touched
+            print(f"note: {note}", file=sys.stderr)
     try:
         return int(args.func(args) or 0)
     except CliError as exc:

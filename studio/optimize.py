@@ -164,7 +164,8 @@ def make_executor(
 
         ray_exec = RayExecutor(cluster, device=config.device, num_cpus=config.bench_threads or 1)
         where = (
-            f"Ray cluster {cluster} ({ray_exec.nodes} node(s), "
+            f"Ray cluster {ray_exec.address}"
+            f"{' (--cluster auto)' if cluster == 'auto' else ''} ({ray_exec.nodes} node(s), "
             f"{', '.join(f'{int(v)} {k}' for k, v in ray_exec.resources.items())})"
         )
         return RecordingExecutor(ray_exec, repo, config, search_id), lambda: None, where

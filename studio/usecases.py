@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from accel.job_specs import (
     AnalyzeJob,
+    BisectJob,
     InspectJob,
     JobParams,
     ModelJob,
+    ParityJob,
     ProfileJob,
     RunRecipeJob,
     ServeTestJob,
@@ -72,6 +74,62 @@ def run_in_process(
     (``accel.jobs.ProfileResult``, ``AnalyzeResult``, ``InspectResult``)."""
     same = type(spec).from_params(spec.to_params())
     return _use_case(same)(same, emit or (lambda event: None), cancel or (lambda: False))
+
+
+def _result_types() -> dict[type[JobParams], Callable[[Any], Any]]:
+    from accel import jobs
+    from accel.deploy.serve import ServeReport
+    from accel.graph.layer_parity import LayerParityReport
+
+    return {
+        ProfileJob: jobs.ProfileResult.from_dict,
+        AnalyzeJob: jobs.AnalyzeResult.from_dict,
+        InspectJob: jobs.InspectResult.from_dict,
+        ServeTestJob: ServeReport.from_dict,
+        ParityJob: LayerParityReport.from_dict,
+        BisectJob: _bisect_steps,
+    }
+
+
+def _bisect_steps(result: Mapping[str, Any]) -> list[Any]:
+    from accel.graph.layer_parity import BisectStep, LayerParityReport
+
+    return [
+        BisectStep(
+            s["step"],
+            s.get("artifact"),
+            LayerParityReport.from_dict(s["report"]) if s.get("report") else None,
+            s.get("error"),
+        )
+        for s in result.get("steps", [])
+    ]
+
+
+def run_boxed(spec: JobParams, emit: Callable[[dict[str, Any]], None] | None = None) -> Any:
+    """Run ``spec``'s use case in a worker process (confined to the job's folders, under the
+    worker memory cap) and return its typed result, rebuilt from the JSON the worker sent:
+    the command's own process never loads the model. A failed job raises its error again
+    (``accel.errors`` class by name, else AccelError); Ctrl-C cancels the worker."""
+    from accel import errors
+    from studio.workers import WorkerPool
+
+    convert = _result_types()[type(spec)]
+    device = str(getattr(spec, "device", None) or "cpu")
+    with WorkerPool(None, cpu_workers=1, devices=[] if device == "cpu" else None) as pool:
+        if emit is not None:
+            pool.subscribe(lambda u: emit(dict(u.data)) if u.what == "event" else None)
+        outcome = pool.submit(spec.kind, spec.to_params(), device=device).wait()
+    if outcome.status != "succeeded":
+        cls = getattr(errors, outcome.error_type, None)
+        if not (isinstance(cls, type) and issubclass(cls, errors.AccelError)):
+            cls = errors.AccelError
+        message = outcome.error or f"the worker ended as {outcome.status}"
+        try:
+            error = cls(message)
+        except TypeError:  # a class with more arguments: keep the message
+            error = errors.AccelError(message)
+        raise error
+    return convert(outcome.result)
 
 
 def typed_event(event: Any) -> Any:

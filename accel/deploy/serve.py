@@ -97,6 +97,26 @@ class ServeReport:
             "load": [p.to_dict() for p in self.load],
         }
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ServeReport:
+        """The report a worker sent back as JSON (``to_dict``)."""
+        from accel.deploy.triton import SweepPoint
+
+        return cls(
+            sweep=[SweepPoint(**p) for p in d.get("sweep", [])],
+            preferred_batch_sizes=list(d.get("preferred_batch_sizes", [])),
+            max_queue_delay_us=int(d.get("max_queue_delay_us", 0)),
+            max_batch_size=int(d.get("max_batch_size", 0)),
+            direct_p50_ms=_number(d.get("direct_p50_ms")),
+            load=[LoadPoint(**p) for p in d.get("load", [])],
+            served_p50_ms=_number(d.get("served_p50_ms")),
+        )
+
+
+def _number(value: Any) -> float:
+    """A float from JSON, where the protocol sends NaN as null."""
+    return float("nan") if value is None else float(value)
+
 
 def check_pytriton() -> None:
     """Raise DeployError with the reason when PyTriton cannot run here."""

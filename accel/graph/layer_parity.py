@@ -420,10 +420,13 @@ def bisect_run(
     atol: float | None = None,
     rtol: float | None = None,
     trust_pickle: bool = False,
+    trust_code: bool = False,
 ) -> list[BisectStep]:
     """Compare the original model of a run folder with every step's saved model (the runner
     saves each torch step's model as ``model.pt2``; export steps save ONNX / .ts / .pt2).
-    ``trust_pickle`` is the caller's opt-in; the run's recipe.json never grants it."""
+    ``trust_pickle`` and ``trust_code`` (import a ``file.py:factory`` / ``pkg.mod:factory``
+    source) are the caller's opt-ins; the run's recipe.json, a file anyone could have
+    written, never grants them."""
     import json
 
     from accel.errors import AccelError
@@ -438,7 +441,9 @@ def bisect_run(
     gates = recipe.get("gates", {})
     atol = gates.get("atol", 1e-4) if atol is None else atol
     rtol = gates.get("rtol", 1e-3) if rtol is None else rtol
-    original = load_model(model["source"], model.get("input_spec"), trust_pickle=trust_pickle)
+    original = load_model(
+        model["source"], model.get("input_spec"), trust_pickle=trust_pickle, trust_code=trust_code
+    )
     inputs = original.example_inputs(seed=int(recipe.get("seed", 0)))
     out: list[BisectStep] = []
     for step, artifact in step_model_artifacts(run_dir):

@@ -379,15 +379,31 @@ class InputSpec:
             total += math.prod(self.concrete_shape(t, dims)) * item
         return total
 
+    def peak_bytes(self, dims: Mapping[str, int] | None = None) -> int:
+        """Bytes :meth:`sample` holds at its peak: the inputs made so far plus the
+        temporaries of the one being made (a bool input is drawn as int64; a float16 one as
+        float32 first; a ranged float as two float32 tensors)."""
+        import math
+
+        made = peak = 0
+        for t in self.inputs:
+            n = math.prod(self.concrete_shape(t, dims))
+            peak = max(peak, made + n * _generation_bytes(t))
+            made += n * _ITEMSIZE[t.dtype]
+        return max(peak, made)
+
     def check_size(self, dims: Mapping[str, int] | None = None, limit: int | None = None) -> int:
-        """``nbytes(dims)``, or InputSpecError if it exceeds ``limit`` (default: the memory
-        available now, see :func:`available_memory`)."""
-        need = self.nbytes(dims)
+        """:meth:`peak_bytes` (what sampling the inputs takes, temporaries included), or
+        InputSpecError if it exceeds ``limit`` (default: the memory available now, see
+        :func:`available_memory`)."""
+        need = self.peak_bytes(dims)
         limit = available_memory() if limit is None else limit
         if need > limit:
             shapes = ", ".join(f"{t.name}{list(self.concrete_shape(t, dims))}" for t in self.inputs)
+            size = self.nbytes(dims)
+            drawn = f" ({_fmt_bytes(need)} while they are drawn)" if need > size else ""
             raise InputSpecError(
-                f"the inputs ({shapes}) would take {_fmt_bytes(need)}, more than the "
+                f"the inputs ({shapes}) would take {_fmt_bytes(size)}{drawn}, more than the "
                 f"{_fmt_bytes(limit)} of memory available; use smaller dims (e.g. batch)"
             )
         return need
@@ -453,6 +469,21 @@ _ITEMSIZE = {
     "uint8": 1,
     "bool": 1,
 }
+
+
+def _generation_bytes(t: TensorSpec) -> int:
+    """Bytes per element :meth:`InputSpec.sample` holds while it draws ``t`` (result and
+    temporaries), as it draws: bool from int64, floats from float32 (ranged: scaled into
+    a second float32 tensor), integers directly in their dtype."""
+    item = _ITEMSIZE[t.dtype]
+    if t.dtype == "bool":
+        return 8 + item
+    if is_floating(t.dtype):
+        drawn = 8 if t.low is not None and t.high is not None else 4
+        return max(drawn, 4 + (item if t.dtype != "float32" else 0))
+    return item
+
+
 # Env var: cap (bytes) on what sampled inputs may take, below the available memory.
 INPUT_MEMORY_ENV = "ACCEL_MAX_INPUT_BYTES"
 

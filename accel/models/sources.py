@@ -31,6 +31,7 @@ from typing import Any
 from accel.errors import InputSpecError, ModelLoadError
 from accel.models.inputs import InputSpec
 from accel.models.loaded import LoadedModel
+from accel.models.pt2_check import check_pt2_archive
 from accel.trust import (
     check_factory,
     is_file_ref,
@@ -306,6 +307,10 @@ def _load_torch_file(
 
     _require_file(path)
     if _is_torchscript(path):
+        from accel.models import torchscript_check
+
+        if not trust_pickle:
+            torchscript_check.scan_code(path)
         try:
             module = torch.jit.load(str(path), map_location="cpu")
         except Exception as exc:
@@ -313,6 +318,8 @@ def _load_torch_file(
                 f"{path} looks like TorchScript but cannot be loaded ({type(exc).__name__}: "
                 f"{str(exc).splitlines()[0] if str(exc) else ''}). The file may be truncated or from a newer torch."
             ) from None
+        if not trust_pickle:
+            torchscript_check.scan_module(path, module)
         spec = spec or _spec_from_attr(module)
         if spec is None:
             raise ModelLoadError(
@@ -331,11 +338,13 @@ def _load_torch_file(
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
         if not trust_pickle:
+            from accel.models.pickle_scan import file_imports
+
             raise ModelLoadError(
                 f"{path} is {what} with pickled Python objects (e.g. a whole nn.Module), and loading it can run "
-                "arbitrary code, so it was not loaded. If you trust this file, pass trust_pickle=True "
-                f"(CLI: --trust-pickle). Safer: save a state_dict and load it as 'pkg.mod:factory@{path.name}'. "
-                f"(weights_only load said: {str(exc).splitlines()[0][:200]})"
+                f"arbitrary code, so it was not loaded; {file_imports(path)}. If you trust this file, pass "
+                "trust_pickle=True (CLI: --trust-pickle). Safer: save a state_dict and load it as "
+                f"'pkg.mod:factory@{path.name}'. (weights_only load said: {str(exc).splitlines()[0][:200]})"
             ) from None
         log.warning("trust_pickle: fully unpickling %s; this runs any code the file contains", path)
         try:
@@ -357,143 +366,6 @@ def _load_torch_file(
             f"'pkg.mod:factory@{path}' or 'file.py:factory@{path}'."
         )
     raise ModelLoadError(f"{path} holds a {type(obj).__name__}, not a model")
-
-
-_PT2_PICKLE_HINT = (
-    "If you trust this file, pass trust_pickle=True (CLI: --trust-pickle). Safer: re-save it "
-    "with torch.export.save from a model whose weights are plain tensors."
-)
-
-
-def check_pt2_archive(path: Path) -> None:
-    """Refuse a .pt2 archive that would make torch unpickle anything but tensors.
-
-    torch.export.load unpickles with ``weights_only=False`` every weight or constant whose
-    config entry says ``use_pickle``, custom/opaque objects, and sample inputs that fail a
-    weights-only load. This reads the archive's configs *before* torch touches it and accepts
-    a pickled entry only if it loads with ``weights_only=True`` (tensors, and torchao's
-    quantized tensor classes, as the runner's own int8 steps save them).
-    """
-    import json
-
-    try:
-        with zipfile.ZipFile(path) as z:
-            names = [i.filename for i in z.infolist()]
-            if len(set(names)) != len(names):
-                raise ModelLoadError(
-                    f"{path}: the archive holds several entries with the same name; refused "
-                    "(a reader could pick a different one than the check). " + _PT2_PICKLE_HINT
-                )
-            roots = {n.split("/", 1)[0] for n in names}
-            if len(roots) != 1 or any(".." in n.split("/") for n in names):
-                raise ModelLoadError(f"{path}: not a torch.export archive (unexpected layout)")
-            root = roots.pop()
-            if f"{root}/archive_format" not in names:
-                raise ModelLoadError(
-                    f"{path} is in the old torch.export format, which unpickles its contents; "
-                    "it is loaded only with trust_pickle. " + _PT2_PICKLE_HINT
-                )
-            for name in names:
-                rel = name[len(root) + 1 :]
-                if rel in ("data/weights/model_weights_config.json",):
-                    _check_pt2_config(path, z, name, f"{root}/data/weights/")
-                elif rel == "data/constants/model_constants_config.json":
-                    _check_pt2_config(path, z, name, f"{root}/data/constants/")
-                elif rel.startswith("data/sample_inputs/") and not name.endswith("/"):
-                    why = _not_weights_only(z.read(name))
-                    if why:
-                        raise ModelLoadError(
-                            f"{path}: its sample inputs ({name}) hold pickled Python objects "
-                            f"({why}), which torch would unpickle; not loaded. " + _PT2_PICKLE_HINT
-                        )
-    except zipfile.BadZipFile:
-        raise ModelLoadError(f"{path} is not a torch.export archive (not a zip file)") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError) as exc:
-        raise ModelLoadError(f"{path}: malformed archive ({type(exc).__name__}: {exc})") from None
-
-
-_PT2_ENTRY = re.compile(r"[A-Za-z0-9_.\-]+")
-
-
-def _check_pt2_config(path: Path, z: zipfile.ZipFile, name: str, folder: str) -> None:
-    import json
-
-    data = json.loads(z.read(name).decode("utf-8"))
-    config = data.get("config") if isinstance(data, dict) else None
-    if not isinstance(config, dict):
-        raise ModelLoadError(f"{path}: malformed archive config {name}")
-    for fqn, meta in config.items():
-        if not isinstance(meta, dict):
-            raise ModelLoadError(f"{path}: malformed entry {fqn!r} in {name}")
-        path_name = str(meta.get("path_name", ""))
-        if not _PT2_ENTRY.fullmatch(path_name) or ".." in path_name:
-            raise ModelLoadError(f"{path}: bad file name {path_name!r} for {fqn!r} in {name}")
-        if path_name.startswith(("custom_obj", "opaque_obj")):
-            why = "a custom Python object"
-        elif meta.get("use_pickle") is not False:
-            why = _not_weights_only(z.read(folder + path_name))
-        else:
-            continue
-        if why:
-            raise ModelLoadError(
-                f"{path}: {fqn!r} is stored as a pickled Python object ({name}: "
-                f"{path_name!r}: {why}), and loading it can run arbitrary code, so the file was "
-                "not loaded. " + _PT2_PICKLE_HINT
-            )
-
-
-def _pickle_globals(data: bytes) -> set[tuple[str, str]]:
-    """The (module, name) globals a torch.save payload's pickle refers to, read without
-    unpickling (pickletools only decodes the opcodes)."""
-    import io
-    import pickletools
-
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as z:
-            pkl = next(n for n in z.namelist() if n.endswith("data.pkl"))
-            data = z.read(pkl)
-    except (zipfile.BadZipFile, StopIteration):
-        pass  # a legacy (non-zip) stream: read its first pickle as is
-    found: set[tuple[str, str]] = set()
-    strings: list[str] = []
-    try:
-        for op, arg, _ in pickletools.genops(io.BytesIO(data)):
-            if op.name == "GLOBAL":
-                mod, _, name = str(arg).partition(" ")
-                found.add((mod, name))
-            elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
-                found.add((strings[-2], strings[-1]))
-            elif isinstance(arg, str):
-                strings.append(arg)
-    except Exception:  # noqa: BLE001 - a malformed stream fails the weights-only load anyway
-        pass
-    return found
-
-
-def _not_weights_only(data: bytes) -> str | None:
-    """None if ``data`` (a torch.save payload) loads with ``weights_only=True`` — allowing
-    torchao's tensor classes, which the runner's quantized steps save — else the reason."""
-    import importlib
-    import io
-
-    import torch
-
-    extra = []
-    for mod, name in _pickle_globals(data):
-        if mod.split(".", 1)[0] != "torchao":
-            continue
-        try:
-            obj = getattr(importlib.import_module(mod), name)
-        except Exception:  # noqa: BLE001 - unknown name: the load below refuses it
-            continue
-        if isinstance(obj, type):  # classes only, never a torchao function
-            extra.append(obj)
-    try:
-        with torch.serialization.safe_globals(extra):
-            torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - anything but tensors
-        return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-    return None
 
 
 def _load_exported(

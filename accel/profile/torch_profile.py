@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import logging
 import math
+import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -307,7 +309,12 @@ def _op_table(
     written = None
     if trace_path is not None:
         Path(trace_path).parent.mkdir(parents=True, exist_ok=True)
-        prof.export_chrome_trace(str(trace_path))
+        # Kineto writes "<path>.tmp" and renames it: that needs the right to create files
+        # beside the trace, which a confined job lacks (it may write the trace file only).
+        with tempfile.TemporaryDirectory(prefix="accel-trace-") as tmp:
+            staged = Path(tmp) / "trace.json"
+            prof.export_chrome_trace(str(staged))
+            shutil.copyfile(staged, trace_path)
         written = str(trace_path)
     return out, written, scope_self
 

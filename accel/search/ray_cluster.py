@@ -39,6 +39,37 @@ def _host_port(address: str) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
+def resolve_auto(address: str) -> str:
+    """``auto`` as the address it stands for: ``$RAY_ADDRESS``, else the address in Ray's
+    ``ray_current_cluster`` file, which is trusted only when this user owns it and its folder
+    and nobody else may write them (any local user can create ``/tmp/ray`` first and plant
+    one that sends trials, models and all, to their own cluster). Other addresses: as given."""
+    if address != "auto":
+        return address
+    env = os.environ.get("RAY_ADDRESS", "").strip()
+    if env and env != "auto":
+        _host_port(env)
+        return env
+    folder = Path(os.environ.get("RAY_TMPDIR") or "/tmp") / "ray"
+    path = folder / "ray_current_cluster"
+    for item in (folder, path):
+        try:
+            st = item.lstat()
+        except FileNotFoundError:
+            raise SearchError(
+                f"--cluster auto: no running Ray cluster on this machine ({path} is missing); "
+                "give the address (HOST:PORT) or start one with `ray start --head`"
+            ) from None
+        if hasattr(os, "getuid") and (st.st_uid != os.getuid() or st.st_mode & 0o022):
+            raise SearchError(
+                f"--cluster auto: {item} belongs to another user or others may write it, so "
+                "the cluster address in it cannot be trusted; give the address (HOST:PORT)"
+            )
+    resolved = path.read_text(encoding="utf-8", errors="replace").strip()
+    _host_port(resolved)
+    return resolved
+
+
 def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
     """Fail fast (within ``timeout_s``) when nothing listens at the address."""
     hp = _host_port(address)
@@ -142,6 +173,7 @@ class RayExecutor:
             raise SearchError(
                 "--cluster needs Ray: pip install 'accel-studio[cluster]' (or pip install ray)"
             ) from None
+        address = resolve_auto(address)
         check_reachable(address, connect_timeout_s)
         self._ray = ray
         from accel.privacy import TELEMETRY_ENV

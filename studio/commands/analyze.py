@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from accel.events import Progress
     from accel.job_specs import AnalyzeJob
     from studio.cli import CliError
-    from studio.usecases import model_job, run_in_process, typed_event
+    from studio.usecases import model_job, run_boxed, typed_event
 
     try:
         params = json.loads(args.params)
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
             f, msg = progress.fraction, progress.message
             print(f"\r[{f * 100:3.0f}%] {msg[:70]:<70}", end="", file=sys.stderr, flush=True)
 
-    result = run_in_process(spec, emit)
+    result = run_boxed(spec, emit)
     return _print(args, result.report, result.auto)
 
 

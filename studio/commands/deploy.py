@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -80,10 +81,26 @@ def run_artifact(repo: RunReader, run_id: str) -> tuple[Any, dict[str, Any], Any
     return servable_run(repo, run_id)
 
 
+MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
+
+
+def _check_name(name: str) -> None:
+    """A Triton model name is a folder of the repository and a line of its config: letters,
+    digits, ``_ . -`` only, not starting with a dot (no ``..``, no hidden folder)."""
+    from studio.cli import CliError
+
+    if not MODEL_NAME.fullmatch(name or ""):
+        raise CliError(
+            f"--name {name!r}: use letters, digits, '_', '.' and '-' only (at most 128, not "
+            "starting with '.'), e.g. --name resnet50_int8"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     from accel.deploy.triton import write_repository
     from studio.commands.history import _repo
 
+    _check_name(args.name)
     repo = _repo(args)
     try:
         detail, art, spec = run_artifact(repo, args.run)
@@ -122,7 +139,7 @@ def run_serve_test(args: argparse.Namespace) -> int:
     from accel.job_specs import ServeTestJob
     from studio.commands.history import _repo
     from studio.serve_test import job_params, store_result
-    from studio.usecases import run_in_process, typed_event
+    from studio.usecases import run_boxed, typed_event
 
     clients = parse_batches(args.clients)  # the same "1,4,16" syntax
     repo = _repo(args)
@@ -146,7 +163,7 @@ def run_serve_test(args: argparse.Namespace) -> int:
     # The GUI worker's use case (accel.deploy.serve.serve_run). PyTriton prints what the
     # server writes on stdout: that goes to stderr, so stdout keeps the report (--json).
     with contextlib.redirect_stdout(sys.stderr):
-        report = run_in_process(job, say)
+        report = run_boxed(job, say)
     detail_id = str(job.run_id)
     data = {**report.to_dict(), "run_id": detail_id, "artifact": art}
     repo = _repo(args)

@@ -24,6 +24,12 @@ def run(args: argparse.Namespace) -> int:
         recipe = recipe.model_copy(
             update={"model": recipe.model.model_copy(update={"source": args.model})}
         )
+    if not recipe.model.input_spec and not _spec_without_loading(recipe.model.source):
+        # A model file's spec is read by loading it: in a confined worker, never here.
+        spec = _boxed_spec(recipe.model.source)
+        recipe = recipe.model_copy(
+            update={"model": recipe.model.model_copy(update={"input_spec": spec})}
+        )
     script = recipe_to_script(recipe)
     if args.output:
         Path(args.output).write_text(script, encoding="utf-8")
@@ -34,3 +40,26 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(script)
     return 0
+
+
+def _spec_without_loading(source: str) -> bool:
+    """Sources whose spec the script export reads without loading anything (zoo, corpus,
+    ONNX) or that it refuses to import for it (factories)."""
+    from accel.trust import is_code_ref
+
+    target = source.split("(", 1)[0].split("@", 1)[0].strip()
+    return (
+        target.startswith(("zoo:", "hf:", "tv:"))
+        or Path(target).suffix.lower() == ".onnx"
+        or is_code_ref(source)
+    )
+
+
+def _boxed_spec(source: str) -> str:
+    """The input spec of a model file, read by opening it in a confined worker (no graph);
+    the file is never unpickled (no --trust-pickle here)."""
+    from accel.job_specs import InspectJob
+    from studio.usecases import model_job, run_boxed
+
+    opened = run_boxed(model_job(InspectJob, source, graph=False))
+    return str(opened.info.get("input_spec") or "")

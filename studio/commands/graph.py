@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from studio.commands._common import add_trust_arguments
+
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
@@ -64,22 +66,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     b.add_argument("--atol", type=float, default=None, help="default: the recipe's gate")
     b.add_argument("--rtol", type=float, default=None, help="default: the recipe's gate")
+    add_trust_arguments(b)
     b.set_defaults(func=run_bisect)
-
-
-def _load(source: str, spec: str | None, trust: bool):
-    from accel.models import load_model
-
-    return load_model(source, spec, trust_pickle=trust)
 
 
 def _graph(source: str, spec: str | None, trust: bool):
     """The model's graph through the studio's open-model use case (``accel.jobs.inspect``)."""
     from accel.job_specs import InspectJob
     from studio.cli import CliError
-    from studio.usecases import model_job, run_in_process
+    from studio.usecases import model_job, run_boxed
 
-    opened = run_in_process(model_job(InspectJob, source, spec, trust_pickle=trust))
+    opened = run_boxed(model_job(InspectJob, source, spec, trust_pickle=trust))
     if opened.graph is None:
         raise CliError(f"no graph for {source}: {opened.graph_error}")
     return opened.graph
@@ -127,15 +124,22 @@ def run_graph(args: argparse.Namespace) -> int:
 
 
 def run_parity(args: argparse.Namespace) -> int:
-    from accel.graph.layer_parity import compare_layers
+    from accel.job_specs import ParityJob
+    from studio.usecases import model_job, run_boxed
 
-    a = _load(args.source_a, args.input, args.trust_pickle)
-    # B keeps its own input names (an ONNX export may call `x` `input.1`); A's sample
-    # inputs are fed by name where they match, else by position.
-    b = _load(args.source_b, args.input, args.trust_pickle)
-    report = compare_layers(
-        a, b, a.example_inputs(), atol=args.atol, rtol=args.rtol, min_cosine=args.min_cosine
+    # In a worker (accel.jobs.parity): B keeps its own input names (an ONNX export may call
+    # `x` `input.1`); A's sample inputs are fed by name where they match, else by position.
+    spec = model_job(
+        ParityJob,
+        args.source_a,
+        args.input,
+        trust_pickle=args.trust_pickle,
+        model_b=args.source_b,
+        atol=args.atol,
+        rtol=args.rtol,
+        min_cosine=args.min_cosine,
     )
+    report = run_boxed(spec)
     print(report.format_table(only_failures=args.failures))
     for note in report.notes:
         print(f"note: {note}")
@@ -182,10 +186,19 @@ def _resolve_run(arg: str, db: str | None = None) -> Path:
 
 
 def run_bisect(args: argparse.Namespace) -> int:
-    from accel.graph.layer_parity import bisect_run
+    from accel.job_specs import BisectJob
+    from studio.usecases import run_boxed
 
     run_dir = _resolve_run(args.run, getattr(args, "db", None))
-    steps = bisect_run(run_dir, atol=args.atol, rtol=args.rtol)
+    # The run folder's recipe is a file: its code and pickles need the person's opt-ins.
+    job = BisectJob(
+        run_dir=str(run_dir.resolve()),
+        atol=args.atol,
+        rtol=args.rtol,
+        trust_pickle=args.trust_pickle,
+        trust_code=args.trust_recipe_code,
+    )
+    steps = run_boxed(job)
     if not steps:
         print(f"{run_dir}: no steps")
         return 0

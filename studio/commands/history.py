@@ -381,10 +381,13 @@ def rerun(args: argparse.Namespace) -> int:
     if d.recipe is None:
         raise CliError(f"run {d.run.short_id} has no stored recipe to run again")
     old = dict(job.get("params") or {})
-    # The stored recipe content, not the file: the file may have changed since.
-    params: dict[str, Any] = {"recipe": d.recipe}
-    if old.get("model"):
-        params["model"] = old["model"]
+    # The stored recipe content, not the file: the file may have changed since. A model the
+    # stored run was given goes into that recipe, not beside it: a database row is not the
+    # person typing --model, so its code runs only with --trust-recipe-code, as a recipe's.
+    recipe = dict(d.recipe)
+    if isinstance(old.get("model"), str) and old["model"].strip():
+        recipe["model"] = {**dict(recipe.get("model") or {}), "source": old["model"]}
+    params: dict[str, Any] = {"recipe": recipe}
     params["device"] = args.device or old.get("device") or d.recipe.get("device") or d.run.device
     for opt in ("trust_pickle", "trust_recipe_code"):  # asked again: never carried over
         if getattr(args, opt, False):
@@ -393,12 +396,13 @@ def rerun(args: argparse.Namespace) -> int:
         from pathlib import Path
 
         params["out"] = str(Path(args.out).resolve())
-    print(f"re-running {d.run.id} ({d.run.recipe_name or 'recipe'} on {d.run.model_source})")
+    source = str((recipe.get("model") or {}).get("source") or "")
+    print(f"re-running {d.run.id} ({d.run.recipe_name or 'recipe'} on {source})")
     return run_job(
         args,
         params,
-        model_source=params.get("model") or d.run.model_source or None,
-        recipe=d.recipe,
+        model_source=source or None,
+        recipe=recipe,
         parent_run_id=d.run.id,
         tags=d.run.tags,
     )

@@ -120,7 +120,7 @@ def profile_head(prof) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from accel.job_specs import ProfileJob
-    from studio.usecases import model_job, run_in_process
+    from studio.usecases import model_job, run_boxed
 
     _check(args)
     # The same spec and use case as the studio's Profile action (accel.jobs.profile), plus
@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         ops=args.ops,
         trace_path=args.trace,
     )
-    result = run_in_process(spec)
+    result = run_boxed(spec)
     print(summary_text(result))
     out: dict = {"benchmark": result.benchmark.to_dict()}
     prof = result.profile

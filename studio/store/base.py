@@ -36,6 +36,17 @@ class StoreBase:
     def url(self) -> str:
         return self.engine.url.render_as_string(hide_password=True)
 
+    @property
+    def where(self) -> str:
+        """The database for people: a SQLite file's path (also when it was opened read-only
+        through a ``file:`` URI), else the URL without its password."""
+        from urllib.parse import unquote
+
+        url = self.engine.url
+        if url.get_backend_name() == "sqlite" and url.database:
+            return unquote(url.database.removeprefix("file:"))
+        return self.url
+
     def close(self) -> None:
         if self._owns_engine:
             self.engine.dispose()
@@ -58,7 +69,7 @@ class StoreBase:
                     problems = [r[0] for r in conn.exec_driver_sql("PRAGMA quick_check(3)")]
                     if problems != ["ok"]:
                         raise StoreError(
-                            f"the database {self.url} is damaged ({'; '.join(problems)}); "
+                            f"the database {self.where} is damaged ({'; '.join(problems)}); "
                             "runs cannot be recorded. Restore a backup (studio.db.bak-*) or "
                             "use another database with --db."
                         )
@@ -69,7 +80,7 @@ class StoreBase:
         except Exception as exc:
             reason = str(exc).splitlines()[0][:300]
             raise StoreError(
-                f"the database {self.url} cannot record runs ({reason}). Check that the file "
+                f"the database {self.where} cannot record runs ({reason}). Check that the file "
                 "and its folder are writable, or use another database with --db."
             ) from None
 

@@ -6,7 +6,9 @@ loaded by ``Services.open_model`` in a worker.
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
@@ -82,9 +84,17 @@ class OpenModelDialog(QDialog):
         row = QHBoxLayout()
         row.addWidget(self.path, 1)
         row.addWidget(browse)
+        # What the file's pickles would import, read (never run) when the box is ticked:
+        # the person decides on facts.
+        self.pickle_facts = QLabel("")
+        self.pickle_facts.setObjectName("pickleFacts")
+        self.pickle_facts.setWordWrap(True)
+        self.trust.toggled.connect(lambda *_: self._show_pickle_facts())
+        self.path.editingFinished.connect(self._show_pickle_facts)
         fl = QVBoxLayout(file_tab)
         fl.addLayout(row)
         fl.addWidget(self.trust)
+        fl.addWidget(self.pickle_facts)
         if recent:
             fl.addWidget(QLabel("Recent:"))
             self.recent = QListWidget()
@@ -149,6 +159,22 @@ class OpenModelDialog(QDialog):
         path, _ = QFileDialog.getOpenFileName(self, "Open model", "", MODEL_FILTER)
         if path:
             self.path.setText(path)
+
+    def _show_pickle_facts(self) -> None:
+        path = self.path.text().strip()
+        if not (self.trust.isChecked() and path and os.path.isfile(path)):
+            self.pickle_facts.setText("")
+            return
+        from accel.models.pickle_scan import file_imports
+        from studio.ui._async import run_in_thread
+
+        self.pickle_facts.setText("reading what the file's pickles import…")
+
+        def show(text: str, asked: str = path) -> None:
+            if self.path.text().strip() == asked and self.trust.isChecked():
+                self.pickle_facts.setText(f"{os.path.basename(asked)}: {text or 'unreadable'}")
+
+        run_in_thread(lambda: file_imports(Path(path)), show, parent=self)
 
     def _validate(self) -> bool:
         err = check_input_spec(self.spec.text())

@@ -25,6 +25,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from studio.workers.confine import run_confined, warm_zygote, worker_pid
 from studio.workers.protocol import (
     Cancel,
     Done,
@@ -115,7 +116,7 @@ def _protocol_stream() -> Any:
 def run_job(proto: Any, spec: JobSpec, cancelled: threading.Event) -> None:
     """Run one job: ``hello``, its events and logs, then ``done`` on ``proto``."""
     writer = MessageWriter(proto, spec.job_id)
-    writer.send(Hello, pid=os.getpid(), python=sys.version.split()[0])
+    writer.send(Hello, pid=worker_pid(), python=sys.version.split()[0])
     root = logging.getLogger()
     forward = _ForwardLogs(writer)
     forward.setLevel(getattr(logging, spec.log_level.upper(), logging.INFO))
@@ -169,7 +170,7 @@ def main() -> int:
         return 2
     cancelled = threading.Event()
     threading.Thread(target=_watch_stdin, args=(stdin, cancelled, spec.job_id), daemon=True).start()
-    run_job(proto, spec, cancelled)
+    run_confined(run_job, proto, spec, cancelled)
     return 0
 
 
@@ -183,6 +184,7 @@ def serve() -> int:
             importlib.import_module(name)
         except Exception as exc:  # the job that needs it reports the error properly
             print(f"worker: warm import of {name} failed: {exc}", file=sys.stderr)
+    warm_zygote()  # each job runs in a child forked from here (studio.workers.confine)
     jobs: queue.Queue[tuple[JobSpec, threading.Event] | None] = queue.Queue()
     events: dict[str, threading.Event] = {}
     busy = threading.Event()
@@ -218,7 +220,7 @@ def serve() -> int:
         spec, cancelled = item
         busy.set()
         try:
-            run_job(proto, spec, cancelled)
+            run_confined(run_job, proto, spec, cancelled)
         finally:
             end_leftovers()  # what the job started ends with it, not with the warm worker
             busy.clear()

@@ -163,3 +163,24 @@ def test_recipe_run_with_too_large_inputs_fails_cleanly(tmp_path, monkeypatch):
     )
     assert res.status == "failed"
     assert "3.9 MiB" in (res.error or "") and "memory available" in (res.error or "")
+
+
+@pytest.mark.parametrize(
+    ("spec", "per_element"),
+    [
+        ("x:bool[10,10]", 9),  # drawn as int64, then cast
+        ("x:float16[10,10]", 6),  # drawn as float32, then cast
+        ("x:float16[10,10]{0..1}", 8),  # two float32 tensors while scaled
+        ("x:float32[10,10]", 4),
+        ("x:float64[10,10]", 12),
+        ("x:int8[10,10]", 1),
+    ],
+)
+def test_the_size_check_counts_the_temporaries_of_sampling(spec, per_element):
+    from accel.models.inputs import InputSpec
+
+    parsed = InputSpec.parse(spec)
+    assert parsed.peak_bytes() == 100 * per_element
+    assert parsed.check_size(limit=100 * per_element) == 100 * per_element
+    with pytest.raises(InputSpecError, match="while they are drawn|would take"):
+        parsed.check_size(limit=100 * per_element - 1)

@@ -166,9 +166,11 @@ def test_export_script_without_spec_does_not_import_a_factory(tmp_path, marker):
 
 
 def test_cli_run_flags(tmp_path, marker):
-    """`studio run` refuses the recipe's factory, and runs it with --trust-recipe-code."""
+    """`studio run` refuses the recipe's factory, and runs it with --trust-recipe-code (in
+    the job's box: its import may write into the run folder, not next to the factory)."""
     import subprocess
 
+    marker = tmp_path / "b" / "IMPORTED"  # inside the second run's folder
     f = _user_factory(tmp_path, marker)
     recipe = _recipe(tmp_path, f"{f}:build")
     env_db = ["--db", str(tmp_path / "db.sqlite")]

@@ -29,16 +29,34 @@ def spy(monkeypatch):
     return calls
 
 
-def test_cli_commands_run_the_workers_use_cases(spy, capsys, tmp_path):
+@pytest.fixture
+def boxed(monkeypatch):
+    """Records the spec each CLI command hands to a (confined) worker."""
+    import studio.usecases as usecases
+
+    calls: list = []
+    real = usecases.run_boxed
+
+    def wrapper(spec, emit=None):
+        calls.append(spec)
+        return real(spec, emit)
+
+    monkeypatch.setattr(usecases, "run_boxed", wrapper)
+    return calls
+
+
+def test_cli_commands_run_the_workers_use_cases(spy, boxed, capsys, tmp_path):
     assert main(["profile", "zoo:mlp", *QUICK]) == 0
     assert main(["graph", "zoo:mlp"]) == 0
     args = ["analyze", "zoo:mlp", "--input", "x:float32[2,1024]", "--pass"]
     args += ["quantize_dynamic_int8", "--data", "synthetic(batches=1)", "--max-layers", "1"]
     assert main(args) == 0
-    assert [type(j) for j in spy] == [ProfileJob, InspectJob, AnalyzeJob]
-    assert [j.model.source for j in spy] == ["zoo:mlp"] * 3
-    assert spy[0].benchmark and not spy[0].layers and spy[0].threads == 1
-    assert spy[2].model.input_spec == "x:float32[2,1024]" and spy[2].max_layers == 1
+    # The commands build the specs and a worker runs them: nothing runs in this process.
+    assert spy == []
+    assert [type(j) for j in boxed] == [ProfileJob, InspectJob, AnalyzeJob]
+    assert [j.model.source for j in boxed] == ["zoo:mlp"] * 3
+    assert boxed[0].benchmark and not boxed[0].layers and boxed[0].threads == 1
+    assert boxed[2].model.input_spec == "x:float32[2,1024]" and boxed[2].max_layers == 1
     # The worker's job function parses the same JSON into the same spec and calls the same
     # function.
     spy.clear()
