@@ -107,7 +107,7 @@ def one_search(model: str, budget_s: float, timeout_s: float) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         (tmp_path / "home").mkdir()
-        net_log = tmp_path / "net.log"
+        net_log = Path("/dev/shm") / f"accel-net-{marker}.log"  # writable in every job's box
         net_log.touch()
         env = studio_env(tmp_path / "home", marker, net_log)
         args = [
@@ -125,6 +125,7 @@ def one_search(model: str, budget_s: float, timeout_s: float) -> dict:
         wall = time.monotonic() - t0
         left = left_after(marker)
         connections = net_log.read_text().splitlines()
+        net_log.unlink(missing_ok=True)
         intel = (tmp_path / "home" / "intel").exists()
         trials = out.count(" trial ") // 2
     return {

@@ -70,7 +70,11 @@ def split_off_guard() -> None:
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != guard_pid:  # the guard died before the line above
             os._exit(1)
-        _prctl(PR_SET_CHILD_SUBREAPER, 0)
+        # The worker is a subreaper too: a warm worker runs each job in a child of its own
+        # (studio.workers.confine); what that child leaves behind must come back to the
+        # worker, which ends it after the job, not to the guard, which would keep it until
+        # the warm worker retires.
+        _prctl(PR_SET_CHILD_SUBREAPER, 1)
         return
     _guard(pid, parent)
 

@@ -40,7 +40,9 @@ def test_a_forked_child_holding_the_pipes_does_not_keep_the_job_alive(tmp_path, 
     with WorkerPool(None, devices=[], cpu_workers=1) as pool:
         t0 = time.monotonic()
         h = pool.submit(
-            "fork_holder", {"child": child, "pid_file": str(pid_file)}, plugins=[PLUGIN]
+            "fork_holder",
+            {"child": child, "pid_file": str(pid_file), "run_dir": str(tmp_path)},
+            plugins=[PLUGIN],
         )
         outcome = h.wait(30)
         took = time.monotonic() - t0
@@ -56,7 +58,12 @@ def test_a_hanging_worker_with_a_child_ends_at_its_timeout_and_takes_the_child(t
     with WorkerPool(None, devices=[], cpu_workers=1, cancel_grace_s=0.3, kill_grace_s=0.3) as pool:
         h = pool.submit(
             "fork_holder",
-            {"child": "ignore_term", "then": "hang", "pid_file": str(pid_file)},
+            {
+                "child": "ignore_term",
+                "then": "hang",
+                "pid_file": str(pid_file),
+                "run_dir": str(tmp_path),
+            },
             plugins=[PLUGIN],
             timeout_s=2.0,
         )
@@ -75,7 +82,8 @@ def test_a_warm_worker_keeps_serving_after_a_job_that_forked(tmp_path):
     pool_mod.WARM_KINDS = kinds | {"fork_holder", "echo"}
     try:
         with WorkerPool(None, devices=[], cpu_workers=1, warm=True) as pool:
-            first = pool.submit("fork_holder", {"pid_file": str(pid_file)}, plugins=[PLUGIN])
+            params = {"pid_file": str(pid_file), "run_dir": str(tmp_path)}
+            first = pool.submit("fork_holder", params, plugins=[PLUGIN])
             assert first.wait(60).status == "succeeded"
             assert wait_gone(int(pid_file.read_text())), "a job's child outlived the job"
             second = pool.submit("echo", {"n": 3}, plugins=[PLUGIN]).wait(60)
@@ -90,8 +98,8 @@ import sys, time
 sys.path.insert(0, {root!r})
 from studio.workers.pool import WorkerPool
 pool = WorkerPool(None, devices=[], cpu_workers=1)
-h = pool.submit("fork_holder", {{"child": "ignore_term", "then": "hang", "pid_file": {pid_file!r}}},
-                plugins=[{plugin!r}])
+h = pool.submit("fork_holder", {{"child": "ignore_term", "then": "hang", "pid_file": {pid_file!r},
+                "run_dir": {run_dir!r}}}, plugins=[{plugin!r}])
 while True:
     time.sleep(1)
 """
@@ -107,7 +115,7 @@ def test_the_workers_and_their_children_die_with_the_studio(tmp_path):
 
     pid_file = tmp_path / "child.pid"
     root = str(Path(__file__).resolve().parents[2])
-    code = PARENT.format(root=root, pid_file=str(pid_file), plugin=PLUGIN)
+    code = PARENT.format(root=root, pid_file=str(pid_file), plugin=PLUGIN, run_dir=str(tmp_path))
     parent = subprocess.Popen([sys.executable, "-c", code])
     try:
         end = time.monotonic() + 60
