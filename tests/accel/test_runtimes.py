@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from accel.backends import KINDS, backend_for_file, backend_of, get_backend, reach_hint
+
 from accel.bench import benchmark
 from accel.errors import AccelError, ModelLoadError
 from accel.models import load_model
