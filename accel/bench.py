@@ -362,7 +362,7 @@ def _prepare_ort_bound(
 ) -> _Prepared:
     """A GPU session with inputs and outputs bound on the device once (IOBinding), so the
     timing has no host copies; a session that ended up on CPU runs plainly."""
-    from accel.models.onnx_io import bind_on_device
+    from accel.runtimes.onnxruntime.onnx_io import bind_on_device
 
     state: dict[str, Any] = {}
 
@@ -399,9 +399,9 @@ def _prepare(model: Any, inputs: Any, device: str, threads: int | None) -> _Prep
     if _is_ort_session(model):
         return _prepare_ort(lambda: model, inputs, None)
     if _is_loaded_model(model):
-        from accel.backends import backend_of
+        from accel.models.runtime import runtime_of
 
-        t = backend_of(model).bench_target(model, inputs, device, threads)
+        t = runtime_of(model).timing_target(model, inputs, device, threads)
         return _Prepared(t.first, t.call, t.runner, t.size_bytes, t.uses_torch, t.threads)
     if not callable(model):
         raise AccelError(

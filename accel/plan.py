@@ -151,7 +151,7 @@ def step_problem(cls: Any, form: str | None, device: str) -> str | None:
     req = cls.requires
     if form is not None and kind_of(form) not in req.model_kinds:
         kinds = " or ".join(req.model_kinds)
-        from accel.backends import reach_hint
+        from accel.models.runtime import reach_hint
 
         hint = reach_hint(req.model_kinds, kind_of(form))
         a = "an" if kinds[0] in "aeiou" else "a"
