@@ -17,7 +17,6 @@ no layer (a typo) is that step's problem, with the close names."""
 from __future__ import annotations
 
 import functools
-import importlib.util
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -363,7 +362,6 @@ def _known_output(cls: Any) -> str | None:
 
 @functools.lru_cache(maxsize=64)
 def _installed(lib: str) -> bool:
-    try:
-        return importlib.util.find_spec(lib) is not None
-    except (ImportError, ValueError):
-        return False
+    from accel.models.runtime import library_problem
+
+    return library_problem(lib) is None

@@ -15,6 +15,7 @@ imports nothing of ``accel.models.loaded``, which asks this registry for its run
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,7 @@ __all__ = [
     "availability",
     "get_runtime",
     "kinds",
+    "library_problem",
     "model_file_suffixes",
     "native_timing_target",
     "reach_hint",
@@ -310,6 +312,16 @@ def rows_are_nodes(kind: str) -> bool:
     False for torch module paths or a kind without a runtime here."""
     runtime = _RUNTIMES.get(kind)
     return runtime is not None and runtime.profile_rows == "nodes"
+
+
+def library_problem(lib: str) -> str | None:
+    """Why Python package ``lib`` cannot be imported here (None: it can), read without
+    importing it (a blocked or broken package says so)."""
+    try:
+        found = importlib.util.find_spec(lib) is not None
+    except (ImportError, ValueError) as exc:
+        return f"the {lib} package cannot be imported ({exc})"
+    return None if found else f"the {lib} package is not installed"
 
 
 def availability(device: str = "cpu") -> dict[str, str | None]:

@@ -87,6 +87,9 @@ def load_model(
     elif target.startswith(("tv:", "hf:")):
         lm = _load_corpus(target, kwargs, spec, source)
     elif runtime is not None:  # a model file: its runtime loads it
+        reason = runtime.unavailable_reason(device)
+        if reason:
+            raise ModelLoadError(f"{source} needs {runtime.label}, which cannot run here: {reason}")
         lm = runtime.load(path, spec, source, trust_pickle=trust_pickle)
     elif ":" in target:
         require_code_trust(source, trusted=trust_code)

@@ -334,12 +334,13 @@ class Pass:
         """Why this pass cannot run here on ``device`` (a library or CUDA missing), or None.
         The GUI shows it on the disabled palette entry (accel.plan checks the same before
         a run)."""
-        import importlib.util
+        from accel.models.runtime import library_problem
 
         req = cls.requires
         for lib in req.libraries:
-            if importlib.util.find_spec(lib) is None:
-                return f"{cls.name} needs the {lib} package, which is not installed"
+            problem = library_problem(lib)
+            if problem:
+                return f"{cls.name} cannot run here: {problem}"
         if req.cuda and not str(device).startswith("cuda"):
             return (
                 f"{cls.name} needs a CUDA GPU; set the recipe's device to cuda:0 on a machine "

@@ -9,7 +9,6 @@ that runtime unavailable.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,6 +21,7 @@ from accel.models.runtime import (
     ScriptRuntime,
     ServedModel,
     TimingTarget,
+    library_problem,
 )
 
 if TYPE_CHECKING:
@@ -31,16 +31,6 @@ if TYPE_CHECKING:
     from accel.profile.results import ModelProfile
 
 log = logging.getLogger(__name__)
-
-
-def library_problem(lib: str) -> str | None:
-    """Why Python package ``lib`` cannot be imported here (None: it can), read without
-    importing it (a blocked or broken package says so)."""
-    try:
-        found = importlib.util.find_spec(lib) is not None
-    except (ImportError, ValueError) as exc:
-        return f"the {lib} package cannot be imported ({exc})"
-    return None if found else f"the {lib} package is not installed"
 
 
 class RuntimeBase:

@@ -18,6 +18,7 @@ from accel.models.runtime import (
     Runtime,
     get_runtime,
     kinds,
+    library_problem,
     model_file_suffixes,
     reach_hint,
     register_runtime,
@@ -26,7 +27,7 @@ from accel.models.runtime import (
     runtimes,
 )
 from accel.passes import get_pass
-from accel.runtimes.base import RuntimeBase, library_problem
+from accel.runtimes.base import RuntimeBase
 
 
 def test_registry_knows_every_kind_and_file_type():
