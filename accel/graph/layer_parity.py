@@ -125,6 +125,35 @@ def layer_outputs(model: Any, inputs: Mapping[str, Any]) -> tuple[dict[str, Any]
 # ---- comparing ------------------------------------------------------------------------------
 
 
+def _fused_runs(
+    order: list[str],
+    outs_a: Mapping[str, Any],
+    outs_b: Mapping[str, Any],
+    pass_b: set[str],
+    report: LayerParityReport,
+) -> list[tuple[str, list[str]]]:
+    """The original's layers grouped into runs, each ending at a layer the optimized model
+    still has: (its name, the original layers it covers). Layers the optimized model lacks
+    go to ``report.only_a``."""
+    from accel.graph.model import is_within
+
+    runs: list[tuple[str, list[str]]] = []
+    for p in order:
+        present = p in outs_b and p not in pass_b
+        if present:
+            runs.append((p, [p]))
+            continue
+        if p not in outs_b:
+            report.only_a.append(p)
+        # A missing/passthrough layer right after a surviving one was fused into it.
+        if runs:
+            name, covered = runs[-1]
+            same_shape = tuple(outs_a[p].shape) == tuple(outs_b[name].shape)
+            if same_shape and not is_within(name, p):
+                covered.append(p)
+    return runs
+
+
 def compare_layers(
     a: Any,
     b: Any,
@@ -135,7 +164,6 @@ def compare_layers(
     min_cosine: float | None = None,
 ) -> LayerParityReport:
     """Compare every layer of ``b`` (optimized) with the same layer of ``a`` (original)."""
-    from accel.graph.model import is_within
     from accel.parity import Tolerances, compare
 
     if inputs is None:
@@ -152,21 +180,7 @@ def compare_layers(
     order = list(outs_a)
     report.only_b = [p for p in outs_b if p not in outs_a]
 
-    # Group the original's layers into runs ending at a layer the optimized model still has.
-    runs: list[tuple[str, list[str]]] = []  # (b name, original layers covered)
-    for p in order:
-        present = p in outs_b and p not in pass_b
-        if present:
-            runs.append((p, [p]))
-            continue
-        if p not in outs_b:
-            report.only_a.append(p)
-        # A missing/passthrough layer right after a surviving one was fused into it.
-        if runs:
-            name, covered = runs[-1]
-            same_shape = tuple(outs_a[p].shape) == tuple(outs_b[name].shape)
-            if same_shape and not is_within(name, p):
-                covered.append(p)
+    runs = _fused_runs(order, outs_a, outs_b, pass_b, report)
     if report.only_a:
         report.notes.append(
             f"{len(report.only_a)} layer(s) of the original have no counterpart in the optimized "

@@ -17,9 +17,10 @@ class LoadedModel:
     """A model of any kind plus what the studio needs to run and compare it.
 
     ``kind`` names its runtime (``accel.models.runtime``; the packages of
-    ``accel/runtimes/``): "torch" (``module`` set), "onnx"
-    (``onnx_path`` set), "openvino" (``ir_path`` set: the IR's .xml), "tensorrt"
-    (``onnx_path`` set, run by ONNX Runtime's TensorRT provider). ``input_casts``
+    ``accel/runtimes/``): "torch" (``module`` set), "onnx" (``onnx_path`` set), "tensorrt"
+    (``onnx_path`` set, run by ONNX Runtime's TensorRT provider), or another runtime that
+    runs a file (``runtime_file`` set: "openvino", the IR's .xml). Nothing here knows more
+    of any kind: its runtime does. ``input_casts``
     maps input names to dtypes applied to floating inputs before forward (an fp16
     model takes fp16 inputs while the recipe's inputs stay fp32).
     """
@@ -29,7 +30,7 @@ class LoadedModel:
     input_spec: InputSpec
     module: Any = None
     onnx_path: Path | None = None
-    ir_path: Path | None = None
+    runtime_file: Path | None = None  # the file another runtime runs (an OpenVINO IR)
     num_params: int = 0
     size_bytes: int = 0
     content_hash: str = ""

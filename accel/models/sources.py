@@ -80,31 +80,7 @@ def load_model(
     kwargs = dict(_parse_kwargs(kw_text, source) if kw_text else {})
     kwargs.update(factory_kwargs or {})
 
-    path = Path(target)
-    runtime = runtime_for_file(path) if ":" not in path.name else None
-    if target.startswith("zoo:"):
-        lm = _load_zoo(target[4:], kwargs, spec, source)
-    elif target.startswith(("tv:", "hf:")):
-        lm = _load_corpus(target, kwargs, spec, source)
-    elif runtime is not None:  # a model file: its runtime loads it
-        reason = runtime.unavailable_reason(device)
-        if reason:
-            raise ModelLoadError(f"{source} needs {runtime.label}, which cannot run here: {reason}")
-        lm = runtime.load(path, spec, source, trust_pickle=trust_pickle)
-    elif ":" in target:
-        require_code_trust(source, trusted=trust_code)
-        lm = _load_factory(target, kwargs, spec, source)
-    else:
-        files = ", ".join(model_file_suffixes())
-        if not path.exists():
-            raise ModelLoadError(
-                f"model source {source!r} not found. Give a model file ({files}), "
-                "a zoo model (zoo:mlp, zoo:resnet, zoo:transformer, zoo:lstm) or a factory (pkg.mod:factory)."
-            )
-        raise ModelLoadError(
-            f"unsupported model file type {path.suffix.lower()!r} for {source!r}; use one of {files}"
-        )
-
+    lm = _load_target(target, kwargs, spec, source, device, trust_pickle, trust_code)
     if weights:
         _load_state_dict(lm, Path(weights), trust_pickle)
     lm.runtime.finish_load(lm, device, validate)  # stats, device, a test forward
@@ -112,6 +88,42 @@ def load_model(
 
 
 # -- helpers ------------------------------------------------------------------------------
+
+
+def _load_target(
+    target: str,
+    kwargs: dict[str, Any],
+    spec: InputSpec | None,
+    source: str,
+    device: str,
+    trust_pickle: bool,
+    trust_code: bool | None,
+) -> LoadedModel:
+    """The model a source's target names: a zoo or corpus model, a model file (its runtime
+    loads it, when it can run here), or a factory (when code is trusted)."""
+    path = Path(target)
+    runtime = runtime_for_file(path) if ":" not in path.name else None
+    if target.startswith("zoo:"):
+        return _load_zoo(target[4:], kwargs, spec, source)
+    if target.startswith(("tv:", "hf:")):
+        return _load_corpus(target, kwargs, spec, source)
+    if runtime is not None:
+        reason = runtime.unavailable_reason(device)
+        if reason:
+            raise ModelLoadError(f"{source} needs {runtime.label}, which cannot run here: {reason}")
+        return runtime.load(path, spec, source, trust_pickle=trust_pickle)
+    if ":" in target:
+        require_code_trust(source, trusted=trust_code)
+        return _load_factory(target, kwargs, spec, source)
+    files = ", ".join(model_file_suffixes())
+    if not path.exists():
+        raise ModelLoadError(
+            f"model source {source!r} not found. Give a model file ({files}), "
+            "a zoo model (zoo:mlp, zoo:resnet, zoo:transformer, zoo:lstm) or a factory (pkg.mod:factory)."
+        )
+    raise ModelLoadError(
+        f"unsupported model file type {path.suffix.lower()!r} for {source!r}; use one of {files}"
+    )
 
 
 def _parse_kwargs(text: str, source: str) -> dict[str, Any]:

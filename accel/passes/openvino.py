@@ -157,7 +157,7 @@ def finish_ov_step(
         kind="openvino",
         module=None,
         onnx_path=None,
-        ir_path=path,
+        runtime_file=path,
         providers=None,
         input_casts={},
         num_params=n,
@@ -222,10 +222,10 @@ class OpenVinoPass(Pass):
     def apply(self, model: LoadedModel, config: OpenVinoConfig, ctx: PassContext) -> LoadedModel:
         options = _options(config, ctx)
         ctx.progress(0.1, "converting to OpenVINO")
-        if model.ir_path is not None:  # already OpenVINO: recompile with new hints
+        if model.runtime_file is not None:  # already OpenVINO: recompile with new hints
             from accel.runtimes.openvino.ir import read_ir
 
-            ov_model = read_ir(model.ir_path)
+            ov_model = read_ir(model.runtime_file)
             ctx.details["converted_from"] = "openvino"
         else:
             t0 = time.perf_counter()
@@ -428,7 +428,7 @@ class QuantizeOpenVinoPass(Pass):
         if not batches:
             raise PassError("quantize_openvino got no calibration batches; check data.calibration")
         check_batches(model, batches, "calibration")
-        ov_model = read_ir(model.ir_path)
+        ov_model = read_ir(model.runtime_file)
         names, unmatched = _ov_ignored_names(ov_model, list(config.exclude))
         if unmatched:
             raise PassError(_ov_unmatched_message(ov_model, unmatched))

@@ -9,6 +9,24 @@ from pathlib import Path
 from typing import Any
 
 
+def _feed(sess: Any, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """Numpy inputs by the session's names (else by position), in its float types."""
+    import numpy as np
+    import torch
+
+    feed = {}
+    values = list(inputs.items())
+    for i, meta in enumerate(sess.get_inputs()):
+        x = inputs[meta.name] if meta.name in inputs else values[i][1]
+        x = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+        if meta.type == "tensor(float16)":
+            x = x.astype(np.float16)
+        elif meta.type == "tensor(float)" and x.dtype != np.float32 and x.dtype.kind == "f":
+            x = x.astype(np.float32)
+        feed[meta.name] = x
+    return feed
+
+
 def onnx_layer_outputs(model: Any, inputs: Mapping[str, Any]) -> dict[str, Any]:
     """Outputs of every module namespace of an ONNX model (last node of each), in node order."""
     import numpy as np
@@ -57,16 +75,6 @@ def onnx_layer_outputs(model: Any, inputs: Mapping[str, Any]) -> dict[str, Any]:
     # Graph optimizations could fuse away the very tensors we asked for.
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    feed = {}
-    values = list(inputs.items())
-    for i, meta in enumerate(sess.get_inputs()):
-        x = inputs[meta.name] if meta.name in inputs else values[i][1]
-        x = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
-        if meta.type == "tensor(float16)":
-            x = x.astype(np.float16)
-        elif meta.type == "tensor(float)" and x.dtype != np.float32 and x.dtype.kind == "f":
-            x = x.astype(np.float32)
-        feed[meta.name] = x
     names = [o.name for o in sess.get_outputs()]
-    results = dict(zip(names, sess.run(None, feed)))
+    results = dict(zip(names, sess.run(None, _feed(sess, inputs))))
     return {p: torch.from_numpy(np.asarray(results[t])) for p, t in last.items() if t in results}

@@ -31,14 +31,14 @@ def _last_ports(ov_model: Any) -> dict[str, Any]:
 
 
 def ov_layer_outputs(
-    ir_path: Any, options: Mapping[str, Any], fed: Mapping[str, Any]
+    runtime_file: Any, options: Mapping[str, Any], fed: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """Per-module outputs of the IR ``ir_path`` compiled with ``options`` on ``fed``."""
+    """Per-module outputs of the IR ``runtime_file`` compiled with ``options`` on ``fed``."""
     import numpy as np
     import openvino as ov
     import torch
 
-    ov_model = read_ir(ir_path)
+    ov_model = read_ir(runtime_file)
     last = _last_ports(ov_model)
     if not last:
         return {}

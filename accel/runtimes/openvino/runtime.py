@@ -1,6 +1,6 @@
 """The OpenVINO runtime: IR files (.xml + .bin) compiled by the OpenVINO runtime.
 
-A model of this kind keeps its IR path in ``LoadedModel.ir_path`` and how to compile it in
+A model of this kind keeps its IR path in ``LoadedModel.runtime_file`` and how to compile it in
 ``session_options``: ``device`` (CPU / GPU / AUTO), ``precision`` (f32 / bf16 / f16, the
 inference precision hint), ``performance_hint`` (latency / throughput), ``threads`` and
 ``streams``. Its session is the compiled model with one infer request.
@@ -67,7 +67,7 @@ class OpenVinoRuntime(RuntimeBase):
             source=source,
             kind=self.kind,
             input_spec=spec,
-            ir_path=Path(path),
+            runtime_file=Path(path),
             num_params=n,
             size_bytes=size,
             content_hash=digest,
@@ -86,11 +86,11 @@ class OpenVinoRuntime(RuntimeBase):
 
     def save(self, model: LoadedModel, path: Path) -> Path:
         path = Path(path).with_suffix(".xml")
-        save_ir(read_ir(model.ir_path), path)
+        save_ir(read_ir(model.runtime_file), path)
         return path
 
     def model_file(self, model: LoadedModel) -> Path | None:
-        return Path(model.ir_path) if model.ir_path else None
+        return Path(model.runtime_file) if model.runtime_file else None
 
     def with_threads(self, model: LoadedModel, threads: int) -> LoadedModel:
         if model.session_options.get("threads") == threads:
@@ -104,7 +104,7 @@ class OpenVinoRuntime(RuntimeBase):
 
         options = {**model.session_options, **overrides}
         return ov.Core().compile_model(
-            read_ir(model.ir_path),
+            read_ir(model.runtime_file),
             str(options.get("device", "CPU")).upper(),
             compile_config(options),
         )
@@ -153,7 +153,7 @@ class OpenVinoRuntime(RuntimeBase):
     def graph(self, model: LoadedModel, inputs: Mapping[str, Any] | None, **kwargs: Any) -> Graph:
         from accel.runtimes.openvino.graph import graph_from_ov
 
-        return graph_from_ov(read_ir(model.ir_path), name=Path(model.ir_path).stem)
+        return graph_from_ov(read_ir(model.runtime_file), name=Path(model.runtime_file).stem)
 
     def layer_outputs(
         self, model: LoadedModel, inputs: Mapping[str, Any]
@@ -161,11 +161,11 @@ class OpenVinoRuntime(RuntimeBase):
         from accel.runtimes.openvino.layers import ov_layer_outputs
 
         fed = self.prepare_inputs(model, inputs)
-        return ov_layer_outputs(model.ir_path, dict(model.session_options), fed), set()
+        return ov_layer_outputs(model.runtime_file, dict(model.session_options), fed), set()
 
     def info(self, model: LoadedModel) -> dict[str, Any]:
         return {
-            "file": str(model.ir_path) if model.ir_path else None,
+            "file": str(model.runtime_file) if model.runtime_file else None,
             "compile": dict(model.session_options),
         }
 

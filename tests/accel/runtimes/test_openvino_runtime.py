@@ -22,7 +22,7 @@ def _first(out):
 def test_openvino_runtime(torch_models, ov_models, name, tmp_path):
     ref, m = torch_models[name], ov_models[name]
     b = runtime_of(m)
-    assert b.kind == "openvino" and m.ir_path.suffix == ".xml" and m.module is None
+    assert b.kind == "openvino" and m.runtime_file.suffix == ".xml" and m.module is None
     assert m.size_bytes > 0 and m.num_params > 0.9 * ref.num_params
     inputs = ref.example_inputs()
     rep = compare(ref.forward(inputs), m.forward(inputs), Tolerances(rtol=1e-3, atol=1e-4))
@@ -58,14 +58,14 @@ def test_openvino_runtime(torch_models, ov_models, name, tmp_path):
 
 def test_ir_without_bin_is_a_clear_error(ov_models, tmp_path):
     xml = tmp_path / "lonely.xml"
-    xml.write_bytes(ov_models["mlp"].ir_path.read_bytes())
+    xml.write_bytes(ov_models["mlp"].runtime_file.read_bytes())
     with pytest.raises(ModelLoadError, match=r"no weights file lonely\.bin"):
         load_model(str(xml))
 
 
 def _ir_copy(ov_models, folder):
     folder.mkdir(parents=True, exist_ok=True)
-    src = ov_models["mlp"].ir_path
+    src = ov_models["mlp"].runtime_file
     xml = folder / "model.xml"
     xml.write_bytes(src.read_bytes())
     return xml, src.with_suffix(".bin")
