@@ -26,6 +26,7 @@ from pathlib import Path
 from PySide6.QtCore import QUrl
 from PySide6.QtWidgets import QApplication, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
+from accel.models.runtime import get_runtime, kinds
 from studio.ui.slots import on_click
 
 log = logging.getLogger(__name__)
@@ -146,7 +147,8 @@ class NetronView(QWidget):
         info = self.state.model_info or {}
         target = self.target_file()
         # The model kind's runtime says whether an ONNX export can show it (torch models).
-        exportable = "export_onnx" in (info.get("capabilities") or ())
+        kind = info.get("kind")
+        exportable = kind in kinds() and "export_onnx" in get_runtime(kind).capabilities
         self.export_btn.setVisible(exportable)
         if not self.state.model_source:
             self.label.setText("No model open.")
