@@ -40,10 +40,10 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from accel.errors import AccelError
+from accel.models.feed import as_positional, move_inputs
 
 log = logging.getLogger(__name__)
 
@@ -193,102 +193,18 @@ def _cuda_initialized(torch: Any) -> bool:
 # --------------------------------------------------------------------------- model adapters
 
 
-def _is_ort_session(obj: Any) -> bool:
-    return callable(getattr(obj, "run", None)) and callable(getattr(obj, "get_inputs", None))
-
-
 def _is_loaded_model(obj: Any) -> bool:
     return callable(getattr(obj, "forward", None)) and isinstance(getattr(obj, "kind", None), str)
 
 
-def _to_numpy(value: Any) -> Any:
-    import numpy as np
-
-    if hasattr(value, "detach") and hasattr(value, "numpy"):
-        t = value.detach().cpu()
-        if str(t.dtype) == "torch.bfloat16":  # numpy has no bfloat16
-            t = t.float()
-        return t.numpy()
-    return np.asarray(value)
-
-
-def _as_positional(inputs: Any) -> tuple[Any, ...]:
-    if isinstance(inputs, Mapping):
-        return tuple(inputs.values())
-    if isinstance(inputs, list | tuple):
-        return tuple(inputs)
-    return (inputs,)
-
-
 def _batch_size(inputs: Any) -> int:
-    values = _as_positional(inputs)
+    values = as_positional(inputs)
     if not values:
         return 1
     shape = getattr(values[0], "shape", None)
     if shape is None or len(shape) == 0:
         return 1
     return max(int(shape[0]), 1)
-
-
-def _module_size_bytes(module: Any) -> int:
-    seen: set[int] = set()
-    total = 0
-    tensors = list(module.parameters()) + list(module.buffers())
-    for t in tensors:
-        try:
-            key = t.untyped_storage().data_ptr()
-        except Exception:  # tensor subclasses (quantized weights) may not expose storage
-            key = id(t)
-        if key in seen and key != 0:
-            continue  # tied weights are stored once
-        seen.add(key)
-        total += t.numel() * t.element_size()
-    return total
-
-
-# ONNX element types whose numpy dtype we cast floating inputs to (an fp16-converted model
-# takes fp16 inputs while the recipe's inputs stay fp32).
-_ORT_FLOAT_TYPES = {
-    "tensor(float16)": "float16",
-    "tensor(float)": "float32",
-    "tensor(double)": "float64",
-}
-
-
-def _ort_feed(session: Any, inputs: Any) -> dict[str, Any]:
-    metas = list(session.get_inputs())
-    names = [m.name for m in metas]
-    if isinstance(inputs, Mapping) and set(inputs) == set(names):
-        values = [inputs[name] for name in names]
-    else:
-        values = list(_as_positional(inputs))
-        if len(values) != len(names):
-            raise AccelError(
-                f"the ONNX model expects {len(names)} inputs {names}, got {len(values)}; "
-                "pass a dict keyed by those names or a tuple in that order"
-            )
-        if isinstance(inputs, Mapping):
-            log.warning(
-                "input names %s do not match the ONNX inputs %s; feeding by position",
-                list(inputs),
-                names,
-            )
-    feed = {}
-    for meta, value in zip(metas, values):
-        arr = _to_numpy(value)
-        want = _ORT_FLOAT_TYPES.get(getattr(meta, "type", ""))
-        if want is not None and arr.dtype.kind == "f" and arr.dtype != want:
-            arr = arr.astype(want)
-        feed[meta.name] = arr
-    return feed
-
-
-def _ort_session_threads(session: Any) -> int | None:
-    try:
-        n = int(session.get_session_options().intra_op_num_threads)
-    except Exception:
-        return None
-    return n or None  # 0 means "ORT default"
 
 
 @dataclass
@@ -303,124 +219,27 @@ class _Prepared:
     threads: Callable[[], int | None] = lambda: None
 
 
-def _move_inputs(inputs: Any, device: str, casts: Mapping[str, str] | None = None) -> Any:
-    """Move torch tensors to ``device`` (and apply per-name dtype casts) once, before timing."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return inputs
-
-    def fix(name: str | None, v: Any) -> Any:
-        if isinstance(v, torch.Tensor):
-            if casts and name in casts and v.is_floating_point():
-                v = v.to(getattr(torch, casts[name]))
-            if v.device != torch.device(device):
-                v = v.to(device)
-        return v
-
-    if isinstance(inputs, Mapping):
-        return {k: fix(k, v) for k, v in inputs.items()}
-    if isinstance(inputs, list | tuple):
-        return tuple(fix(None, v) for v in inputs)
-    return fix(None, inputs)
-
-
-def _make_session(path: Path, device: str, threads: int | None) -> Any:
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    if threads:
-        opts.intra_op_num_threads = threads
-    providers = ["CPUExecutionProvider"]
-    if str(device).startswith("cuda"):
-        providers.insert(0, "CUDAExecutionProvider")
-    return ort.InferenceSession(str(path), sess_options=opts, providers=providers)
-
-
-def _prepare_ort(get_session: Callable[[], Any], inputs: Any, size_bytes: int | None) -> _Prepared:
-    state: dict[str, Any] = {}
-
-    def first() -> Any:
-        state["session"] = sess = get_session()
-        state["feed"] = _ort_feed(sess, inputs)
-        return sess.run(None, state["feed"])
-
-    def call() -> Any:
-        return state["session"].run(None, state["feed"])
-
-    return _Prepared(
-        first,
-        call,
-        "onnxruntime",
-        size_bytes,
-        uses_torch=False,
-        threads=lambda: _ort_session_threads(state["session"]) if "session" in state else None,
-    )
-
-
-def _prepare_ort_bound(
-    get_session: Callable[[], Any], inputs: Any, device: str, size_bytes: int | None
-) -> _Prepared:
-    """A GPU session with inputs and outputs bound on the device once (IOBinding), so the
-    timing has no host copies; a session that ended up on CPU runs plainly."""
-    from accel.models.onnx_io import bind_on_device
-
-    state: dict[str, Any] = {}
-
-    def first() -> Any:
-        sess = state["session"] = get_session()
-        bound = bind_on_device(sess, inputs, device)
-        if bound is None:
-            feed = _ort_feed(sess, inputs)
-            state["call"] = lambda: sess.run(None, feed)
-        else:
-            state["bound"] = bound  # keeps the bound input tensors alive
-            state["call"] = lambda: sess.run_with_iobinding(bound[0])
-        return state["call"]()
-
-    return _Prepared(
-        first,
-        lambda: state["call"](),
-        "onnxruntime",
-        size_bytes,
-        uses_torch=False,
-        threads=lambda: _ort_session_threads(state["session"]) if "session" in state else None,
-    )
-
-
 def _prepare(model: Any, inputs: Any, device: str, threads: int | None) -> _Prepared:
-    torch = sys.modules.get("torch")
-    if isinstance(model, str | os.PathLike) and str(model).endswith(".onnx"):
-        path = Path(model)
-        if not path.is_file():
-            raise AccelError(f"ONNX file not found: {path}")
-        return _prepare_ort(
-            lambda: _make_session(path, device, threads), inputs, path.stat().st_size
-        )
-    if _is_ort_session(model):
-        return _prepare_ort(lambda: model, inputs, None)
-    if _is_loaded_model(model):
-        from accel.backends import backend_of
+    """What the timing loop calls: a LoadedModel's or a runtime's own object's (an .onnx
+    path, an ORT session, a torch module) timing target from its runtime, else the plain
+    callable on inputs moved once."""
+    from accel.models.runtime import native_timing_target, runtime_of
 
-        t = backend_of(model).bench_target(model, inputs, device, threads)
+    torch = sys.modules.get("torch")
+    if _is_loaded_model(model):
+        t = runtime_of(model).timing_target(model, inputs, device, threads)
+    else:
+        t = native_timing_target(model, inputs, device, threads)
+    if t is not None:
         return _Prepared(t.first, t.call, t.runner, t.size_bytes, t.uses_torch, t.threads)
     if not callable(model):
         raise AccelError(
             f"cannot benchmark a {type(model).__name__}: pass a torch module, a callable, "
             "an onnxruntime.InferenceSession, a LoadedModel or a path to a .onnx file"
         )
-    is_module = torch is not None and isinstance(model, torch.nn.Module)
-    if is_module and model.training:
-        log.warning(
-            "benchmarking a module in training mode; call .eval() first for inference numbers"
-        )
-    moved = _move_inputs(inputs, device) if torch is not None else inputs
-    args = _as_positional(moved)
+    args = as_positional(move_inputs(inputs, device) if torch is not None else inputs)
     return _Prepared(
-        lambda: model(*args),
-        lambda: model(*args),
-        "torch" if is_module else "callable",
-        _module_size_bytes(model) if is_module else None,
-        uses_torch=torch is not None,
+        lambda: model(*args), lambda: model(*args), "callable", None, uses_torch=torch is not None
     )
 
 

@@ -14,6 +14,7 @@ import inspect
 import sys
 import textwrap
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from accel.errors import RecipeError
@@ -341,7 +342,7 @@ def _factory_model_code(target: str, src: str, kw: str, imports: list[str]) -> l
 
 def _model_code(recipe: Recipe, spec: InputSpec) -> tuple[list[str], str, str]:
     """(imports, definitions, statements that set `model`/`kind`/`onnx_path`/`session`)."""
-    from accel.backends import backend_for_file
+    from accel.models.runtime import runtime_for_file
     from accel.models.sources import _SOURCE_RE
 
     src = recipe.model.source
@@ -352,16 +353,13 @@ def _model_code(recipe: Recipe, spec: InputSpec) -> tuple[list[str], str, str]:
     kw = kwargs_code(m.group("kwargs") or "", src)
     imports: list[str] = []
     defs = ""
+    runtime = runtime_for_file(target) if ":" not in Path(target).name else None
     if target.startswith("zoo:"):
         defs, stmt = _zoo_model_code(target[4:], kw)
-    elif target.lower().endswith(".pt2"):
-        stmt = [f"model = torch.export.load({target!r}).module()", 'kind = "torch"']
-    elif target.lower().endswith((".pt", ".ts", ".jit", ".pth")) and ":" not in target:
-        stmt = [f"model = torch.jit.load({target!r}, map_location='cpu').eval()", 'kind = "torch"']
-    elif backend_for_file(target) is not None:  # a runtime file (.onnx, OpenVINO .xml)
-        runtime = backend_for_file(target).script_runtime()
-        imports += [i for i in runtime.imports if i not in imports]
-        stmt = [f"model_file = Path({target!r})", runtime.load]
+    elif runtime is not None:  # a model file: its runtime writes how to load it
+        script = runtime.script()
+        imports += [i for i in script.imports if i not in imports]
+        stmt = [f"model_file = Path({target!r})", script.loads[Path(target).suffix.lower()]]
     else:
         stmt = _factory_model_code(target, src, kw, imports)
     if weights:
@@ -413,10 +411,10 @@ def _source_spec(source: str) -> InputSpec:
 
 def _run_helper(kinds: list[str]) -> str:
     """The script's ``run(inputs)``: one branch per model kind the script reaches, each
-    written by that kind's handler (accel.backends)."""
-    from accel.backends import get_backend
+    written by that kind's runtime (accel.runtimes)."""
+    from accel.models.runtime import get_runtime
 
-    names = ", ".join(get_backend(k).label for k in kinds)
+    names = ", ".join(get_runtime(k).label for k in kinds)
     lines = [
         "def run(inputs):",
         f'    """Run the current model ({names}) on a dict of inputs."""',
@@ -427,7 +425,7 @@ def _run_helper(kinds: list[str]) -> str:
         "        feed[name] = x",
     ]
     for i, k in enumerate(kinds):
-        body = get_backend(k).script_runtime().run_branch
+        body = get_runtime(k).script().run_branch
         if len(kinds) == 1:
             lines.append(textwrap.indent(body, "    "))
             break
@@ -440,10 +438,10 @@ def _run_helper(kinds: list[str]) -> str:
 
 def _source_kind(target: str) -> str:
     """Kind of the model a source target loads (zoo models and factories are torch)."""
-    from accel.backends import backend_for_file
+    from accel.models.runtime import runtime_for_file
 
-    b = backend_for_file(target)
-    return b.kind if b is not None else "torch"
+    runtime = runtime_for_file(target) if ":" not in Path(target).name else None
+    return runtime.kind if runtime is not None else "torch"
 
 
 def _step_gates(step: Any) -> str:

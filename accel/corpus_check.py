@@ -69,7 +69,7 @@ def _jsonable(v: Any) -> Any:
 
 
 def _fresh(model: Any) -> Any:
-    return model.backend.copy(model)  # torch: a deep copy of the module and its metadata
+    return model.runtime.copy(model)  # torch: a deep copy of the module and its metadata
 
 
 def _producer_of(kind: str, from_kind: str) -> str | None:

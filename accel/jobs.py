@@ -281,15 +281,15 @@ def model_info(model: Any) -> dict[str, Any]:
         "onnx_path": str(model.onnx_path) if model.onnx_path else None,
         "class_name": "",
     }
-    # What the model's handler says about it and what the GUI can show for its kind.
-    backend = model.backend
-    netron = backend.netron_file(model)
-    info.update(backend.info(model))
+    # What the model's runtime says about it and what the GUI can show for its kind.
+    runtime = model.runtime
+    netron = runtime.netron_file(model)
+    info.update(runtime.info(model))
     info.update(
         {
-            "runtime": backend.label,
-            "capabilities": sorted(backend.capabilities),
-            "profile_rows": backend.profile_rows,
+            "runtime": runtime.label,
+            "capabilities": sorted(runtime.capabilities),
+            "profile_rows": runtime.profile_rows,
             "netron_file": str(netron) if netron else None,
         }
     )
@@ -358,11 +358,11 @@ def export_onnx_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> 
 
     job = ExportOnnxJob.from_params(params)
     model = job.load()
-    backend = model.backend
-    if "export_onnx" not in backend.capabilities:  # a runtime file already: show it as it is
-        shown = backend.netron_file(model)
+    runtime = model.runtime
+    if "export_onnx" not in runtime.capabilities:  # a runtime file already: show it as it is
+        shown = runtime.netron_file(model)
         if shown is None:
-            raise PassError(f"{backend.label} models cannot be exported for Netron")
+            raise PassError(f"{runtime.label} models cannot be exported for Netron")
         return {"path": str(shown), "warnings": []}
     out = Path(job.out)
     out.parent.mkdir(parents=True, exist_ok=True)

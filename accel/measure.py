@@ -726,9 +726,9 @@ def with_threads(model: Any, threads: int) -> Any:
     another count; its kind's handler decides); anything else unchanged."""
     if not isinstance(getattr(model, "kind", None), str) or not hasattr(model, "session_options"):
         return model
-    from accel.backends import backend_of
+    from accel.models.runtime import runtime_of
 
-    return backend_of(model).with_threads(model, threads)
+    return runtime_of(model).with_threads(model, threads)
 
 
 @contextlib.contextmanager

@@ -17,7 +17,6 @@ no layer (a typo) is that step's problem, with the close names."""
 from __future__ import annotations
 
 import functools
-import importlib.util
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -151,7 +150,7 @@ def step_problem(cls: Any, form: str | None, device: str) -> str | None:
     req = cls.requires
     if form is not None and kind_of(form) not in req.model_kinds:
         kinds = " or ".join(req.model_kinds)
-        from accel.backends import reach_hint
+        from accel.models.runtime import reach_hint
 
         hint = reach_hint(req.model_kinds, kind_of(form))
         a = "an" if kinds[0] in "aeiou" else "a"
@@ -363,7 +362,6 @@ def _known_output(cls: Any) -> str | None:
 
 @functools.lru_cache(maxsize=64)
 def _installed(lib: str) -> bool:
-    try:
-        return importlib.util.find_spec(lib) is not None
-    except (ImportError, ValueError):
-        return False
+    from accel.models.runtime import library_problem
+
+    return library_problem(lib) is None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from accel.passes.base import get_pass
+from accel.passes.registry import get_pass
 from accel.recipe import Step
 
 # Torch precision steps that leave the weights in a dtype ONNX Runtime has no kernels for:

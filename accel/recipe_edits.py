@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from accel.models.forms import default_form, kind_of, source_form
-from accel.passes.base import KEEP_FLOAT, get_pass, list_passes
+from accel.passes.base import KEEP_FLOAT
+from accel.passes.registry import get_pass, list_passes
 from accel.recipe import Recipe, Step
 
 # The step added when the recipe has no step taking a keep-in-float list yet: static int8

@@ -95,8 +95,8 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=12)
     args = ap.parse_args()
 
-    from accel.graph.from_onnx import graph_from_onnx
     from accel.graph.synthetic import synthetic_graph
+    from accel.runtimes.onnxruntime.graph import graph_from_onnx
 
     g, t = timed(synthetic_graph, args.nodes)
     print(f"synthetic graph built in {t:.2f} s")

@@ -5,44 +5,36 @@
     OUT/NAME/config.pbtxt
     OUT/NAME/1/model.onnx | model.pt | model.plan | model.xml (+ .bin)
 
-with the platform/backend for the artifact's kind (onnxruntime_onnx, pytorch_libtorch,
-tensorrt_plan, openvino), inputs and outputs with their dtypes and dims from the input
-spec and the model itself, ``max_batch_size`` from the range of a symbolic first dim, an
-``instance_group`` for the device and ``dynamic_batching`` whose preferred batch sizes and
-queue delay come from a measured batch sweep (``batch_sweep``). The config is checked by
-parsing it with Triton's own ``ModelConfig`` protobuf (``tritonclient``), and the model
-file is loaded once with its runtime before anything is written.
+with the platform/backend that the runtime serving the artifact's kind names
+(``Runtime.serve``: onnxruntime_onnx, pytorch_libtorch, tensorrt_plan, openvino), inputs
+and outputs with their dtypes and dims from the input spec and the model itself,
+``max_batch_size`` from the range of a symbolic first dim, an ``instance_group`` for the
+device and ``dynamic_batching`` whose preferred batch sizes and queue delay come from a
+measured batch sweep (``batch_sweep``). The config is a ``ModelConfig`` message of
+Triton's own protobuf (``tritonclient``) written with protobuf's text format, never by
+string formatting, and read back before anything is written; tensor names from the model
+are checked, and the model file is loaded once with its runtime first.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import statistics
 import time
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from accel.errors import AccelError
+from accel.models.runtime import ServedModel, runtime_for_artifact
 
 
 class DeployError(AccelError):
     """A run that cannot be deployed as asked; the message says what to change."""
 
-
-# Artifact kind -> (Triton platform or backend, file name in the version folder).
-TRITON_KINDS: dict[str, tuple[str, str]] = {
-    "onnx": ("onnxruntime_onnx", "model.onnx"),
-    "onnx_optimized": ("onnxruntime_onnx", "model.onnx"),
-    "torchscript": ("pytorch_libtorch", "model.pt"),
-    "tensorrt_engine": ("tensorrt_plan", "model.plan"),
-    "tensorrt_plan": ("tensorrt_plan", "model.plan"),
-    "openvino": ("openvino", "model.xml"),
-    "openvino_ir": ("openvino", "model.xml"),
-}
-# Platforms named with "backend:" in config.pbtxt rather than "platform:".
-BACKENDS = {"openvino"}
 
 TRITON_DTYPES = {
     "float32": "TYPE_FP32",
@@ -56,18 +48,9 @@ TRITON_DTYPES = {
     "uint8": "TYPE_UINT8",
     "bool": "TYPE_BOOL",
 }
-_ORT_DTYPES = {
-    "tensor(float)": "float32",
-    "tensor(float16)": "float16",
-    "tensor(bfloat16)": "bfloat16",
-    "tensor(double)": "float64",
-    "tensor(int64)": "int64",
-    "tensor(int32)": "int32",
-    "tensor(int16)": "int16",
-    "tensor(int8)": "int8",
-    "tensor(uint8)": "uint8",
-    "tensor(bool)": "bool",
-}
+# A model repository's folder name: Triton's own rule is looser, but this one keeps the
+# name a single path component on every OS.
+_MODEL_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 @dataclass(frozen=True)
@@ -99,49 +82,76 @@ class TritonModel:
     preferred_batch_sizes: list[int] = field(default_factory=list)
     max_queue_delay_us: int = 0
     dynamic_batching: bool = True
+    config_field: str = "platform"  # or "backend": the field of config.pbtxt naming it
+
+    def config(self) -> Any:
+        """The ModelConfig message (Triton's own protobuf, ``tritonclient``)."""
+        pb = _model_config_pb2()
+        cfg = pb.ModelConfig(name=self.name, max_batch_size=self.max_batch_size)
+        setattr(cfg, self.config_field, self.platform)
+        for section, tensors in ((cfg.input, self.inputs), (cfg.output, self.outputs)):
+            for t in tensors:
+                section.add(
+                    name=t.name, data_type=pb.DataType.Value(TRITON_DTYPES[t.dtype]), dims=t.dims
+                )
+        if self.device.startswith("cuda"):
+            gpu = int(self.device.split(":", 1)[1]) if ":" in self.device else 0
+            cfg.instance_group.add(kind=pb.ModelInstanceGroup.KIND_GPU, gpus=[gpu])
+        else:
+            cfg.instance_group.add(kind=pb.ModelInstanceGroup.KIND_CPU, count=1)
+        if self.dynamic_batching and self.max_batch_size > 0:
+            cfg.dynamic_batching.SetInParent()
+            cfg.dynamic_batching.preferred_batch_size.extend(self.preferred_batch_sizes)
+            cfg.dynamic_batching.max_queue_delay_microseconds = self.max_queue_delay_us
+        return cfg
 
     def config_pbtxt(self) -> str:
-        key = "backend" if self.platform in BACKENDS else "platform"
-        lines = [f'name: "{self.name}"', f'{key}: "{self.platform}"']
-        lines.append(f"max_batch_size: {self.max_batch_size}")
-        for section, tensors in (("input", self.inputs), ("output", self.outputs)):
-            lines.append(f"{section} [")
-            body = []
-            for t in tensors:
-                dims = ", ".join(str(d) for d in t.dims)
-                body.append(
-                    f'  {{\n    name: "{t.name}"\n    data_type: {TRITON_DTYPES[t.dtype]}\n'
-                    f"    dims: [ {dims} ]\n  }}"
-                )
-            lines.append(",\n".join(body))
-            lines.append("]")
-        if self.device.startswith("cuda"):
-            gpu = self.device.split(":", 1)[1] if ":" in self.device else "0"
-            lines.append(
-                f"instance_group [\n  {{\n    kind: KIND_GPU\n    gpus: [ {gpu} ]\n  }}\n]"
-            )
-        else:
-            lines.append("instance_group [\n  {\n    kind: KIND_CPU\n    count: 1\n  }\n]")
-        if self.dynamic_batching and self.max_batch_size > 0:
-            sizes = ", ".join(str(b) for b in self.preferred_batch_sizes)
-            block = ["dynamic_batching {"]
-            if sizes:
-                block.append(f"  preferred_batch_size: [ {sizes} ]")
-            block.append(f"  max_queue_delay_microseconds: {self.max_queue_delay_us}")
-            block.append("}")
-            lines.append("\n".join(block))
-        return "\n".join(lines) + "\n"
+        """config.pbtxt: the message in protobuf's text format (every name escaped by
+        protobuf, never formatted into the text by hand)."""
+        from google.protobuf import text_format
+
+        return text_format.MessageToString(self.config())
+
+
+def _model_config_pb2() -> Any:
+    try:
+        from tritonclient.grpc import model_config_pb2
+    except ImportError as exc:
+        raise DeployError(
+            "writing a Triton config needs tritonclient[grpc]: pip install 'accel-studio[serve]'"
+        ) from exc
+    return model_config_pb2
+
+
+def check_model_name(name: str) -> str:
+    """``name`` when it can name a model folder of a repository (``[A-Za-z0-9_.-]``, not
+    ``.`` or ``..``), else a DeployError saying what to change."""
+    if not _MODEL_NAME.fullmatch(name) or name in (".", ".."):
+        raise DeployError(
+            f"model name {name!r} is not allowed: use letters, digits, '_', '-' and '.' only"
+        )
+    return name
+
+
+def check_tensor_name(name: str) -> str:
+    """A tensor name read from a model, refused when it holds a control character (a
+    newline, a NUL): Triton matches names as given, and a name that spans lines is no
+    name a client can send."""
+    bad = [c for c in name if unicodedata.category(c) == "Cc"]
+    if not name or bad:
+        raise DeployError(
+            f"the model has a tensor named {name!r}, which Triton cannot serve "
+            f"({'an empty name' if not name else 'control characters ' + repr(bad)}); rename "
+            "the tensor in the model (e.g. re-export it with plain output names)"
+        )
+    return name
 
 
 def parse_config(text: str) -> Any:
     """Parse ``config.pbtxt`` text with Triton's ModelConfig protobuf (raises DeployError)."""
-    try:
-        from google.protobuf import text_format
-        from tritonclient.grpc import model_config_pb2
-    except ImportError as exc:
-        raise DeployError(
-            "checking a Triton config needs tritonclient[grpc]: pip install 'accel-studio[serve]'"
-        ) from exc
+    from google.protobuf import text_format
+
+    model_config_pb2 = _model_config_pb2()
     try:
         return text_format.Parse(text, model_config_pb2.ModelConfig())
     except text_format.ParseError as exc:
@@ -151,7 +161,7 @@ def parse_config(text: str) -> Any:
 def servable_artifact(artifacts: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """The last artifact of ``artifacts`` (in step order) that Triton can serve."""
     for a in reversed(list(artifacts)):
-        if a.get("kind") in TRITON_KINDS and a.get("path"):
+        if runtime_for_artifact(str(a.get("kind"))) is not None and a.get("path"):
             return dict(a)
     return None
 
@@ -168,138 +178,29 @@ def batch_spec(spec: Any) -> tuple[str | None, int]:
     return first, int(spec.dims[first].max)
 
 
-# -- runtimes: load the model once, describe its tensors, run it -------------------------------
-class _Runtime:
-    def __init__(self, kind: str, path: Path, device: str, threads: int | None = None) -> None:
-        self.kind, self.path, self.device = kind, path, device
-        platform = TRITON_KINDS[kind][0]
-        try:
-            if platform == "onnxruntime_onnx":
-                import onnxruntime as ort
-
-                opts = ort.SessionOptions()
-                opts.log_severity_level = 3
-                if threads:
-                    opts.intra_op_num_threads = threads
-                self.session = ort.InferenceSession(
-                    str(path), opts, providers=["CPUExecutionProvider"]
-                )
-            elif platform == "pytorch_libtorch":
-                import torch
-
-                self.module = torch.jit.load(str(path), map_location="cpu").eval()
-            elif platform == "openvino":
-                import openvino as ov
-
-                self.compiled = ov.Core().compile_model(str(path), "CPU")
-            else:
-                self.session = None  # TensorRT plans load only on their GPU
-        except DeployError:
-            raise
-        except Exception as exc:
-            raise DeployError(
-                f"{path} ({kind}) does not load with its runtime: {type(exc).__name__}: {exc}"
-            ) from exc
-        self.platform = platform
-
-    def outputs(self, spec: Any, sample: Mapping[str, Any]) -> list[tuple[str, str, list[Any]]]:
-        """(name, dtype, shape) of each output; shape entries may be None or names."""
-        if self.platform == "onnxruntime_onnx":
-            return [
-                (o.name, _ORT_DTYPES.get(o.type, "float32"), list(o.shape))
-                for o in self.session.get_outputs()
-            ]
-        out = self.run(sample)
-        names = (
-            [ov_tensor_name(o, f"OUTPUT__{i}") for i, o in enumerate(self.compiled.outputs)]
-            if self.platform == "openvino"
-            else [f"OUTPUT__{i}" for i in range(len(out))]
-        )
-        return [
-            (n, str(v.dtype).removeprefix("torch."), list(v.shape))
-            for n, v in zip(names, out, strict=True)
-        ]
-
-    def input_names(self, spec: Any) -> list[str]:
-        if self.platform == "onnxruntime_onnx":
-            return [i.name for i in self.session.get_inputs()]
-        if self.platform == "pytorch_libtorch":
-            return [f"INPUT__{i}" for i in range(len(spec.inputs))]
-        if self.platform == "openvino":
-            return [ov_tensor_name(t, n) for t, n in zip(self.compiled.inputs, spec.names)]
-        return list(spec.names)
-
-    def run(self, sample: Mapping[str, Any]) -> list[Any]:
-        if self.platform == "onnxruntime_onnx":
-            feeds = {k: v.numpy() if hasattr(v, "numpy") else v for k, v in sample.items()}
-            names = {i.name for i in self.session.get_inputs()}
-            return self.session.run(None, {k: v for k, v in feeds.items() if k in names})
-        if self.platform == "pytorch_libtorch":
-            import torch
-
-            with torch.inference_mode():
-                out = self.module(*sample.values())
-            return list(out) if isinstance(out, tuple | list) else [out]
-        if self.platform == "openvino":
-            res = self.compiled([v.numpy() for v in sample.values()])
-            return [res[o] for o in self.compiled.outputs]
-        if self.platform == "tensorrt_plan":
-            raise DeployError(
-                "a TensorRT plan loads only on a CUDA GPU like the one it was built on: run "
-                "`studio deploy` on that machine (this one has no CUDA)"
-            )
-        raise DeployError(f"cannot run a {self.platform} model on this machine")
-
-
-def ov_tensor_name(port: Any, fallback: str) -> str:
-    """An OpenVINO port's tensor name; ``fallback`` for an unnamed one (a model converted
-    from torch has unnamed outputs; ``_write_model`` gives them that name in the copy)."""
-    names = port.get_names()
-    return port.get_any_name() if names else fallback
-
-
-def _write_model(src: Path, version: Path, file_name: str, input_names: Sequence[str]) -> None:
-    """Copy the model file (and its weights / external data) into the version folder.
-
-    Triton's OpenVINO backend finds inputs and outputs by tensor name, so an IR with unnamed
-    tensors is written with the names its config uses (the spec's input names, OUTPUT__i, as
-    ``tensor_configs`` reads them back with ``ov_tensor_name``)."""
-    if src.suffix == ".xml":
-        import openvino as ov
-
-        model = ov.Core().read_model(str(src))
-        unnamed = [p for p in [*model.inputs, *model.outputs] if not p.get_names()]
-        if unnamed:
-            for p, n in zip(model.inputs, input_names):
-                if not p.get_names():
-                    p.get_tensor().set_names({n})
-            for i, p in enumerate(model.outputs):
-                if not p.get_names():
-                    p.get_tensor().set_names({f"OUTPUT__{i}"})
-            ov.save_model(model, str(version / file_name), compress_to_fp16=False)
-            return
-    shutil.copy2(src, version / file_name)
-    for extra in (src.with_name(src.name + ".data"), src.with_suffix(".bin")):
-        if extra.is_file() and extra != src:  # ONNX external data, OpenVINO weights
-            target = extra.name if extra.suffix == ".data" else Path(file_name).with_suffix(".bin")
-            shutil.copy2(extra, version / target)
-
-
+# -- the model, loaded once by its runtime -----------------------------------------------------
 def load_runtime(
     kind: str, path: str | Path, device: str = "cpu", *, threads: int | None = None
-) -> _Runtime:
-    """Load a model file once with its runtime; ``threads``: ONNX Runtime's intra-op threads
-    (default: ORT's, one per core)."""
-    if kind not in TRITON_KINDS:
+) -> ServedModel:
+    """Load a run artifact of ``kind`` once with the runtime that serves it (its tensors'
+    names, a run, the files Triton reads); ``threads``: the runtime's threads (default:
+    its own, one per core)."""
+    runtime = runtime_for_artifact(kind)
+    if runtime is None:
         raise DeployError(f"artifact kind {kind!r} cannot be served by Triton")
     p = Path(path)
     if not p.is_file():
         raise DeployError(f"the model file {p} is gone (was the run folder deleted?)")
-    return _Runtime(kind, p, device, threads)
+    try:
+        return runtime.serve(p, device, threads)
+    except Exception as exc:
+        raise DeployError(
+            f"{path} ({kind}) does not load with its runtime: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def tensor_configs(
-    runtime: _Runtime, spec: Any, max_batch: int, sample: Mapping[str, Any]
+    runtime: ServedModel, spec: Any, max_batch: int, sample: Mapping[str, Any]
 ) -> tuple[list[TensorConfig], list[TensorConfig]]:
     """Inputs (names as the runtime wants them, dtypes and dims from the spec) and outputs
     (from the model); without the batch dim when ``max_batch`` > 0, -1 for variable dims."""
@@ -309,12 +210,16 @@ def tensor_configs(
         return tuple(dims[1:] if max_batch else dims)
 
     in_names = runtime.input_names(spec)
+    try:
+        out_tensors = runtime.outputs(spec, sample)
+    except AccelError as exc:  # e.g. a TensorRT plan on a machine without its GPU
+        raise DeployError(str(exc)) from exc
     inputs = [
-        TensorConfig(n, t.dtype, dims_of(t.shape))
+        TensorConfig(check_tensor_name(n), t.dtype, dims_of(t.shape))
         for n, t in zip(in_names, spec.inputs, strict=False)
     ]
     outputs = [
-        TensorConfig(n, dt, dims_of(shape)) for n, dt, shape in runtime.outputs(spec, sample)
+        TensorConfig(check_tensor_name(n), dt, dims_of(shape)) for n, dt, shape in out_tensors
     ]
     for t in [*inputs, *outputs]:
         if t.dtype not in TRITON_DTYPES:
@@ -405,6 +310,35 @@ class DeployResult:
         }
 
 
+def _batching(
+    runtime: ServedModel,
+    spec: Any,
+    batch_dim: str | None,
+    max_batch: int,
+    batches: Sequence[int] | None,
+    sweep_iters: int,
+) -> tuple[list[SweepPoint], list[int], int]:
+    """(the batch sweep, preferred batch sizes, queue delay µs) for ``dynamic_batching``:
+    measured when the model batches and runs here, else none."""
+    if not max_batch or not runtime.batch_sweep:
+        return [], [], 0
+    samples = {b: spec.sample(dims={batch_dim: b}) for b in (batches or default_batches(max_batch))}
+    sweep = batch_sweep(lambda b: runtime.run(samples[b]), list(samples), iters=sweep_iters)
+    preferred, delay = choose_batching(sweep)
+    return sweep, preferred, delay
+
+
+def _checked_config(model: TritonModel) -> str:
+    """config.pbtxt of ``model``, parsed back with Triton's ModelConfig: the names it holds
+    must be exactly the model's."""
+    text = model.config_pbtxt()
+    cfg = parse_config(text)
+    names = ([i.name for i in cfg.input], [o.name for o in cfg.output])
+    if names != ([t.name for t in model.inputs], [t.name for t in model.outputs]):
+        raise DeployError(f"config.pbtxt does not read back the model's tensor names: {names}")
+    return text
+
+
 def write_repository(
     artifact: Mapping[str, Any],
     spec: Any,
@@ -419,51 +353,40 @@ def write_repository(
     """Write the Triton model repository ``out`` for ``artifact`` (``{"kind", "path"}``)
     with input spec ``spec`` (an ``accel.models.InputSpec``)."""
     kind = str(artifact.get("kind"))
+    name = check_model_name(name)
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
         raise DeployError(f"{out} exists and is not empty: pick another folder or pass --force")
     runtime = load_runtime(kind, artifact["path"], device)
-    platform, file_name = TRITON_KINDS[kind]
     batch_dim, max_batch = batch_spec(spec)
     sample = spec.sample(dims={batch_dim: 1} if batch_dim else None)
     try:
         runtime.run(sample)
-    except DeployError:
-        raise
+    except AccelError as exc:  # the runtime says why (a TensorRT plan without its GPU)
+        raise DeployError(str(exc)) from exc
     except Exception as exc:
         raise DeployError(
             f"{artifact['path']} does not run on inputs of the spec {spec}: {exc}"
         ) from exc
-
     inputs, outputs = tensor_configs(runtime, spec, max_batch, sample)
-
-    sweep: list[SweepPoint] = []
-    preferred: list[int] = []
-    delay = 0
-    if max_batch and platform != "tensorrt_plan":
-        samples = {
-            b: spec.sample(dims={batch_dim: b}) for b in (batches or default_batches(max_batch))
-        }
-        sweep = batch_sweep(lambda b: runtime.run(samples[b]), list(samples), iters=sweep_iters)
-        preferred, delay = choose_batching(sweep)
+    sweep, preferred, delay = _batching(runtime, spec, batch_dim, max_batch, batches, sweep_iters)
     model = TritonModel(
         name=name,
-        platform=platform,
-        file_name=file_name,
+        platform=runtime.platform,
+        file_name=runtime.file_name,
         inputs=inputs,
         outputs=outputs,
         max_batch_size=max_batch,
         device=device,
         preferred_batch_sizes=preferred,
         max_queue_delay_us=delay,
+        config_field=runtime.config_field,
     )
-    text = model.config_pbtxt()
-    parse_config(text)
-
+    text = _checked_config(model)
     if out.exists() and force:
         shutil.rmtree(out)
     version = out / name / "1"
     version.mkdir(parents=True)
-    _write_model(Path(artifact["path"]), version, file_name, [t.name for t in inputs])
+    runtime.write(version, [t.name for t in inputs])
     (out / name / "config.pbtxt").write_text(text, encoding="utf-8")
     return DeployResult(out / name, text, model, sweep)

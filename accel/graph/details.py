@@ -9,8 +9,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from accel.backends import profile_rows_are_nodes
 from accel.graph.model import ROOT, Graph, Node, ancestors
+from accel.models.runtime import rows_are_nodes
 
 
 @dataclass
@@ -100,7 +100,12 @@ def _profile_rows(prof: Any, node: Node | None, path: str) -> list[tuple[str, st
         if p in by:
             row = by[p]
             break
-    if node is not None and node.op != "group" and node.name in by and profile_rows_are_nodes(prof):
+    if (
+        node is not None
+        and node.op != "group"
+        and node.name in by
+        and rows_are_nodes(getattr(prof, "kind", ""))
+    ):
         row = by[node.name]
     if row is None:
         return []

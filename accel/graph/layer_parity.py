@@ -97,236 +97,47 @@ class LayerParityReport:
 # ---- capturing layer outputs ----------------------------------------------------------------
 
 
-def _first_tensor(x: Any) -> Any:
-    import torch
+def _as_model(model: Any, inputs: Mapping[str, Any]) -> Any:
+    """A LoadedModel for ``model``: itself, a model file loaded by its runtime, or an
+    in-memory object (a torch module) adopted by its runtime."""
+    from accel.models.runtime import adopt, runtime_for_file
 
-    if isinstance(x, torch.Tensor):
-        return x
-    if isinstance(x, list | tuple):
-        for v in x:
-            t = _first_tensor(v)
-            if t is not None:
-                return t
-    if isinstance(x, Mapping):
-        for v in x.values():
-            t = _first_tensor(v)
-            if t is not None:
-                return t
-    return None
-
-
-def torch_layer_outputs(
-    module: Any, inputs: Mapping[str, Any], prepare: Any = None
-) -> tuple[dict[str, Any], set[str]]:
-    """Outputs of every submodule (first call), in completion order, and the names of
-    modules that returned their input unchanged (Identity-like)."""
-    import torch
-
-    outs: dict[str, Any] = {}
-    passthrough: set[str] = set()
-
-    def hook(path: str):
-        def fn(_m: Any, inp: Any, out: Any) -> None:
-            if path in outs:
-                return
-            t = _first_tensor(out)
-            if t is None:
-                return
-            if any(t is i for i in (inp if isinstance(inp, tuple) else (inp,))):
-                passthrough.add(path)
-            outs[path] = t.detach().cpu().clone()
-
-        return fn
-
-    handles = [m.register_forward_hook(hook(p)) for p, m in module.named_modules() if p]
-    try:
-        feed = prepare(inputs) if prepare else dict(inputs)
-        with torch.inference_mode():
-            module(*feed.values())
-    finally:
-        for h in handles:
-            h.remove()
-    return outs, passthrough
-
-
-def fx_layer_outputs(gm: Any, inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """Per-module outputs of a flat GraphModule (``ExportedProgram.module()``) whose nodes
-    carry ``nn_module_stack``: the value of the last node of each module, in completion order."""
-    import torch
-
-    from accel.graph.model import ancestors
-
-    last: dict[str, str] = {}
-    for node in gm.graph.nodes:
-        if node.op != "call_function":
-            continue
-        stack = node.meta.get("nn_module_stack") or {}
-        if not stack:
-            continue
-        entry = list(stack.values())[-1]
-        path = entry[0] if isinstance(entry, tuple) else str(entry)
-        for p in ancestors(path)[1:]:
-            last.pop(p, None)  # re-insert: dict order becomes completion order
-            last[p] = node.name
-    wanted = set(last.values())
-    captured: dict[str, Any] = {}
-
-    class Capture(torch.fx.Interpreter):
-        def run_node(self, n: Any) -> Any:
-            out = super().run_node(n)
-            if n.name in wanted:
-                t = _first_tensor(out)
-                if t is not None:
-                    captured[n.name] = t.detach().cpu().clone()
-            return out
-
-    with torch.inference_mode():
-        Capture(gm).run(*inputs.values())
-    return {p: captured[n] for p, n in last.items() if n in captured}
-
-
-def _is_script(model: Any) -> bool:
-    import torch
-
-    return isinstance(getattr(model, "module", model), torch.jit.ScriptModule)
-
-
-def _is_flat_exported(module: Any) -> bool:
-    import torch
-
-    if not isinstance(module, torch.fx.GraphModule):
-        return False
-    return any(n.meta.get("nn_module_stack") for n in module.graph.nodes)
-
-
-def onnx_layer_outputs(model: Any, inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """Outputs of every module namespace of an ONNX model (last node of each), in node order."""
-    import numpy as np
-    import onnx
-    import onnxruntime as ort
-    import torch
-
-    from accel.graph.from_onnx import module_path_of
-    from accel.graph.model import ancestors
-
-    path = Path(getattr(model, "onnx_path", None) or model)
-    proto = onnx.load(str(path))
-    try:
-        inferred = onnx.shape_inference.infer_shapes(proto)
-    except Exception:  # shapes only help declare the extra outputs
-        inferred = proto
-    vinfo = {vi.name: vi for vi in [*inferred.graph.value_info, *inferred.graph.output]}
-    # Floating types: a quantized model's (Dynamic)QuantizeLinear outputs integers, the
-    # layer's value is the last floating tensor of its namespace.
-    floating = {
-        onnx.TensorProto.FLOAT,
-        onnx.TensorProto.FLOAT16,
-        onnx.TensorProto.BFLOAT16,
-        onnx.TensorProto.DOUBLE,
-    }
-    last: dict[str, str] = {}  # module path -> tensor name of its last node's first output
-    for node in proto.graph.node:
-        if not node.output or not node.output[0] or node.op_type == "Constant":
-            continue
-        vi = vinfo.get(node.output[0])
-        if vi is not None and vi.type.tensor_type.elem_type not in (0, *floating):
-            continue
-        mp = module_path_of(node)
-        for p in ancestors(mp)[1:]:
-            last.pop(p, None)  # re-insert: dict order becomes completion order
-            last[p] = node.output[0]
-    existing = {o.name for o in proto.graph.output}
-    for tname in dict.fromkeys(last.values()):
-        if tname in existing:
-            continue
-        vi = vinfo.get(tname)
-        proto.graph.output.append(vi if vi is not None else onnx.ValueInfoProto(name=tname))
-        existing.add(tname)
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    # Graph optimizations could fuse away the very tensors we asked for.
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    feed = {}
-    values = list(inputs.items())
-    for i, meta in enumerate(sess.get_inputs()):
-        x = inputs[meta.name] if meta.name in inputs else values[i][1]
-        x = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
-        if meta.type == "tensor(float16)":
-            x = x.astype(np.float16)
-        elif meta.type == "tensor(float)" and x.dtype != np.float32 and x.dtype.kind == "f":
-            x = x.astype(np.float32)
-        feed[meta.name] = x
-    names = [o.name for o in sess.get_outputs()]
-    results = dict(zip(names, sess.run(None, feed)))
-    return {p: torch.from_numpy(np.asarray(results[t])) for p, t in last.items() if t in results}
+    if isinstance(getattr(model, "kind", None), str):
+        return model
+    if isinstance(model, str | Path):
+        runtime = runtime_for_file(model)
+        if runtime is None:
+            raise ValueError(f"{model} is not a model file a runtime loads")
+        return runtime.load(Path(model), None, str(model))
+    adopted = adopt(model, inputs)
+    if adopted is None:
+        raise ValueError(f"cannot compare the layers of a {type(model).__name__}")
+    return adopted
 
 
 def layer_outputs(model: Any, inputs: Mapping[str, Any]) -> tuple[dict[str, Any], set[str]]:
-    """Per-module outputs of a torch module, a LoadedModel of any kind or an .onnx path."""
-    if isinstance(model, str | Path):
-        return onnx_layer_outputs(model, inputs), set()
-    if isinstance(getattr(model, "kind", None), str):
-        from accel.backends import backend_of
-
-        return backend_of(model).layer_outputs(model, inputs)
-    return torch_model_layer_outputs(model, inputs)
-
-
-def torch_model_layer_outputs(
-    model: Any, inputs: Mapping[str, Any]
-) -> tuple[dict[str, Any], set[str]]:
-    """Per-module outputs of a torch module or a torch-kind LoadedModel."""
-    prepare = getattr(model, "prepare_inputs", None)
-    module = getattr(model, "module", model)
-    # torch.compile wraps the eager module: compare its layers eagerly (compiled code has no
-    # per-module boundaries to hook).
-    module = getattr(module, "_orig_mod", module)
-    if _is_script(module):
-        return {}, set()  # ScriptModules take no forward hooks; compare_layers says so
-    if _is_flat_exported(module):
-        feed = prepare(inputs) if prepare else dict(inputs)
-        return fx_layer_outputs(module, feed), set()
-    return torch_layer_outputs(module, inputs, prepare)
+    """Per-module outputs of a LoadedModel of any kind, a model file or a torch module
+    (its runtime taps them), and the paths of modules that passed their input through."""
+    lm = _as_model(model, inputs)
+    return lm.runtime.layer_outputs(lm, inputs)
 
 
 # ---- comparing ------------------------------------------------------------------------------
 
 
-def compare_layers(
-    a: Any,
-    b: Any,
-    inputs: Mapping[str, Any] | None = None,
-    *,
-    atol: float = 1e-4,
-    rtol: float = 1e-3,
-    min_cosine: float | None = None,
-) -> LayerParityReport:
-    """Compare every layer of ``b`` (optimized) with the same layer of ``a`` (original)."""
+def _fused_runs(
+    order: list[str],
+    outs_a: Mapping[str, Any],
+    outs_b: Mapping[str, Any],
+    pass_b: set[str],
+    report: LayerParityReport,
+) -> list[tuple[str, list[str]]]:
+    """The original's layers grouped into runs, each ending at a layer the optimized model
+    still has: (its name, the original layers it covers). Layers the optimized model lacks
+    go to ``report.only_a``."""
     from accel.graph.model import is_within
-    from accel.parity import Tolerances, compare
 
-    if inputs is None:
-        if not hasattr(a, "example_inputs"):
-            raise ValueError("pass sample inputs (dict name -> tensor) for bare modules")
-        inputs = a.example_inputs()
-    outs_a, _ = layer_outputs(a, inputs)
-    outs_b, pass_b = layer_outputs(b, inputs)
-    report = LayerParityReport(atol=atol, rtol=rtol)
-    for side, m in (("original", a), ("optimized", b)):
-        if _is_script(m):
-            report.notes.append(
-                f"the {side} model is TorchScript: its layers cannot be hooked; compare the "
-                "eager model or its ONNX export instead"
-            )
-        if hasattr(getattr(m, "module", m), "_orig_mod"):
-            report.notes.append(f"the {side} model is torch.compile'd: its layers run eagerly here")
-    tol = Tolerances(rtol=rtol, atol=atol, min_cosine=min_cosine)
-    order = list(outs_a)
-    report.only_b = [p for p in outs_b if p not in outs_a]
-
-    # Group the original's layers into runs ending at a layer the optimized model still has.
-    runs: list[tuple[str, list[str]]] = []  # (b name, original layers covered)
+    runs: list[tuple[str, list[str]]] = []
     for p in order:
         present = p in outs_b and p not in pass_b
         if present:
@@ -340,6 +151,36 @@ def compare_layers(
             same_shape = tuple(outs_a[p].shape) == tuple(outs_b[name].shape)
             if same_shape and not is_within(name, p):
                 covered.append(p)
+    return runs
+
+
+def compare_layers(
+    a: Any,
+    b: Any,
+    inputs: Mapping[str, Any] | None = None,
+    *,
+    atol: float = 1e-4,
+    rtol: float = 1e-3,
+    min_cosine: float | None = None,
+) -> LayerParityReport:
+    """Compare every layer of ``b`` (optimized) with the same layer of ``a`` (original)."""
+    from accel.parity import Tolerances, compare
+
+    if inputs is None:
+        if not hasattr(a, "example_inputs"):
+            raise ValueError("pass sample inputs (dict name -> tensor) for bare modules")
+        inputs = a.example_inputs()
+    a, b = _as_model(a, inputs), _as_model(b, inputs)
+    outs_a, _ = layer_outputs(a, inputs)
+    outs_b, pass_b = layer_outputs(b, inputs)
+    report = LayerParityReport(atol=atol, rtol=rtol)
+    for side, m in (("original", a), ("optimized", b)):
+        report.notes += [f"the {side} model {note}" for note in m.runtime.layer_notes(m)]
+    tol = Tolerances(rtol=rtol, atol=atol, min_cosine=min_cosine)
+    order = list(outs_a)
+    report.only_b = [p for p in outs_b if p not in outs_a]
+
+    runs = _fused_runs(order, outs_a, outs_b, pass_b, report)
     if report.only_a:
         report.notes.append(
             f"{len(report.only_a)} layer(s) of the original have no counterpart in the optimized "
@@ -374,22 +215,23 @@ def compare_layers(
 
 # ---- bisecting a run ------------------------------------------------------------------------
 
-MODEL_SUFFIXES = (".onnx", ".pt2", ".ts", ".pt", ".pth")
 NOT_MODELS = {"outputs.pt", "reference_outputs.pt", "inputs.pt"}
 
 
 def step_model_artifacts(run_dir: str | Path) -> list[tuple[str, Path | None]]:
     """``(step folder name, saved model file or None)`` for every step of a run folder."""
+    from accel.models.runtime import model_file_suffixes
+
+    suffixes = model_file_suffixes()  # in the runtimes' order of preference
     run_dir = Path(run_dir)
     out: list[tuple[str, Path | None]] = []
     for step in sorted(p for p in run_dir.glob("step_*") if p.is_dir()):
         files = sorted(
             f
             for f in step.rglob("*")
-            if f.is_file() and f.suffix in MODEL_SUFFIXES and f.name not in NOT_MODELS
+            if f.is_file() and f.suffix in suffixes and f.name not in NOT_MODELS
         )
-        # Prefer self-contained formats: ONNX, ExportedProgram, TorchScript.
-        files.sort(key=lambda f: MODEL_SUFFIXES.index(f.suffix))
+        files.sort(key=lambda f: suffixes.index(f.suffix))
         out.append((step.name, files[0] if files else None))
     return out
 

@@ -518,3 +518,24 @@ def paint(view: Graph, graph: Graph, values: Mapping[str, float], how: str = "su
         elif n.id in per_node:
             out[n.id] = per_node[n.id]
     return out
+
+
+def scope_to_module_path(scopes: list[str]) -> str:
+    """Join exporter scopes into a dotted module path.
+
+    A scope is either relative (``conv1`` under ``layer1.0``) or qualified by the scope
+    before it (``downsample.0`` under ``downsample``; the dynamo exporter's full paths
+    ``layer2.0.downsample`` under ``layer2.0``): a qualified one extends the path by
+    what it adds.
+    """
+    path = ROOT
+    prev = ""
+    for s in scopes:
+        if not s:
+            continue
+        if prev and s.startswith(prev + "."):
+            path = path + s[len(prev) :]
+        else:
+            path = f"{path}.{s}" if path else s
+        prev = s
+    return path

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from accel.backends import profile_rows_are_nodes
 from accel.graph.model import ROOT, Graph, Node, paint
+from accel.models.runtime import rows_are_nodes
 
 OVERLAYS = [
     ("none", "No overlay"),
@@ -66,7 +66,7 @@ def overlay_values(
 
 
 def _latency_values(graph: Graph, view: Graph, prof: Any) -> dict[str, float]:
-    if profile_rows_are_nodes(prof):
+    if rows_are_nodes(getattr(prof, "kind", "")):
         # ONNX / OpenVINO rows are per node name: paint nodes directly, groups by sum.
         by_name = {r.name: r.self_ms for r in prof.rows}
         out = {}

@@ -2,7 +2,7 @@
 
 A torch model is ``eager`` (a Python nn.Module), ``compiled`` (torch.compile), ``scripted``
 (TorchScript), ``exported`` (a torch.export program run as a module) or ``cuda_graph`` (a
-captured CUDA graph replayed). Any other kind (``onnx``, and the runtimes of accel.backends)
+captured CUDA graph replayed). Any other kind (``onnx``, and the other runtimes of accel.runtimes)
 is its own form. Passes declare the forms they accept and produce
 (``accel.passes.Requirements``); ``accel.plan`` checks a recipe's step order with them
 before any model is loaded, and ``Pass.check_requirements`` checks the loaded model."""
@@ -12,6 +12,9 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 from typing import Any
+
+from accel.models.runtime import get_runtime, runtime_for_file, runtimes
+from accel.models.runtime import kinds as known_kinds
 
 EAGER = "eager"
 COMPILED = "compiled"
@@ -41,15 +44,15 @@ _MADE_BY = {
 
 
 def kind_of(form: str) -> str:
-    """The model kind of a form (``torch`` for the torch forms)."""
-    return "torch" if form in TORCH_FORMS else form
+    """The model kind of a form (its runtime's; ``torch`` for the torch forms)."""
+    return next((r.kind for r in runtimes() if form in r.forms), form)
 
 
 def forms_of(kinds: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     """All forms of the given model kinds."""
     out: list[str] = []
     for k in kinds:
-        out.extend(TORCH_FORMS if k == "torch" else (k,))
+        out.extend(get_runtime(k).forms if k in known_kinds() else (k,))
     return tuple(out)
 
 
@@ -63,8 +66,9 @@ def made_by(form: str) -> str | None:
 
 
 def default_form(kind: str) -> str:
-    """The form of a freshly loaded model of ``kind`` (torch: eager; others: the kind)."""
-    return {"torch": EAGER}.get(kind, kind)
+    """The form of a freshly loaded model of ``kind`` (its runtime's first form: torch:
+    eager; others: the kind)."""
+    return get_runtime(kind).forms[0] if kind in known_kinds() else kind
 
 
 def model_form(model: Any) -> str:
@@ -97,21 +101,16 @@ def source_form(source: str) -> str | None:
     if target.startswith(("zoo:", "tv:", "hf:")):
         return EAGER
     path = Path(target)
-    suffix = path.suffix.lower()
-    if suffix in (".onnx", ".pt2", ".pt", ".ts", ".pth", ".jit") and ":" not in path.name:
-        if not path.is_file():
-            return None  # loading it says what is wrong
-        if suffix == ".onnx":
-            return ONNX
-        if suffix == ".pt2":
-            return EXPORTED
-        return SCRIPTED if _is_torchscript_archive(path) else EAGER
+    runtime = runtime_for_file(path) if ":" not in path.name else None
+    if runtime is not None:  # a model file: its runtime tells its form
+        return runtime.file_form(path) if path.is_file() else None  # loading says what is wrong
     if ":" in target:
         return EAGER  # file.py:factory / pkg.mod:factory
     return None
 
 
-def _is_torchscript_archive(path: Path) -> bool:
+def is_torchscript_archive(path: Path) -> bool:
+    """Whether ``path`` is a TorchScript zip (code/ or constants.pkl inside)."""
     try:
         with zipfile.ZipFile(path) as z:
             names = z.namelist()

@@ -9,15 +9,18 @@ from pathlib import Path
 from typing import Any
 
 from accel.models.inputs import InputSpec
+from accel.models.runtime import Runtime, get_runtime
 
 
 @dataclass
 class LoadedModel:
     """A model of any kind plus what the studio needs to run and compare it.
 
-    ``kind`` names the handler in ``accel.backends``: "torch" (``module`` set), "onnx"
-    (``onnx_path`` set), "openvino" (``ir_path`` set: the IR's .xml), "tensorrt"
-    (``onnx_path`` set, run by ONNX Runtime's TensorRT provider). ``input_casts``
+    ``kind`` names its runtime (``accel.models.runtime``; the packages of
+    ``accel/runtimes/``): "torch" (``module`` set), "onnx" (``onnx_path`` set), "tensorrt"
+    (``onnx_path`` set, run by ONNX Runtime's TensorRT provider), or another runtime that
+    runs a file (``runtime_file`` set: "openvino", the IR's .xml). Nothing here knows more
+    of any kind: its runtime does. ``input_casts``
     maps input names to dtypes applied to floating inputs before forward (an fp16
     model takes fp16 inputs while the recipe's inputs stay fp32).
     """
@@ -27,7 +30,7 @@ class LoadedModel:
     input_spec: InputSpec
     module: Any = None
     onnx_path: Path | None = None
-    ir_path: Path | None = None
+    runtime_file: Path | None = None  # the file another runtime runs (an OpenVINO IR)
     num_params: int = 0
     size_bytes: int = 0
     content_hash: str = ""
@@ -46,27 +49,25 @@ class LoadedModel:
     def example_inputs(self, seed: int = 0, **dims: int) -> dict[str, Any]:
         return self.input_spec.sample(seed=seed, dims=dims or None)
 
-    # -- running (the model kind's handler does the work: accel.backends) -----------------
+    # -- running (the model kind's runtime does the work) ----------------------------------
     @property
-    def backend(self) -> Any:
-        """The handler of this model's kind (accel.backends)."""
-        from accel.backends import get_backend
-
-        return get_backend(self.kind)
+    def runtime(self) -> Runtime[LoadedModel]:
+        """The runtime of this model's kind."""
+        return get_runtime(self.kind)
 
     def prepare_inputs(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Inputs as the runtime wants them: device moves and ``input_casts``."""
-        return self.backend.prepare_inputs(self, inputs)
+        return self.runtime.prepare_inputs(self, inputs)
 
     def session(self) -> Any:
         """The runtime object of a non-torch model (ORT session, OpenVINO compiled model),
         created once."""
-        return self.backend.session(self)
+        return self.runtime.session(self)
 
     def forward(self, inputs: Mapping[str, Any]) -> Any:
         """Run the model on a name->tensor mapping; non-torch outputs come back as torch
         tensors."""
-        return self.backend.forward(self, inputs)
+        return self.runtime.forward(self, inputs)
 
     def __call__(self, *args: Any) -> Any:
         """Positional call in the input spec's order (makes the model a plain callable)."""

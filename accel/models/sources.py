@@ -32,6 +32,7 @@ from accel.errors import InputSpecError, ModelLoadError
 from accel.models.inputs import InputSpec
 from accel.models.loaded import LoadedModel
 from accel.models.pt2_check import check_pt2_archive
+from accel.models.runtime import model_file_suffixes, runtime_for_file
 from accel.trust import (
     check_factory,
     is_file_ref,
@@ -80,59 +81,50 @@ def load_model(
     kwargs = dict(_parse_kwargs(kw_text, source) if kw_text else {})
     kwargs.update(factory_kwargs or {})
 
-    path = Path(target)
-    suffix = path.suffix.lower()
-    if target.startswith("zoo:"):
-        lm = _load_zoo(target[4:], kwargs, spec, source)
-    elif target.startswith(("tv:", "hf:")):
-        lm = _load_corpus(target, kwargs, spec, source)
-    elif suffix == ".onnx":
-        lm = _load_onnx(path, spec, source)
-    elif suffix == ".xml":
-        from accel.backends import get_backend
-
-        lm = get_backend("openvino").load(path, spec, source)
-    elif suffix == ".pt2":
-        lm = _load_exported(path, spec, source, trust_pickle)
-    elif suffix in (".pt", ".ts", ".pth", ".jit") and ":" not in path.name:
-        lm = _load_torch_file(path, spec, source, trust_pickle)
-    elif ":" in target:
-        require_code_trust(source, trusted=trust_code)
-        lm = _load_factory(target, kwargs, spec, source)
-    else:
-        if not path.exists():
-            raise ModelLoadError(
-                f"model source {source!r} not found. Give a file (.onnx, .pt, .ts, .pt2), "
-                "a zoo model (zoo:mlp, zoo:resnet, zoo:transformer, zoo:lstm) or a factory (pkg.mod:factory)."
-            )
-        raise ModelLoadError(
-            f"unsupported model file type {suffix!r} for {source!r}; use .onnx, .xml (OpenVINO IR), .pt, .ts or .pt2"
-        )
-
+    lm = _load_target(target, kwargs, spec, source, device, trust_pickle, trust_code)
     if weights:
         _load_state_dict(lm, Path(weights), trust_pickle)
-    lm.backend.finish_load(lm, device, validate)  # stats, device, a test forward
+    lm.runtime.finish_load(lm, device, validate)  # stats, device, a test forward
     return lm
 
 
 # -- helpers ------------------------------------------------------------------------------
 
 
-def _check_device(device: str) -> None:
-    import torch
-
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ModelLoadError(
-                f"device {device!r} asked for, but no CUDA GPU is available here; use device 'cpu'"
-            )
-        index = int(device.split(":", 1)[1]) if ":" in device else 0
-        if index >= torch.cuda.device_count():
-            raise ModelLoadError(
-                f"device {device!r} does not exist; this machine has {torch.cuda.device_count()} CUDA device(s)"
-            )
-    elif device != "cpu":
-        raise ModelLoadError(f"unknown device {device!r}; use 'cpu', 'cuda' or 'cuda:N'")
+def _load_target(
+    target: str,
+    kwargs: dict[str, Any],
+    spec: InputSpec | None,
+    source: str,
+    device: str,
+    trust_pickle: bool,
+    trust_code: bool | None,
+) -> LoadedModel:
+    """The model a source's target names: a zoo or corpus model, a model file (its runtime
+    loads it, when it can run here), or a factory (when code is trusted)."""
+    path = Path(target)
+    runtime = runtime_for_file(path) if ":" not in path.name else None
+    if target.startswith("zoo:"):
+        return _load_zoo(target[4:], kwargs, spec, source)
+    if target.startswith(("tv:", "hf:")):
+        return _load_corpus(target, kwargs, spec, source)
+    if runtime is not None:
+        reason = runtime.unavailable_reason(device)
+        if reason:
+            raise ModelLoadError(f"{source} needs {runtime.label}, which cannot run here: {reason}")
+        return runtime.load(path, spec, source, trust_pickle=trust_pickle)
+    if ":" in target:
+        require_code_trust(source, trusted=trust_code)
+        return _load_factory(target, kwargs, spec, source)
+    files = ", ".join(model_file_suffixes())
+    if not path.exists():
+        raise ModelLoadError(
+            f"model source {source!r} not found. Give a model file ({files}), "
+            "a zoo model (zoo:mlp, zoo:resnet, zoo:transformer, zoo:lstm) or a factory (pkg.mod:factory)."
+        )
+    raise ModelLoadError(
+        f"unsupported model file type {path.suffix.lower()!r} for {source!r}; use one of {files}"
+    )
 
 
 def _parse_kwargs(text: str, source: str) -> dict[str, Any]:
@@ -300,7 +292,7 @@ def _is_legacy_pickle(path: Path) -> bool:
     return len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5
 
 
-def _load_torch_file(
+def load_torch_file(
     path: Path, spec: InputSpec | None, source: str, trust_pickle: bool
 ) -> LoadedModel:
     import torch
@@ -368,7 +360,7 @@ def _load_torch_file(
     raise ModelLoadError(f"{path} holds a {type(obj).__name__}, not a model")
 
 
-def _load_exported(
+def load_exported(
     path: Path, spec: InputSpec | None, source: str, trust_pickle: bool = False
 ) -> LoadedModel:
     import torch
@@ -423,51 +415,6 @@ def _spec_from_exported(ep: Any) -> InputSpec:
         )
         tensors.append(TensorSpec(node.name, tuple(shape), dtype, low, high))
     return InputSpec(tuple(tensors))
-
-
-def _load_onnx(path: Path, spec: InputSpec | None, source: str) -> LoadedModel:
-    from accel.models.onnx_io import check_external_data, spec_from_onnx
-
-    _require_file(path)
-    data_files = check_external_data(path)
-    inferred = spec_from_onnx(path)
-    if spec is None:
-        spec = inferred
-    elif [t.name for t in spec.inputs] != [t.name for t in inferred.inputs]:
-        raise ModelLoadError(
-            f"input spec names {spec.names} do not match the ONNX model's inputs {inferred.names}"
-        )
-    h = hashlib.sha256()
-    size = 0
-    for f in [path, *data_files]:
-        size += f.stat().st_size
-        with open(f, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-    import onnx
-
-    proto = onnx.load(str(path), load_external_data=False)
-    n_params = 0
-    for init in proto.graph.initializer:
-        n = 1
-        for d in init.dims:
-            n *= d
-        n_params += n
-    return LoadedModel(
-        source=source,
-        kind="onnx",
-        input_spec=spec,
-        onnx_path=path,
-        num_params=n_params,
-        size_bytes=size,
-        content_hash=h.hexdigest(),
-        format="onnx",
-        metadata={
-            "opset": max(
-                (o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=None
-            )
-        },
-    )
 
 
 def _load_state_dict(lm: LoadedModel, path: Path, trust_pickle: bool) -> None:
@@ -527,22 +474,3 @@ def torch_stats(module: Any) -> tuple[int, int, str]:
             seen.add(id(p))
             n_params += p.numel()
     return n_params, size, h.hexdigest()
-
-
-def _fill_torch_stats(lm: LoadedModel) -> None:
-    lm.num_params, lm.size_bytes, lm.content_hash = torch_stats(lm.module)
-
-
-def _validate_forward(lm: LoadedModel) -> None:
-    try:
-        inputs = lm.example_inputs()
-    except InputSpecError as exc:  # e.g. too large for the memory available
-        raise ModelLoadError(f"cannot build inputs for the spec '{lm.input_spec}': {exc}") from None
-    try:
-        lm.forward(inputs)
-    except Exception as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ModelLoadError(
-            f"the model does not accept inputs of the spec '{lm.input_spec}': {type(exc).__name__}: {first}. "
-            "Give the right input spec (names, shapes, dtypes), e.g. --input 'x:float32[batch,3,224,224]'."
-        ) from None

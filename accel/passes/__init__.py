@@ -1,4 +1,5 @@
-"""Optimization passes: one module per pass family, found by scanning this package."""
+"""Optimization passes: one module per pass family, found by scanning this package
+(``accel.passes.registry``)."""
 
 from accel.passes.base import (
     CATEGORIES,
@@ -7,11 +8,9 @@ from accel.passes.base import (
     PassContext,
     Requirements,
     ScriptStep,
-    get_pass,
-    list_passes,
-    pass_names,
     register_pass,
 )
+from accel.passes.registry import get_pass, list_passes, pass_names
 
 __all__ = [
     "CATEGORIES",

@@ -15,9 +15,7 @@ cheap.
 
 from __future__ import annotations
 
-import importlib
 import logging
-import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -336,12 +334,13 @@ class Pass:
         """Why this pass cannot run here on ``device`` (a library or CUDA missing), or None.
         The GUI shows it on the disabled palette entry (accel.plan checks the same before
         a run)."""
-        import importlib.util
+        from accel.models.runtime import library_problem
 
         req = cls.requires
         for lib in req.libraries:
-            if importlib.util.find_spec(lib) is None:
-                return f"{cls.name} needs the {lib} package, which is not installed"
+            problem = library_problem(lib)
+            if problem:
+                return f"{cls.name} cannot run here: {problem}"
         if req.cuda and not str(device).startswith("cuda"):
             return (
                 f"{cls.name} needs a CUDA GPU; set the recipe's device to cuda:0 on a machine "
@@ -356,7 +355,7 @@ class Pass:
 
     def check_requirements(self, model: LoadedModel, device: str) -> None:
         """Raise PassError when the model kind or the device does not fit."""
-        from accel.backends import reach_hint
+        from accel.models.runtime import reach_hint
 
         req = self.requires
         if model.kind not in req.model_kinds:
@@ -401,11 +400,8 @@ def _enum_choices(prop: dict[str, Any], schema: dict[str, Any]) -> list[Any] | N
 
 # -- registry -------------------------------------------------------------------------------
 
-_REGISTRY: dict[str, type[Pass]] = {}
-_SCANNED = False
-# Pass modules that failed to import: module name -> error. A broken pass module must not
-# take the whole registry (and the studio) down; it is logged and listed here instead.
-SCAN_ERRORS: dict[str, str] = {}
+# Filled by @register_pass; accel.passes.registry imports the pass modules and reads it.
+REGISTERED: dict[str, type[Pass]] = {}
 
 
 def register_pass(cls: type[Pass]) -> type[Pass]:
@@ -414,49 +410,5 @@ def register_pass(cls: type[Pass]) -> type[Pass]:
         raise ValueError(f"{cls.__name__} has no name")
     if cls.category not in CATEGORIES:
         raise ValueError(f"{cls.__name__}: category {cls.category!r} not in {CATEGORIES}")
-    _REGISTRY[cls.name] = cls
+    REGISTERED[cls.name] = cls
     return cls
-
-
-def _scan() -> None:
-    global _SCANNED
-    if _SCANNED:
-        return
-    for info in pkgutil.iter_modules([str(Path(__file__).parent)]):  # this package's modules
-        if info.name.startswith("_") or info.name == "base":
-            continue
-        try:
-            importlib.import_module(f"accel.passes.{info.name}")
-        except Exception as exc:  # a broken module must not hide the other passes
-            SCAN_ERRORS[info.name] = f"{type(exc).__name__}: {exc}"
-            log.error("pass module accel.passes.%s failed to import: %s", info.name, exc)
-    _SCANNED = True
-
-
-def list_passes(include_test: bool = False) -> list[type[Pass]]:
-    """All registered passes, sorted by category then name."""
-    _scan()
-    order = {c: i for i, c in enumerate(CATEGORIES)}
-    return sorted(
-        (p for p in _REGISTRY.values() if include_test or p.category != "test"),
-        key=lambda p: (order.get(p.category, 99), p.name),
-    )
-
-
-def pass_names() -> list[str]:
-    _scan()
-    return sorted(_REGISTRY)
-
-
-def get_pass(name: str) -> type[Pass]:
-    _scan()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        import difflib
-
-        close = difflib.get_close_matches(name, list(_REGISTRY), n=3, cutoff=0.5)
-        hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise PassError(
-            f"unknown pass {name!r}.{hint} Known passes: {', '.join(sorted(_REGISTRY))}"
-        ) from None

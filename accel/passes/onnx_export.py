@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from accel.models.forms import COMPILED, EAGER, EXPORTED, SCRIPTED
-from accel.models.onnx_io import EXTERNAL_DATA_THRESHOLD, save_onnx
 from accel.passes.base import (
     STAGE_LOWER,
     Pass,
@@ -29,6 +28,7 @@ from accel.passes.base import (
     recipe_threads,
     register_pass,
 )
+from accel.runtimes.onnxruntime.onnx_io import EXTERNAL_DATA_THRESHOLD, save_onnx
 
 if TYPE_CHECKING:
     from accel.models.loaded import LoadedModel

@@ -82,7 +82,7 @@ def requested_providers(config_providers: list[str] | None, device: str) -> list
 def session_options(
     config: OnnxRuntimeConfig, default_threads: int | None = None
 ) -> dict[str, Any]:
-    """The LoadedModel.session_options dict (read by accel.models.onnx_io.create_session)."""
+    """The LoadedModel.session_options dict (read by accel.runtimes.onnxruntime.onnx_io.create_session)."""
     opts: dict[str, Any] = {"graph_optimization_level": config.graph_optimization_level}
     threads = config.intra_op_threads or default_threads
     if threads:
@@ -112,7 +112,7 @@ class OnnxRuntime(Pass):
 
     def apply(self, model: LoadedModel, config: OnnxRuntimeConfig, ctx: PassContext) -> LoadedModel:
         from accel.errors import ModelLoadError, PassError
-        from accel.models.onnx_io import create_session, usable_providers
+        from accel.runtimes.onnxruntime.onnx_io import create_session, usable_providers
 
         if config.inter_op_threads and config.execution_mode != "parallel":
             ctx.warn("inter_op_threads only matters with execution_mode: parallel; it is ignored")
@@ -377,7 +377,7 @@ class OnnxFp16(Pass):
 
         from accel.errors import PassError
         from accel.models import load_model
-        from accel.models.onnx_io import save_onnx
+        from accel.runtimes.onnxruntime.onnx_io import save_onnx
 
         proto = onnx.load(str(model.onnx_path))
         floats = [t for t in proto.graph.initializer if t.data_type == onnx.TensorProto.FLOAT16]

@@ -3,7 +3,7 @@ it compiled) and ``quantize_openvino`` (NNCF post-training int8 of an OpenVINO m
 accuracy-controlled when the recipe has labelled eval data and a max accuracy drop).
 
 Both save the IR (``model.xml`` + ``model.bin``) in the step's folder; later steps run
-the compiled model (see accel/backends/openvino_backend.py).
+the compiled model (see accel/runtimes/openvino/).
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def finish_ov_step(
 ) -> LoadedModel:
     """Save ``ov_model`` as the step's IR, compile it once (compile time and the precision
     that really runs go to the step's metrics/details) and return the new model."""
-    from accel.backends.openvino_backend import ov_stats, save_ir
+    from accel.runtimes.openvino.ir import ov_stats, save_ir
 
     path = save_ir(ov_model, ctx.work_dir / "model.xml")
     ctx.add_artifact(path, "model")
@@ -157,7 +157,7 @@ def finish_ov_step(
         kind="openvino",
         module=None,
         onnx_path=None,
-        ir_path=path,
+        runtime_file=path,
         providers=None,
         input_casts={},
         num_params=n,
@@ -179,7 +179,7 @@ def finish_ov_step(
 
 
 def _options(config: OpenVinoConfig, ctx: PassContext) -> dict[str, Any]:
-    from accel.backends.openvino_backend import bf16_supported
+    from accel.runtimes.openvino.ir import bf16_supported
 
     precision = config.precision
     if precision == "bf16" and config.device == "CPU" and not bf16_supported("CPU"):
@@ -222,10 +222,10 @@ class OpenVinoPass(Pass):
     def apply(self, model: LoadedModel, config: OpenVinoConfig, ctx: PassContext) -> LoadedModel:
         options = _options(config, ctx)
         ctx.progress(0.1, "converting to OpenVINO")
-        if model.ir_path is not None:  # already OpenVINO: recompile with new hints
-            from accel.backends.openvino_backend import read_ir
+        if model.runtime_file is not None:  # already OpenVINO: recompile with new hints
+            from accel.runtimes.openvino.ir import read_ir
 
-            ov_model = read_ir(model.ir_path)
+            ov_model = read_ir(model.runtime_file)
             ctx.details["converted_from"] = "openvino"
         else:
             t0 = time.perf_counter()
@@ -331,8 +331,8 @@ def _ov_ignored_names(ov_model: Any, patterns: list[str]) -> tuple[list[str], li
     from as accel.layer_patterns matches a layer), and the patterns that matched nothing."""
     import fnmatch
 
-    from accel.backends.openvino_backend import module_path_of
     from accel.layer_patterns import layer_matches
+    from accel.runtimes.openvino.ir import module_path_of
 
     ops = [
         op.get_friendly_name()
@@ -352,8 +352,8 @@ def _ov_ignored_names(ov_model: Any, patterns: list[str]) -> tuple[list[str], li
 
 
 def _ov_unmatched_message(ov_model: Any, unmatched: list[str]) -> str:
-    from accel.backends.openvino_backend import module_path_of
     from accel.layer_patterns import unmatched_message
+    from accel.runtimes.openvino.ir import module_path_of
 
     ops = [op.get_friendly_name() for op in ov_model.get_ordered_ops()]
     modules = sorted({module_path_of(n) for n in ops} - {""})
@@ -422,13 +422,13 @@ class QuantizeOpenVinoPass(Pass):
     ) -> LoadedModel:
         import nncf
 
-        from accel.backends.openvino_backend import read_ir, to_numpy_feed
+        from accel.runtimes.openvino.ir import read_ir, to_numpy_feed
 
         batches = ctx.calibration_batches(config.samples)
         if not batches:
             raise PassError("quantize_openvino got no calibration batches; check data.calibration")
         check_batches(model, batches, "calibration")
-        ov_model = read_ir(model.ir_path)
+        ov_model = read_ir(model.runtime_file)
         names, unmatched = _ov_ignored_names(ov_model, list(config.exclude))
         if unmatched:
             raise PassError(_ov_unmatched_message(ov_model, unmatched))

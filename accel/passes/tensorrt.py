@@ -82,10 +82,9 @@ class TensorRtPass(Pass):
     )
 
     def apply(self, model: LoadedModel, config: TensorRtConfig, ctx: PassContext) -> LoadedModel:
-        from accel.backends import get_backend
+        from accel.runtimes.tensorrt import TensorRtRuntime
 
-        backend = get_backend("tensorrt")
-        reason = backend.unavailable_reason(ctx.device)
+        reason = TensorRtRuntime().unavailable_reason(ctx.device)
         if reason:
             raise PassError(f"tensorrt cannot run here: {reason}")
         if model.module is not None:

@@ -26,10 +26,12 @@ __all__ = ["LayerProfile", "ModelProfile", "OpRow", "profile_model", "profile_mo
 
 
 def profile_module(module, *args, device: str = "cpu", **kwargs):
-    """Profile ``module(*args)`` directly (a plain nn.Module, no LoadedModel needed)."""
-    import torch
+    """Profile ``module(*args)`` directly (a plain nn.Module, no LoadedModel needed; its
+    runtime adopts it). ``kwargs``: the fields of ``accel.models.runtime.ProfileRequest``."""
+    from accel.models.runtime import ProfileRequest, adopt
 
-    from accel.profile.torch_profile import profile_torch
-
-    with torch.inference_mode():
-        return profile_torch(module, lambda: module(*args), device=device, **kwargs)
+    inputs = {f"arg{i}": a for i, a in enumerate(args)}
+    model = adopt(module, inputs)
+    if model is None:
+        raise TypeError(f"cannot profile a {type(module).__name__}; pass a torch module")
+    return model.runtime.profile(model, inputs, ProfileRequest(device=device, **kwargs))

@@ -43,11 +43,9 @@ def profile_model(
         threads = physical_cores()
     if inputs is None:
         inputs = loaded.example_inputs()
-    from accel.backends import backend_of
+    from accel.models.runtime import ProfileRequest, runtime_of
 
-    prof = backend_of(loaded).profile(
-        loaded,
-        inputs,
+    request = ProfileRequest(
         iters=iters,
         warmup=warmup,
         ops=ops,
@@ -57,5 +55,6 @@ def profile_model(
         progress=progress,
         cancel=cancel,
     )
+    prof = runtime_of(loaded).profile(loaded, inputs, request)
     prof.source = loaded.source
     return prof

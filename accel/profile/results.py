@@ -193,3 +193,27 @@ def add_unattributed(rows: list[LayerProfile], headline_ms: float) -> None:
     for r in rows:
         r.share = r.self_ms / headline_ms if headline_ms > 0 else 0.0
         r.inclusive_share = r.inclusive_ms / headline_ms if headline_ms > 0 else 0.0
+
+
+# -- statistics the runtimes' profilers share ---------------------------------------------
+
+
+def median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    if n == 0:
+        return 0.0
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+def middle_half(totals: list[float]) -> list[int]:
+    """Indices of the iterations whose total lies between its quartiles (all when < 4).
+
+    Averaging the parts over these keeps them additive (a mean of sums is the sum of means)
+    while outliers (a preempted iteration) stay out, as a median would keep them."""
+    n = len(totals)
+    if n < 4:
+        return list(range(n))
+    order = sorted(range(n), key=lambda i: totals[i])
+    lo, hi = n // 4, n - n // 4
+    return sorted(order[lo:hi])

@@ -70,7 +70,7 @@ def save_step_model(
     model is not a torch module. The step's model is left as it was (mode, hooks)."""
     import torch
 
-    if not model.backend.saves_step_models or model.module is None:
+    if not model.runtime.saves_step_models or model.module is None:
         return None
     if any(a.get("kind") in MODEL_ARTIFACT_KINDS for a in artifacts):
         return None

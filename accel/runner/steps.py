@@ -95,4 +95,4 @@ def step_error(step: Step, exc: BaseException) -> str:
 def copy_model(model: Any) -> Any:
     """A copy passes may change in place (the original stays intact for sensitivity, QAT);
     the model kind's handler makes it (torch: a deep copy of the module)."""
-    return model.backend.copy(model)
+    return model.runtime.copy(model)

@@ -68,10 +68,10 @@ def _analysis_pass(space: SearchSpace) -> str:
 
 
 def _has_modules(kind: str) -> bool:
-    """Whether models of ``kind`` are made of named torch modules (their handler says so)."""
-    from accel.backends import KINDS, get_backend
+    """Whether models of ``kind`` are made of named torch modules (their runtime says so)."""
+    from accel.models.runtime import get_runtime, kinds
 
-    return kind in KINDS and get_backend(kind).profile_rows == "modules"
+    return kind in kinds() and get_runtime(kind).profile_rows == "modules"
 
 
 def _exclude_targets(space: SearchSpace, skipped: dict[str, str]) -> dict[str, tuple[str, ...]]:

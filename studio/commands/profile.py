@@ -104,10 +104,10 @@ def summary_text(result) -> str:
 
 def profile_head(prof) -> str:
     """The two lines above the layer table: what was profiled and how much it covers."""
-    from accel.backends import get_backend
+    from accel.models.runtime import get_runtime
     from studio.commands._table import fmt_count, fmt_ms
 
-    what = get_backend(prof.kind).profile_rows
+    what = get_runtime(prof.kind).profile_rows
     return (
         f"per-layer profile ({prof.timing}, {prof.iters} iterations): "
         f"{sum(1 for r in prof.rows if r.calls)} {what}, total {fmt_ms(prof.total_ms)} ms, "

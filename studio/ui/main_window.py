@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from accel.models.runtime import model_file_suffixes
 from studio.ui import theme
 from studio.ui.about import about_html, library_versions
 from studio.ui.window_actions import DEMO_MODEL, WindowActions
@@ -49,7 +50,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-MODEL_SUFFIXES = (".onnx", ".pt", ".pt2", ".ts", ".pth")
+MODEL_SUFFIXES = model_file_suffixes()  # the runtimes' one suffix table
 RECIPE_SUFFIXES = (".yaml", ".yml", ".json")
 LAYOUT_VERSION = 1  # bump when the set of docks changes: old saved layouts are ignored
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from PySide6.QtCore import QUrl
 from PySide6.QtWidgets import QApplication, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from accel.backends import get_backend
+from accel.models.runtime import get_runtime, kinds
 from studio.ui.slots import on_click
 
 log = logging.getLogger(__name__)
@@ -146,10 +146,9 @@ class NetronView(QWidget):
     def refresh(self) -> None:
         info = self.state.model_info or {}
         target = self.target_file()
-        # The model kind's handler says whether an ONNX export can show it (torch models).
-        exportable = bool(info.get("kind")) and "export_onnx" in (
-            get_backend(info["kind"]).capabilities
-        )
+        # The model kind's runtime says whether an ONNX export can show it (torch models).
+        kind = info.get("kind")
+        exportable = kind in kinds() and "export_onnx" in get_runtime(kind).capabilities
         self.export_btn.setVisible(exportable)
         if not self.state.model_source:
             self.label.setText("No model open.")
@@ -166,9 +165,8 @@ class NetronView(QWidget):
             self.label.setText(f"Netron: <b>{html.escape(target)}</b>")
         can_export = exportable and self.services is not None
         self.export_btn.setEnabled(can_export)
-        self.export_btn.setText(
-            "Export again" if target and target.endswith(".onnx") else "Export to ONNX for Netron"
-        )
+        exported = can_export and target == str(self.services.export_path())
+        self.export_btn.setText("Export again" if exported else "Export to ONNX for Netron")
         self.export_btn.setToolTip(
             "Export the model to ONNX in a worker and show it here"
             if can_export

@@ -28,9 +28,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from accel.models.runtime import model_file_suffixes
 from studio.ui.model_view import check_input_spec
 
-MODEL_FILTER = "Models (*.onnx *.pt *.pt2 *.ts *.pth);;All files (*)"
+# Every suffix a runtime loads (accel.models.runtime's table: .onnx, .xml, .pt2, ...).
+MODEL_FILTER = f"Models ({' '.join('*' + s for s in model_file_suffixes())});;All files (*)"
 # Listed without importing the zoo (it imports torch, seconds on a cold start).
 ZOO_MODELS = {
     "mlp": ("MLP: Linear 1024-1024-1024-10 with ReLU", "x:float32[batch,1024]; batch=1..256:8"),

@@ -295,3 +295,63 @@ def test_tensorrt_plans_are_gpu_only(onnx_file, tmp_path):
     plan.write_bytes(b"not an engine")
     with pytest.raises(DeployError, match="CUDA GPU"):
         write_repository({"kind": "tensorrt_plan", "path": str(plan)}, SPEC, tmp_path / "repo")
+
+
+def _onnx_with_output_name(path, name):
+    """A Relu model whose output tensor is called ``name`` (built with onnx.helper, so the
+    name reaches the file exactly as written)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], [name])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 6])],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", 6])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+INJECTED = (
+    'y"\n  backend: "python"\n  parameters { key: "EXECUTION_ENV_PATH" value: '
+    '{ string_value: "/tmp/evil.tar.gz" } }\n  x: "'
+)
+
+
+def test_an_output_name_cannot_inject_config_lines(tmp_path):
+    """Issue 29, route 10: an ONNX output name with a quote and newlines that would end the
+    name and add config lines is refused with a clear message; nothing is written."""
+    model = _onnx_with_output_name(tmp_path / "evil.onnx", INJECTED)
+    out = tmp_path / "repo"
+    with pytest.raises(DeployError, match="control characters") as err:
+        write_repository({"kind": "onnx", "path": str(model)}, SPEC, out, sweep_iters=1)
+    assert "rename the tensor" in str(err.value)
+    assert not (out / "model" / "config.pbtxt").exists()
+
+
+def test_quotes_in_a_name_are_escaped_by_protobuf(tmp_path):
+    """A name with quotes and backslashes (no control characters) is served as it is:
+    protobuf's text format escapes it, and the config reads back exactly the model's names
+    and nothing else."""
+    name = 'y" backend: "python\\'
+    model = _onnx_with_output_name(tmp_path / "quoted.onnx", name)
+    res = write_repository(
+        {"kind": "onnx", "path": str(model)}, SPEC, tmp_path / "repo", sweep_iters=1
+    )
+    cfg = parse_config((tmp_path / "repo" / "model" / "config.pbtxt").read_text())
+    assert [o.name for o in cfg.output] == [name]
+    assert cfg.platform == "onnxruntime_onnx" and cfg.backend == ""
+    assert not cfg.parameters
+    assert res.model.outputs[0].name == name
+
+
+def test_a_model_name_is_one_folder(onnx_file, tmp_path):
+    for bad in ("../escape", "a/b", "x\ny", ".."):
+        with pytest.raises(DeployError, match="not allowed"):
+            write_repository(
+                {"kind": "onnx", "path": str(onnx_file)}, SPEC, tmp_path / "r", name=bad
+            )
+    assert not (tmp_path / "escape").exists()

@@ -8,10 +8,11 @@ import torch
 from torch import nn
 from torch.nn.utils.fusion import fuse_conv_bn_eval
 
-from accel.graph import graph_from_onnx, graph_from_torch
 from accel.graph.diff import GraphDiff, diff_graphs, normalize_op
 from accel.graph.model import parent_path
 from accel.models import load_model
+from accel.runtimes.onnxruntime.graph import graph_from_onnx
+from accel.runtimes.torch.graph import graph_from_torch
 
 
 class ConvBnRelu(nn.Module):

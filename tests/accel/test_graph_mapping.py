@@ -7,9 +7,10 @@ import copy
 import pytest
 import torch
 
-from accel.graph import aggregate_by_module, graph_from_model, graph_from_onnx, paint
+from accel.graph import aggregate_by_module, graph_from_model, paint
 from accel.graph.layer_parity import compare_layers
 from accel.models import load_model
+from accel.runtimes.onnxruntime.graph import graph_from_onnx
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,10 @@ import onnx
 import pytest
 import torch
 
-from accel.graph import graph_from_model, graph_from_onnx
-from accel.graph.from_onnx import module_path_of, scope_to_module_path
+from accel.graph import graph_from_model
+from accel.graph.model import scope_to_module_path
 from accel.models import load_model
+from accel.runtimes.onnxruntime.graph import graph_from_onnx, module_path_of
 
 ZOO = ["zoo:mlp", "zoo:resnet", "zoo:transformer", "zoo:lstm"]
 

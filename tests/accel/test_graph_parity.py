@@ -14,10 +14,10 @@ from accel.graph.layer_parity import (
     LayerParityReport,
     bisect_run,
     compare_layers,
-    onnx_layer_outputs,
     step_model_artifacts,
 )
 from accel.models import load_model
+from accel.runtimes.onnxruntime.layers import onnx_layer_outputs
 from studio.cli import main as cli
 
 

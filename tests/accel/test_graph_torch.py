@@ -8,8 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from accel.graph import Graph, graph_from_model, graph_from_torch
+from accel.graph import Graph, graph_from_model
 from accel.models import load_model
+from accel.runtimes.torch.graph import graph_from_torch
 
 ZOO = ["zoo:mlp", "zoo:resnet", "zoo:transformer", "zoo:lstm"]
 

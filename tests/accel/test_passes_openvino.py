@@ -99,7 +99,7 @@ def test_wrong_order_says_what_to_add(tmp_path):
 
 
 def test_bf16_fallback_warns_and_records_what_ran(tmp_path, monkeypatch):
-    import accel.backends.openvino_backend as ovb
+    import accel.runtimes.openvino.ir as ovb
 
     monkeypatch.setattr(ovb, "bf16_supported", lambda device="CPU": False)
     m = load_model(RESNET)

@@ -12,8 +12,8 @@ from torch import nn
 from accel.errors import Cancelled
 from accel.models import load_model
 from accel.profile import LayerProfile, ModelProfile, OpRow, profile_model, profile_module
-from accel.profile.hooks import aggregate, middle_half
-from accel.profile.results import UNATTRIBUTED
+from accel.profile.results import UNATTRIBUTED, middle_half
+from accel.runtimes.torch.hooks import aggregate
 
 ZOO_SOURCES = ["zoo:mlp", "zoo:resnet", "zoo:transformer", "zoo:lstm"]
 
@@ -67,7 +67,8 @@ class _Work(nn.Module):
 
 
 def test_times_with_a_fake_clock_add_up_exactly(monkeypatch):
-    from accel.profile import hooks, torch_profile
+    from accel.runtimes.torch import hooks
+    from accel.runtimes.torch import profile as torch_profile
 
     clock = _FakeClock()
     monkeypatch.setattr(hooks, "perf_ns", clock)
@@ -234,7 +235,8 @@ def test_middle_half_drops_outliers():
 
 def test_first_hooked_forward_is_never_counted(monkeypatch):
     """A module whose first call is slow (lazy init) must not show it, even with warmup=0."""
-    from accel.profile import hooks, torch_profile
+    from accel.runtimes.torch import hooks
+    from accel.runtimes.torch import profile as torch_profile
 
     clock = _FakeClock()
     monkeypatch.setattr(hooks, "perf_ns", clock)
@@ -485,7 +487,7 @@ def test_cuda_layer_times_are_the_kernel_times_of_each_modules_own_operators():
     (the hooks' CUDA events also count the GPU waiting for the hooks: on an H200 zoo:resnet's
     layers added up to 2.2x the forward); inclusive times sum the subtree."""
     from accel.profile.results import LayerProfile, OpRow
-    from accel.profile.torch_profile import kernel_times
+    from accel.runtimes.torch.profile import kernel_times
 
     rows = [
         LayerProfile(name="", type="Net", parent=None, self_ms=9.0),

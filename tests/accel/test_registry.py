@@ -12,7 +12,7 @@ from accel.passes import CATEGORIES, get_pass, list_passes
 
 
 def test_every_pass_module_imports():
-    from accel.passes.base import SCAN_ERRORS
+    from accel.passes.registry import SCAN_ERRORS
 
     list_passes()
     assert SCAN_ERRORS == {}

@@ -9,7 +9,7 @@ import importlib.util
 import pytest
 import torch
 
-from accel.backends import get_backend
+from accel.models.runtime import get_runtime
 from accel.runner import run_recipe
 
 BENCH = {"warmup": 0, "iters": 2}
@@ -37,7 +37,7 @@ def test_tensorrt_step_fails_with_the_reason_on_this_machine(tmp_path):
 
 
 def test_the_handler_says_why_it_is_unavailable():
-    reason = get_backend("tensorrt").unavailable_reason("cpu")
+    reason = get_runtime("tensorrt").unavailable_reason("cpu")
     assert reason is not None  # never on a CPU device
     assert "tensorrt" in reason or "GPU" in reason
 

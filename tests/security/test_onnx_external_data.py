@@ -11,7 +11,7 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
 
 from accel.errors import ModelLoadError  # noqa: E402
-from accel.models.onnx_io import all_tensors, check_external_data  # noqa: E402
+from accel.runtimes.onnxruntime.onnx_io import all_tensors, check_external_data  # noqa: E402
 
 
 def _external(name: str, location: str) -> TensorProto:

@@ -172,11 +172,11 @@ class SelectionMixin:
     def keep_in_float(self, path: str, node_names: list[str] | None = None) -> int:
         """Keep a layer in float through ``accel.recipe_edits.keep_in_float`` (torch steps
         take module paths, ONNX steps node names). Returns the step index, -1 if none."""
-        from accel.backends import get_backend
+        from accel.models.runtime import get_runtime
         from accel.recipe_edits import keep_in_float
 
         kind = (self.state.model_info or {}).get("kind") or "torch"
-        if get_backend(kind).exclude_names == "nodes":  # the kind's quantizers name nodes
+        if get_runtime(kind).exclude_names == "nodes":  # the kind's quantizers name nodes
             names = list(node_names or [])
             if not names and self.graph is not None and path:
                 names = [n.name for n in self.graph.nodes_for_module(path) if n.name]

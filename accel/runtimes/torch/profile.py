@@ -32,19 +32,24 @@ import torch
 from torch import nn
 
 from accel.errors import Cancelled
-from accel.profile.hooks import (
+from accel.profile.results import (
+    LayerProfile,
+    ModelProfile,
+    OpRow,
+    add_unattributed,
+    median,
+    middle_half,
+)
+from accel.runtimes.torch.hooks import (
     CallTree,
     CudaEventPool,
     aggregate,
     estimate_hook_cost_ns,
     install_hooks,
-    median,
-    middle_half,
     module_paths,
     perf_ns,
     tensor_bytes,
 )
-from accel.profile.results import LayerProfile, ModelProfile, OpRow, add_unattributed
 
 log = logging.getLogger(__name__)
 

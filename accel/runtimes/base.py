@@ -1,25 +1,28 @@
-"""The backend contract: one handler per model kind.
+"""What the runtimes share: ``RuntimeBase``, the defaults of the ``Runtime`` contract
+(``accel.models.runtime``), and the input helpers every runtime's feed uses.
 
-A handler knows, for the models of its kind (``LoadedModel.kind``), how to load one
-from a file, feed it inputs, run it, time it, profile it layer by layer, draw its
-graph, tap its intermediate outputs for per-layer parity, save it, write it in an
-exported script and what Netron can show of it. The runner, the profiler, the graph
-code, codegen and the GUI ask the handler; nothing else branches on the kind string
-(``tests/accel/test_backends_guard.py`` checks that).
-
-Handlers import their runtime (torch, onnxruntime, openvino, tensorrt) inside methods,
-so listing them is cheap.
+A runtime package subclasses ``RuntimeBase``, sets its class variables and overrides what
+its kind does differently. Runtimes import their library (torch, onnxruntime, openvino,
+tensorrt) inside methods, so registering them is cheap and a missing library only makes
+that runtime unavailable.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from accel.errors import AccelError
+from accel.models.runtime import (
+    ProfileRequest,
+    RuntimeUnavailable,
+    ScriptRuntime,
+    ServedModel,
+    TimingTarget,
+    library_problem,
+)
 
 if TYPE_CHECKING:
     from accel.graph.model import Graph
@@ -30,92 +33,65 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class BackendUnavailable(AccelError):
-    """The runtime of a model kind cannot run here (library or device missing)."""
-
-
-@dataclass
-class BenchTarget:
-    """What the benchmark loop calls for a model, plus what it reports about it.
-
-    ``first`` is the first call (it may create a session or compile), ``call`` every later
-    call. ``runner`` names the runtime in results; ``uses_torch`` says whether torch's
-    thread setting and inference mode apply; ``threads`` reports the threads really used.
-    """
-
-    first: Callable[[], Any]
-    call: Callable[[], Any]
-    runner: str
-    size_bytes: int | None
-    uses_torch: bool
-    threads: Callable[[], int | None] = lambda: None
-
-
-@dataclass(frozen=True)
-class ScriptRuntime:
-    """How an exported script runs a model of this kind.
-
-    ``run_branch`` is the body of the script's ``run(feed)`` for this kind (``feed``: dict
-    name -> torch tensor with the input casts applied; it returns the outputs);
-    ``load`` are statements that load a file of this kind named by the variable
-    ``model_file`` into the script's variables (for sources that are such files).
-    ``imports`` are import lines both need.
-    """
-
-    run_branch: str
-    load: str = ""
-    imports: tuple[str, ...] = ()
-
-
-class Backend:
-    """Base of the handlers (see module docstring). Subclasses set the class variables."""
+class RuntimeBase:
+    """Defaults of the runtime contract; subclasses set the class variables."""
 
     kind: ClassVar[str] = ""
     label: ClassVar[str] = ""
-    # Model file suffixes this handler loads (".onnx", ".xml", ...).
     file_suffixes: ClassVar[tuple[str, ...]] = ()
-    # Python packages it needs (import names), checked by unavailable_reason().
     libraries: ClassVar[tuple[str, ...]] = ()
-    # Only runs on a CUDA GPU.
     needs_cuda: ClassVar[bool] = False
-    # The pass that turns a torch model into this kind (for hints in error messages).
     reached_by: ClassVar[str | None] = None
+    capabilities: ClassVar[frozenset[str]] = frozenset()
+    profile_rows: ClassVar[str] = "nodes"
+    exclude_names: ClassVar[str] = "modules"
+    saves_step_models: ClassVar[bool] = False
+    artifact_kinds: ClassVar[frozenset[str]] = frozenset()
+
+    @property
+    def forms(self) -> tuple[str, ...]:
+        """A runtime file's model has one form: its kind."""
+        return (self.kind,)
 
     # -- availability --------------------------------------------------------------------
     def unavailable_reason(self, device: str = "cpu") -> str | None:
         """Why this runtime cannot run here on ``device`` (None when it can)."""
-        import importlib.util
-
         for lib in self.libraries:
-            if importlib.util.find_spec(lib) is None:
-                return f"the {lib} package is not installed"
+            problem = library_problem(lib)
+            if problem:
+                return problem
         if self.needs_cuda:
             if not str(device).startswith("cuda"):
                 return f"{self.label} runs on NVIDIA GPUs only; set the device to cuda:0"
-            try:
-                import torch
-
-                if not torch.cuda.is_available():
-                    return "CUDA is not available on this machine"
-            except ImportError:
+            if library_problem("torch"):
                 return "torch is not installed"
+            import torch
+
+            if not torch.cuda.is_available():
+                return "CUDA is not available on this machine"
         return None
 
     def check_available(self, device: str = "cpu") -> None:
         reason = self.unavailable_reason(device)
         if reason:
-            raise BackendUnavailable(f"{self.label} cannot run here: {reason}")
+            raise RuntimeUnavailable(f"{self.label} cannot run here: {reason}")
 
     # -- loading and saving --------------------------------------------------------------
-    def load(self, path: Path, spec: InputSpec | None, source: str) -> LoadedModel:
+    def load(
+        self, path: Path, spec: InputSpec | None, source: str, *, trust_pickle: bool = False
+    ) -> LoadedModel:
         raise AccelError(f"{self.label} models cannot be loaded from a file")
+
+    def file_form(self, path: Path) -> str | None:
+        """The form a file of this runtime loads as, without loading it (None: unknown)."""
+        return self.kind
 
     def finish_load(self, model: LoadedModel, device: str, validate: bool) -> None:
         """Called by load_model after any source was loaded (stats, device, a test run)."""
         model.device = device
 
     def save(self, model: LoadedModel, path: Path) -> Path:
-        """Write the model to ``path`` (suffix chosen by the handler); returns the file."""
+        """Write the model to ``path`` (suffix chosen by the runtime); returns the file."""
         raise AccelError(f"{self.label} models cannot be saved by the studio")
 
     def model_file(self, model: LoadedModel) -> Path | None:
@@ -162,12 +138,13 @@ class Backend:
         """Outputs for a name -> tensor mapping (non-torch runtimes return torch tensors)."""
         raise NotImplementedError
 
-    def bench_target(
+    def timing_target(
         self, model: LoadedModel, inputs: Any, device: str, threads: int | None
-    ) -> BenchTarget:
-        """What accel.bench times for this model (inputs prepared once, outside timing)."""
+    ) -> TimingTarget:
+        """What the timing harness calls for this model (inputs prepared once, outside
+        the timing)."""
         fed = self.prepare_inputs(model, inputs) if isinstance(inputs, Mapping) else inputs
-        return BenchTarget(
+        return TimingTarget(
             lambda: self.forward(model, fed),
             lambda: self.forward(model, fed),
             self.kind,
@@ -175,20 +152,16 @@ class Backend:
             uses_torch=True,
         )
 
+    def native_timing_target(
+        self, obj: Any, inputs: Any, device: str, threads: int | None
+    ) -> TimingTarget | None:
+        """The timing target of this runtime's own objects (a file, a session), or None
+        when ``obj`` is not one."""
+        return None
+
     # -- insight -------------------------------------------------------------------------
     def profile(
-        self,
-        model: LoadedModel,
-        inputs: Mapping[str, Any],
-        *,
-        iters: int,
-        warmup: int,
-        ops: bool,
-        trace_path: str | Path | None,
-        device: str,
-        threads: int | None,
-        progress: Callable[[float, str], None] | None,
-        cancel: Callable[[], bool] | None,
+        self, model: LoadedModel, inputs: Mapping[str, Any], request: ProfileRequest
     ) -> ModelProfile:
         raise AccelError(f"cannot profile a {self.label} model layer by layer")
 
@@ -202,28 +175,28 @@ class Backend:
         output is not comparable). Empty when the runtime exposes no intermediate values."""
         return {}, set()
 
-    # -- what people see -----------------------------------------------------------------
-    # Names of what the GUI can show for this kind: "graph", "profile", "layer_parity",
-    # "netron", "export_onnx" (the Netron panel can export an ONNX view of it).
-    capabilities: ClassVar[frozenset[str]] = frozenset()
-    # What a profile row is: "modules" (torch module paths) or "nodes" (graph node names;
-    # the graph view paints them on nodes directly).
-    profile_rows: ClassVar[str] = "nodes"
-    # How quantization passes of this kind name layers in ``exclude``: "modules" (torch
-    # module paths) or "nodes" (graph node names).
-    exclude_names: ClassVar[str] = "modules"
-    # The runner saves each step's model of this kind (torch: model.pt2) when the step
-    # did not save one itself.
-    saves_step_models: ClassVar[bool] = False
+    def layer_notes(self, model: Any) -> list[str]:
+        """Why per-layer parity sees less of ``model`` than its layers (phrases that follow
+        "the original model" / "the optimized model"); empty when it sees them all."""
+        return []
+
+    def adopt(self, obj: Any, inputs: Mapping[str, Any]) -> LoadedModel | None:
+        """A LoadedModel around an in-memory object of this runtime (a torch module), its
+        input spec read from the sample ``inputs``; None when ``obj`` is not one."""
+        return None
 
     def netron_file(self, model: LoadedModel) -> Path | None:
         """A file Netron can open as it is (None: export first, or nothing to show)."""
         return self.model_file(model)
 
-    def script_runtime(self) -> ScriptRuntime:
-        raise NotImplementedError(f"{self.label} models cannot be written in scripts yet")
-
     def info(self, model: LoadedModel) -> dict[str, Any]:
         """Extra JSON facts for the Model panel."""
         f = self.model_file(model)
         return {"file": str(f) if f else None}
+
+    # -- scripts and serving ---------------------------------------------------------------
+    def script(self) -> ScriptRuntime:
+        raise NotImplementedError(f"{self.label} models cannot be written in scripts yet")
+
+    def serve(self, path: Path, device: str, threads: int | None) -> ServedModel:
+        raise AccelError(f"{self.label} models cannot be served by Triton")

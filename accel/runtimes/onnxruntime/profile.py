@@ -25,13 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from accel.errors import Cancelled
-from accel.profile.hooks import median, middle_half
 from accel.profile.results import (
     UNATTRIBUTED,
     LayerProfile,
     ModelProfile,
     OpRow,
     add_unattributed,
+    median,
+    middle_half,
 )
 
 log = logging.getLogger(__name__)
@@ -265,7 +266,7 @@ def _time_sessions(
 ) -> _Timed:
     """Run a plain and a profiling session alternately (like the torch profiler: both see
     the same machine state); the profiler's events and both sessions' run times."""
-    from accel.models.onnx_io import create_session
+    from accel.runtimes.onnxruntime.onnx_io import create_session
 
     options = dict(session_options or {})
     with tempfile.TemporaryDirectory(prefix="accel-ortprof-") as tmp:

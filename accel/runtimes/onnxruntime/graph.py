@@ -14,30 +14,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from accel.graph.model import ROOT, Edge, Graph, Node
+from accel.graph.model import ROOT, Edge, Graph, Node, scope_to_module_path
 
 log = logging.getLogger(__name__)
-
-
-def scope_to_module_path(scopes: list[str]) -> str:
-    """Join exporter scopes into a dotted module path.
-
-    A scope is either relative (``conv1`` under ``layer1.0``) or qualified by the scope
-    before it (``downsample.0`` under ``downsample``; the dynamo exporter's full paths
-    ``layer2.0.downsample`` under ``layer2.0``): a qualified one extends the path by
-    what it adds.
-    """
-    path = ROOT
-    prev = ""
-    for s in scopes:
-        if not s:
-            continue
-        if prev and s.startswith(prev + "."):
-            path = path + s[len(prev) :]
-        else:
-            path = f"{path}.{s}" if path else s
-        prev = s
-    return path
 
 
 def module_path_of(node: Any) -> str:

@@ -203,24 +203,3 @@ def estimate_hook_cost_ns(n_children: int = 64, iters: int = 30) -> float:
             hooked.append(top[2] - top[1])
     # Minima: the cost is fixed CPU work, and the fastest run is the one nothing preempted.
     return max(0.0, (min(hooked[5:]) - min(plain[5:])) / n_children)
-
-
-def median(xs: list[float]) -> float:
-    s = sorted(xs)
-    n = len(s)
-    if n == 0:
-        return 0.0
-    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
-
-
-def middle_half(totals: list[float]) -> list[int]:
-    """Indices of the iterations whose total lies between its quartiles (all when < 4).
-
-    Averaging the parts over these keeps them additive (a mean of sums is the sum of means)
-    while outliers (a preempted iteration) stay out, as a median would keep them."""
-    n = len(totals)
-    if n < 4:
-        return list(range(n))
-    order = sorted(range(n), key=lambda i: totals[i])
-    lo, hi = n // 4, n - n // 4
-    return sorted(order[lo:hi])

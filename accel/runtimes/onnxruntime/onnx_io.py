@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.errors import ModelLoadError
+from accel.models.files import resolve_inside
 from accel.models.inputs import Dim, InputSpec, TensorSpec, normalize_dtype
 
 log = logging.getLogger(__name__)
@@ -74,10 +75,11 @@ def check_external_data(path: Path) -> list[Path]:
                 f"{path}: tensor {t.name!r} points to external data {loc!r} outside the model's folder; "
                 "refused. Keep external data files next to the .onnx file with relative names."
             )
-        target = (folder / loc).resolve()
-        if not target.is_relative_to(folder):
+        target = resolve_inside(folder, folder / loc)
+        if target is None:
             raise ModelLoadError(
-                f"{path}: tensor {t.name!r} external data {loc!r} resolves to {target}, outside {folder} "
+                f"{path}: tensor {t.name!r} external data {loc!r} resolves to "
+                f"{(folder / loc).resolve()}, outside {folder} "
                 "(a link?); refused. Copy the data file into the model's folder."
             )
         if not target.is_file():

@@ -1,4 +1,4 @@
-"""The TensorRT handler: an ONNX model run by ONNX Runtime's TensorRT execution provider.
+"""The TensorRT runtime: an ONNX model run by ONNX Runtime's TensorRT execution provider.
 
 A model of this kind keeps the ONNX file in ``onnx_path`` and the provider's options in
 ``session_options["tensorrt"]`` (fp16 / int8 flags, the calibration table, engine and
@@ -10,22 +10,25 @@ Needs the ``[tensorrt]`` extra (tensorrt, torch-tensorrt) and onnxruntime-gpu.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from accel.backends.base import ScriptRuntime
-from accel.backends.onnx_backend import OnnxBackend
+from accel.models.runtime import ProfileRequest, ScriptRuntime, register_runtime
+from accel.runtimes.onnxruntime.runtime import OnnxFileRuntime
 
 if TYPE_CHECKING:
     from accel.models.loaded import LoadedModel
+    from accel.profile.results import ModelProfile
+    from accel.runtimes.tensorrt.serving import ServedPlan
 
 log = logging.getLogger(__name__)
 
 TRT_PROVIDER = "TensorrtExecutionProvider"
 
 
-class TensorRtBackend(OnnxBackend):
+@register_runtime
+class TensorRtRuntime(OnnxFileRuntime):
     kind = "tensorrt"
     label = "TensorRT"
     file_suffixes = ()  # .onnx files load as onnx; the tensorrt pass makes this kind
@@ -33,6 +36,7 @@ class TensorRtBackend(OnnxBackend):
     needs_cuda = True
     reached_by = "tensorrt"
     capabilities = frozenset({"graph", "profile", "netron"})
+    artifact_kinds = frozenset({"tensorrt_engine", "tensorrt_plan"})
 
     def unavailable_reason(self, device: str = "cpu") -> str | None:
         reason = super().unavailable_reason(device)
@@ -50,41 +54,23 @@ class TensorRtBackend(OnnxBackend):
         return model._session
 
     def profile(
-        self,
-        model: LoadedModel,
-        inputs: Mapping[str, Any],
-        *,
-        iters: int,
-        warmup: int,
-        ops: bool,
-        trace_path: str | Path | None,
-        device: str,
-        threads: int | None,
-        progress: Callable[[float, str], None] | None,
-        cancel: Callable[[], bool] | None,
-    ) -> Any:
-        self.check_available(device)
-        prof = super().profile(
-            model,
-            inputs,
-            iters=iters,
-            warmup=warmup,
-            ops=ops,
-            trace_path=trace_path,
-            device=device,
-            threads=threads,
-            progress=progress,
-            cancel=cancel,
-        )
+        self, model: LoadedModel, inputs: Mapping[str, Any], request: ProfileRequest
+    ) -> ModelProfile:
+        self.check_available(request.device)
+        prof = super().profile(model, inputs, request)
         prof.kind = self.kind
         prof.notes.append(
             "TensorRT runs fused engines: a row is an engine (a group of ONNX nodes), not a node"
         )
         return prof
 
-    def script_runtime(self) -> ScriptRuntime:
-        onnx = super().script_runtime()
-        return ScriptRuntime(run_branch=onnx.run_branch)
+    def script(self) -> ScriptRuntime:
+        return ScriptRuntime(run_branch=super().script().run_branch)
+
+    def serve(self, path: Path, device: str, threads: int | None) -> ServedPlan:
+        from accel.runtimes.tensorrt.serving import ServedPlan
+
+        return ServedPlan(path)
 
     def info(self, model: LoadedModel) -> dict[str, Any]:
         return {
@@ -117,9 +103,7 @@ def create_trt_session(model: LoadedModel) -> Any:
     """An ORT session whose first provider is TensorRT (CUDA, then CPU, take what it lacks)."""
     import onnxruntime as ort
 
-    from accel.backends import get_backend
-
-    get_backend("tensorrt").check_available(model.device)
+    TensorRtRuntime().check_available(model.device)
     device_id = int(model.device.split(":", 1)[1]) if ":" in model.device else 0
     so = ort.SessionOptions()
     so.log_severity_level = 3

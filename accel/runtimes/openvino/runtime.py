@@ -1,0 +1,198 @@
+"""The OpenVINO runtime: IR files (.xml + .bin) compiled by the OpenVINO runtime.
+
+A model of this kind keeps its IR path in ``LoadedModel.runtime_file`` and how to compile it in
+``session_options``: ``device`` (CPU / GPU / AUTO), ``precision`` (f32 / bf16 / f16, the
+inference precision hint), ``performance_hint`` (latency / throughput), ``threads`` and
+``streams``. Its session is the compiled model with one infer request.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from accel.errors import ModelLoadError
+from accel.models.runtime import ProfileRequest, ScriptRuntime, TimingTarget, register_runtime
+from accel.runtimes.base import RuntimeBase
+from accel.runtimes.openvino.ir import (
+    compile_config,
+    outputs_as_torch,
+    ov_stats,
+    read_ir,
+    save_ir,
+    spec_from_ov,
+    to_numpy_feed,
+    weights_file,
+)
+
+if TYPE_CHECKING:
+    from accel.graph.model import Graph
+    from accel.models.inputs import InputSpec
+    from accel.models.loaded import LoadedModel
+    from accel.profile.results import ModelProfile
+    from accel.runtimes.openvino.serving import ServedIR
+
+log = logging.getLogger(__name__)
+
+
+@register_runtime
+class OpenVinoRuntime(RuntimeBase):
+    kind = "openvino"
+    label = "OpenVINO"
+    file_suffixes = (".xml",)
+    libraries = ("openvino",)
+    reached_by = "openvino"
+    capabilities = frozenset({"graph", "profile", "layer_parity", "netron"})
+    artifact_kinds = frozenset({"openvino", "openvino_ir"})
+
+    # -- loading and saving --------------------------------------------------------------
+    def load(
+        self, path: Path, spec: InputSpec | None, source: str, *, trust_pickle: bool = False
+    ) -> LoadedModel:
+        from accel.models.loaded import LoadedModel
+
+        ov_model = read_ir(path)
+        inferred = spec_from_ov(ov_model)
+        if spec is None:
+            spec = inferred
+        elif len(spec.inputs) != len(inferred.inputs):
+            raise ModelLoadError(
+                f"input spec has {len(spec.inputs)} inputs, the OpenVINO model "
+                f"{len(inferred.inputs)} ({inferred.names})"
+            )
+        n, size, digest = ov_stats(ov_model, [Path(path), weights_file(path)])
+        return LoadedModel(
+            source=source,
+            kind=self.kind,
+            input_spec=spec,
+            runtime_file=Path(path),
+            num_params=n,
+            size_bytes=size,
+            content_hash=digest,
+            format="openvino_ir",
+            # f32 unless a step says otherwise: OpenVINO's CPU default is bf16 where the
+            # CPU has AMX, which would change a loaded model's outputs silently.
+            session_options={"device": "CPU", "precision": "f32", "performance_hint": "latency"},
+        )
+
+    def finish_load(self, model: LoadedModel, device: str, validate: bool) -> None:
+        if str(device).startswith("cuda"):
+            raise ModelLoadError(
+                "OpenVINO models run on OpenVINO devices (CPU, GPU = Intel GPU); use device 'cpu'"
+            )
+        model.device = device
+
+    def save(self, model: LoadedModel, path: Path) -> Path:
+        path = Path(path).with_suffix(".xml")
+        save_ir(read_ir(model.runtime_file), path)
+        return path
+
+    def model_file(self, model: LoadedModel) -> Path | None:
+        return Path(model.runtime_file) if model.runtime_file else None
+
+    def with_threads(self, model: LoadedModel, threads: int) -> LoadedModel:
+        if model.session_options.get("threads") == threads:
+            return model
+        return model.replace(session_options={**model.session_options, "threads": threads})
+
+    # -- running -------------------------------------------------------------------------
+    def compile(self, model: LoadedModel, **overrides: Any) -> Any:
+        """A fresh compiled model of ``model`` (``overrides`` change session_options)."""
+        import openvino as ov
+
+        options = {**model.session_options, **overrides}
+        return ov.Core().compile_model(
+            read_ir(model.runtime_file),
+            str(options.get("device", "CPU")).upper(),
+            compile_config(options),
+        )
+
+    def session(self, model: LoadedModel) -> Any:
+        if model._session is None:
+            compiled = self.compile(model)
+            model._session = (compiled, compiled.create_infer_request())
+        return model._session
+
+    def forward(self, model: LoadedModel, inputs: Mapping[str, Any]) -> Any:
+        compiled, request = self.session(model)
+        feed = to_numpy_feed(compiled, self.prepare_inputs(model, inputs))
+        return outputs_as_torch(compiled, request.infer(feed))
+
+    def timing_target(
+        self, model: LoadedModel, inputs: Any, device: str, threads: int | None
+    ) -> TimingTarget:
+        from accel.runtimes.openvino.timing import request_target
+
+        if not isinstance(inputs, Mapping):
+            inputs = dict(zip(model.input_spec.names, inputs))
+        fed = self.prepare_inputs(model, inputs)
+
+        def compile_model() -> Any:
+            if threads and threads != model.session_options.get("threads"):
+                return self.compile(model, threads=int(threads))
+            return self.session(model)[0]
+
+        return request_target(compile_model, fed, model.size_bytes or None)
+
+    # -- insight -------------------------------------------------------------------------
+    def profile(
+        self, model: LoadedModel, inputs: Mapping[str, Any], request: ProfileRequest
+    ) -> ModelProfile:
+        """Per-op times from OpenVINO's performance counters (PERF_COUNT), alternating
+        with plain runs of the same compiled model without counters."""
+        from accel.runtimes.openvino.profile import profile_compiled
+
+        over = {"threads": int(request.threads)} if request.threads else {}
+        plain_c = self.compile(model, **over)
+        prof_c = self.compile(model, perf_count=True, **over)
+        fed = self.prepare_inputs(model, inputs)
+        return profile_compiled(plain_c, prof_c, fed, self.kind, request)
+
+    def graph(self, model: LoadedModel, inputs: Mapping[str, Any] | None, **kwargs: Any) -> Graph:
+        from accel.runtimes.openvino.graph import graph_from_ov
+
+        return graph_from_ov(read_ir(model.runtime_file), name=Path(model.runtime_file).stem)
+
+    def layer_outputs(
+        self, model: LoadedModel, inputs: Mapping[str, Any]
+    ) -> tuple[dict[str, Any], set[str]]:
+        from accel.runtimes.openvino.layers import ov_layer_outputs
+
+        fed = self.prepare_inputs(model, inputs)
+        return ov_layer_outputs(model.runtime_file, dict(model.session_options), fed), set()
+
+    def info(self, model: LoadedModel) -> dict[str, Any]:
+        return {
+            "file": str(model.runtime_file) if model.runtime_file else None,
+            "compile": dict(model.session_options),
+        }
+
+    # -- scripts and serving ---------------------------------------------------------------
+    def script(self) -> ScriptRuntime:
+        return ScriptRuntime(
+            run_branch=(
+                "ov_feed = {}\n"
+                "for i, port in enumerate(compiled.inputs):\n"
+                "    x = list(feed.values())[i].detach().cpu()\n"
+                "    ov_feed[i] = (x.float() if x.is_floating_point() else x).numpy()\n"
+                "result = request.infer(ov_feed)\n"
+                "return tuple(torch.from_numpy(np.array(result[o])) for o in compiled.outputs)"
+            ),
+            loads={
+                ".xml": (
+                    "ov_model = ov.Core().read_model(str(model_file))\n"
+                    "compiled = ov.Core().compile_model(ov_model, 'CPU')\n"
+                    "request = compiled.create_infer_request()\n"
+                    'kind = "openvino"\n'
+                    "model = session = None"
+                )
+            },
+            imports=("import openvino as ov",),
+        )
+
+    def serve(self, path: Path, device: str, threads: int | None) -> ServedIR:
+        from accel.runtimes.openvino.serving import ServedIR
+
+        return ServedIR(path)
