@@ -20,6 +20,7 @@ from typing import Any
 from accel.errors import RecipeError
 from accel.literals import doc_text
 from accel.models.inputs import InputSpec, is_floating
+from accel.models.runtime import runtime_for_file
 from accel.privacy import SCRIPT_PREAMBLE
 from accel.recipe import Recipe, load_recipe
 
@@ -392,11 +393,10 @@ def _source_spec(source: str) -> InputSpec:
             from accel.models.corpus import get_entry
 
             return InputSpec.parse(get_entry(target).input_spec)
-        if Path(target).suffix.lower() == ".onnx" and not is_code_ref(source):
-            from accel.models.onnx_io import check_external_data, spec_from_onnx
-
-            check_external_data(Path(target))
-            return spec_from_onnx(Path(target))
+        runtime = None if is_code_ref(source) else runtime_for_file(target)
+        spec = runtime.file_input_spec(Path(target)) if runtime is not None else None
+        if spec is not None:
+            return spec
     except RecipeError:
         raise
     except (AccelError, OSError, ValueError) as exc:

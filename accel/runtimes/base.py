@@ -86,6 +86,11 @@ class RuntimeBase:
         """The form a file of this runtime loads as, without loading it (None: unknown)."""
         return self.kind
 
+    def file_input_spec(self, path: Path) -> InputSpec | None:
+        """A file's input spec read from its own metadata, without loading, unpickling or
+        running anything (None: this runtime cannot tell without loading it)."""
+        return None
+
     def finish_load(self, model: LoadedModel, device: str, validate: bool) -> None:
         """Called by load_model after any source was loaded (stats, device, a test run)."""
         model.device = device

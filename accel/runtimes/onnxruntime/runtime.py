@@ -161,6 +161,12 @@ class OnnxRuntime(OnnxFileRuntime):
 
         return load_onnx(path, spec, source)
 
+    def file_input_spec(self, path: Path) -> InputSpec:
+        from accel.runtimes.onnxruntime.onnx_io import check_external_data, spec_from_onnx
+
+        check_external_data(path)  # the graph's external files stay in its folder
+        return spec_from_onnx(path)
+
     def native_timing_target(
         self, obj: Any, inputs: Any, device: str, threads: int | None
     ) -> TimingTarget | None:
