@@ -106,13 +106,11 @@ def test_serve_test_round_trip_and_cascade(tmp_path):
 
 def test_cli_serve_test_stores_its_report(tmp_path, monkeypatch, capsys):
     """The CLI writes the report through the store (the server itself is tested in
-    tests/accel/test_deploy_triton.py; here serve_test returns a fixed report)."""
-    import accel.deploy.serve as serve_mod
-    import accel.deploy.triton as triton_mod
+    tests/accel/test_deploy_triton.py; here the boxed worker job returns a fixed report)."""
     from accel.deploy.serve import LoadPoint, ServeReport
     from accel.deploy.triton import SweepPoint
     from accel.models import InputSpec
-    from studio import cli, serve_test
+    from studio import cli, serve_test, usecases
 
     db = tmp_path / "c.db"
     repo = Repository.open(db)
@@ -121,7 +119,6 @@ def test_cli_serve_test_stores_its_report(tmp_path, monkeypatch, capsys):
     art = {"kind": "onnx", "path": str(tmp_path / "m.onnx"), "step": 0, "pass": "export_onnx"}
     spec = InputSpec.parse("x:float32[batch,4]; batch=1..4:1")
     monkeypatch.setattr(serve_test, "servable_run", lambda r, rid: (r.get_run(rid), art, spec))
-    monkeypatch.setattr(triton_mod, "load_runtime", lambda kind, path: object())
     report = ServeReport(
         sweep=[SweepPoint(1, 0.5, 2000.0), SweepPoint(4, 1.0, 4000.0)],
         preferred_batch_sizes=[4],
@@ -130,11 +127,11 @@ def test_cli_serve_test_stores_its_report(tmp_path, monkeypatch, capsys):
         direct_p50_ms=0.5,
         load=[LoadPoint("no batching", 2, 10, 0, 3.0, 4.0, 50.0)],
     )
-    calls = []
-    monkeypatch.setattr(serve_mod, "serve_test", lambda *a, **k: calls.append(k) or report)
+    jobs = []
+    monkeypatch.setattr(usecases, "run_boxed", lambda job, emit=None: jobs.append(job) or report)
     assert cli.main(["--db", str(db), "serve-test", run.id, "--clients", "2"]) == 0
     assert "batch sweep" in capsys.readouterr().out
-    assert calls[0]["clients"] == [2] and calls[0]["port"] is None  # the GUI job's use case
+    assert jobs[0].clients == [2] and jobs[0].port is None  # the GUI job's spec
     assert cli.main(["--db", str(db), "serve-test", run.id, "--duration", "0"]) == 2
     assert "duration_s" in capsys.readouterr().err  # the job spec says which number
     repo = Repository.open(db)

@@ -220,8 +220,8 @@ def test_timeout_ends_run_as_timed_out(repo):
             {"steps": 2, "fault": "hang", "fault_at": 1},
             plugins=[PLUGIN],
             record=True,
-            timeout_s=1.0,
-        ).wait(30)
+            timeout_s=6.0,  # time to reach the hanging step on a loaded machine
+        ).wait(60)
     assert out.status == "timed_out" and out.signal == "SIGTERM"
     d = repo.get_run(out.run_id)
     assert d.status == "timed_out" and "timeout" in d.run.error
@@ -288,7 +288,9 @@ def test_killed_studio_leaves_no_worker_and_its_run_is_recovered(tmp_path):
         "repo = Repository.open(sys.argv[1]); pool = WorkerPool(repo, devices=[], cpu_workers=1)\n"
         f"h = pool.submit('fake_run', {{'steps': 2, 'fault': 'slow', 'fault_at': 1}}, plugins=[{PLUGIN!r}], record=True)\n"
         "while not pool.jobs() or pool.jobs()[0]['pid'] is None: time.sleep(0.05)\n"
-        "time.sleep(1.0); print(h.run_id, pool.jobs()[0]['pid'], flush=True); time.sleep(600)\n"
+        "while len([s for s in repo.get_run(h.run_id).steps if s.status == 'succeeded']) < 2:\n"
+        "    time.sleep(0.05)\n"
+        "print(h.run_id, pool.jobs()[0]['pid'], flush=True); time.sleep(600)\n"
     )
     parent = subprocess.Popen(
         [sys.executable, "-c", code, str(db)], stdout=subprocess.PIPE, text=True
