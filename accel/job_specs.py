@@ -276,6 +276,36 @@ class ServeTestJob(JobParams):
             raise ValueError(str(exc)) from None
 
 
+class DeployJob(JobParams):
+    """Write a Triton model repository for a run's model file (``accel.deploy.triton``): the
+    model is loaded and timed in a worker, never in the studio's own process."""
+
+    kind: ClassVar[str] = "deploy"
+    artifact_kind: str = Field(description="the model file's artifact kind (onnx, torchscript…)")
+    artifact_path: str = Field(description="the model file to deploy")
+    input_spec: str = Field(description="the run's input spec; its first dim is the batch")
+    out: str = Field(description="the Triton model repository folder to write")
+    name: str = Field("model", description="the model's name in the repository")
+    force: bool = Field(False, description="replace a non-empty repository folder")
+    batches: list[int] | None = Field(None, min_length=1, description="batch sizes of the sweep")
+    run_id: str | None = Field(None, description="the run it deploys")
+
+    @field_validator("batches")
+    @classmethod
+    def _counts(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and min(v) < 1:
+            raise ValueError("give numbers >= 1, e.g. [1, 4, 16]")
+        return sorted(set(v)) if v is not None else None
+
+    @field_validator("input_spec")
+    @classmethod
+    def _spec(cls, v: str) -> str:
+        try:
+            return str(_input_spec_text(v) or "")
+        except InputSpecError as exc:
+            raise ValueError(str(exc)) from None
+
+
 SPECS: dict[str, type[JobParams]] = {
     s.kind: s
     for s in (
@@ -286,6 +316,7 @@ SPECS: dict[str, type[JobParams]] = {
         GraphDiffJob,
         RunRecipeJob,
         ServeTestJob,
+        DeployJob,
         ParityJob,
         BisectJob,
     )

@@ -505,6 +505,27 @@ def serve_test_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> d
     return serve_run(ServeTestJob.from_params(params), emit, cancel).to_dict()
 
 
+def deploy_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
+    """A Triton model repository for a run's model file (``accel.deploy.triton``): loads the
+    model, checks it runs on the spec, measures the batch sweep, writes the repository."""
+    from accel.deploy.triton import write_repository
+    from accel.job_specs import DeployJob
+    from accel.models.inputs import InputSpec
+
+    job = DeployJob.from_params(params)
+    artifact = {"kind": job.artifact_kind, "path": job.artifact_path}
+    result = write_repository(
+        artifact,
+        InputSpec.parse(job.input_spec),
+        job.out,
+        name=job.name,
+        device=job.device or "cpu",
+        force=job.force,
+        batches=job.batches,
+    )
+    return result.to_dict()
+
+
 JOBS: dict[str, Job] = {
     "run_recipe": run_recipe_job,
     "profile": profile_job,
@@ -514,6 +535,7 @@ JOBS: dict[str, Job] = {
     "graph_diff": graph_diff_job,
     "search_trial": search_trial_job,
     "serve_test": serve_test_job,
+    "deploy": deploy_job,
     "parity": parity_job,
     "bisect": bisect_job,
 }

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from accel.job_specs import (
     AnalyzeJob,
     BisectJob,
+    DeployJob,
     InspectJob,
     JobParams,
     ModelJob,
@@ -79,6 +80,7 @@ def run_in_process(
 def _result_types() -> dict[type[JobParams], Callable[[Any], Any]]:
     from accel import jobs
     from accel.deploy.serve import ServeReport
+    from accel.deploy.triton import DeployReport
     from accel.graph.layer_parity import LayerParityReport
 
     return {
@@ -86,6 +88,7 @@ def _result_types() -> dict[type[JobParams], Callable[[Any], Any]]:
         AnalyzeJob: jobs.AnalyzeResult.from_dict,
         InspectJob: jobs.InspectResult.from_dict,
         ServeTestJob: ServeReport.from_dict,
+        DeployJob: DeployReport.from_dict,
         ParityJob: LayerParityReport.from_dict,
         BisectJob: _bisect_steps,
     }

@@ -18,6 +18,7 @@ are checked, and the model file is loaded once with its runtime first.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import statistics
@@ -299,15 +300,46 @@ class DeployResult:
     sweep: list[SweepPoint]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "model_dir": str(self.model_dir),
-            "name": self.model.name,
-            "platform": self.model.platform,
-            "max_batch_size": self.model.max_batch_size,
-            "preferred_batch_sizes": self.model.preferred_batch_sizes,
-            "max_queue_delay_us": self.model.max_queue_delay_us,
-            "sweep": [p.to_dict() for p in self.sweep],
-        }
+        return self.report().to_dict()
+
+    def report(self) -> DeployReport:
+        m = self.model
+        return DeployReport(
+            model_dir=str(self.model_dir),
+            name=m.name,
+            platform=m.platform,
+            max_batch_size=m.max_batch_size,
+            preferred_batch_sizes=list(m.preferred_batch_sizes),
+            max_queue_delay_us=m.max_queue_delay_us,
+            sweep=list(self.sweep),
+            config=self.config,
+        )
+
+
+@dataclass(frozen=True)
+class DeployReport:
+    """What a deploy wrote, as the worker job hands it back (JSON both ways)."""
+
+    model_dir: str
+    name: str
+    platform: str
+    max_batch_size: int
+    preferred_batch_sizes: list[int]
+    max_queue_delay_us: int
+    sweep: list[SweepPoint]
+    config: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["sweep"] = [p.to_dict() for p in self.sweep]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> DeployReport:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        data = {k: v for k, v in d.items() if k in fields}
+        data["sweep"] = [SweepPoint(**p) for p in d.get("sweep") or []]
+        return cls(**data)
 
 
 def _batching(

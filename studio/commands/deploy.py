@@ -96,34 +96,54 @@ def _check_name(name: str) -> None:
         )
 
 
+def deploy_job(repo: RunReader, run_id: str, out: str, **options: Any) -> tuple[Any, Any]:
+    """(the ``deploy`` job spec for run ``run_id``'s model file, its artifact record)."""
+    from pathlib import Path
+
+    from accel.job_specs import DeployJob
+
+    detail, art, spec = run_artifact(repo, run_id)
+    device = detail.run.device if detail.run.device.startswith("cuda") else "cpu"
+    job = DeployJob(
+        artifact_kind=art["kind"],
+        artifact_path=art["path"],
+        input_spec=str(spec),
+        out=str(Path(out).resolve()),
+        device=device,
+        run_id=detail.id,
+        **options,
+    )
+    return job, art
+
+
 def run(args: argparse.Namespace) -> int:
-    from accel.deploy.triton import write_repository
     from studio.commands.history import _repo
+    from studio.usecases import run_boxed
 
     _check_name(args.name)
     repo = _repo(args)
     try:
-        detail, art, spec = run_artifact(repo, args.run)
+        job, art = deploy_job(
+            repo, args.run, args.triton, name=args.name, force=args.force,
+            batches=parse_batches(args.batch),
+        )  # fmt: skip
     finally:
         repo.close()
-    batches = parse_batches(args.batch)
-    device = detail.run.device if detail.run.device.startswith("cuda") else "cpu"
-    result = write_repository(
-        art, spec, args.triton, name=args.name, device=device, force=args.force, batches=batches
-    )
+    report = run_boxed(job)  # the model loads and is timed in a confined worker
     if args.json:
-        print(json.dumps({**result.to_dict(), "run_id": detail.id}, indent=2))
+        print(json.dumps({**report.to_dict(), "run_id": job.run_id}, indent=2))
         return 0
-    m = result.model
-    print(f"wrote {result.model_dir} ({m.platform}, from step {art['step'] + 1} {art['pass']})")
-    if result.sweep:
+    print(
+        f"wrote {report.model_dir} ({report.platform}, from step {art['step'] + 1} {art['pass']})"
+    )
+    if report.sweep:
         print("batch sweep (this machine):")
-        for pt in result.sweep:
+        for pt in report.sweep:
             print(f"  batch {pt.batch:>3}: {pt.latency_ms:8.2f} ms  {pt.throughput:10.1f} /s")
-        sizes = ", ".join(map(str, m.preferred_batch_sizes)) or "none"
+        sizes = ", ".join(map(str, report.preferred_batch_sizes)) or "none"
         print(
-            f"dynamic_batching: preferred sizes [{sizes}], "
-            f"max_queue_delay {m.max_queue_delay_us} us, max_batch_size {m.max_batch_size}"
+            f"dynamic_batching: preferred sizes [{sizes}], max_queue_delay "
+            f"{report.max_queue_delay_us} us, max_batch_size {report.max_batch_size}"
         )
     else:
         print("no batching: the input spec has no symbolic first dim")

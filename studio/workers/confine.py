@@ -200,6 +200,11 @@ def _kind_paths(
         write.append(_made(_resolve(params["out"], cwd).parent))
     elif kind in RUN_READERS and isinstance(params.get("run_dir"), str):
         read.append(_resolve(params["run_dir"], cwd))
+    elif kind == "deploy" and isinstance(params.get("artifact_path"), str):
+        artifact = _resolve(params["artifact_path"], cwd)
+        read.append(artifact if artifact.is_dir() else artifact.parent)
+        if isinstance(params.get("out"), str):
+            write.append(_made(_resolve(params["out"], cwd)))
     elif kind == "serve_test" and isinstance(params.get("artifact_path"), str):
         artifact = _resolve(params["artifact_path"], cwd)
         read.append(artifact if artifact.is_dir() else artifact.parent)
