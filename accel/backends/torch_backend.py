@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from accel.backends.base import Backend, BenchTarget, ScriptRuntime
 from accel.errors import AccelError
 from accel.layer_patterns import module_layers
+from accel.models.calls import bind_inputs, call_module
 
 if TYPE_CHECKING:
     from accel.models.loaded import LoadedModel
@@ -72,7 +73,7 @@ class TorchBackend(Backend):
 
         fed = self.prepare_inputs(model, inputs)
         with torch.inference_mode():
-            return model.module(*fed.values())
+            return call_module(model.module, fed)
 
     def bench_target(
         self, model: LoadedModel, inputs: Any, device: str, threads: int | None
@@ -87,10 +88,19 @@ class TorchBackend(Backend):
         prepare = getattr(model, "prepare_inputs", None)
         if callable(prepare) and isinstance(inputs, Mapping):
             inputs, casts = prepare(inputs), None
-        args = _as_positional(_move_inputs(inputs, device, casts))
+        moved = _move_inputs(inputs, device, casts)
+        args, kwargs = (
+            bind_inputs(module, moved)
+            if isinstance(moved, Mapping)
+            else (_as_positional(moved), {})
+        )
         size = getattr(model, "size_bytes", None) or _module_size_bytes(module)
         return BenchTarget(
-            lambda: module(*args), lambda: module(*args), "torch", size, uses_torch=True
+            lambda: module(*args, **kwargs),
+            lambda: module(*args, **kwargs),
+            "torch",
+            size,
+            uses_torch=True,
         )
 
     # -- insight -------------------------------------------------------------------------
@@ -125,7 +135,7 @@ class TorchBackend(Backend):
             module.to(device)
         try:
             prepared = self.prepare_inputs(target, inputs)
-            args = tuple(prepared.values())
+            args, kwargs = bind_inputs(module, prepared)
             # Events and memory stats refer to the current CUDA device: make it the model's.
             dev_ctx = (
                 torch.cuda.device(torch.device(device))
@@ -135,7 +145,7 @@ class TorchBackend(Backend):
             with torch_threads(threads), torch.inference_mode(), dev_ctx:
                 return profile_torch(
                     module,
-                    lambda: module(*args),
+                    lambda: module(*args, **kwargs),
                     device=device,
                     iters=iters,
                     warmup=warmup,

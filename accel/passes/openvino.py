@@ -19,6 +19,7 @@ from pydantic import Field
 
 from accel.errors import PassError
 from accel.layer_patterns import PATTERN_HELP
+from accel.models.calls import bind_dynamic_shapes, bind_inputs
 from accel.passes.base import (
     KEEP_FLOAT,
     STAGE_LOWER,
@@ -88,6 +89,26 @@ def _root_logging_kept() -> Iterator[None]:
                 root.removeHandler(h)
 
 
+def _export_keyword_call(model: LoadedModel, module: Any, ctx: PassContext) -> Any:
+    """torch.export of a forward that takes keyword-only inputs, the spec's symbolic dims
+    dynamic (OpenVINO converts ExportedPrograms with the keyword structure kept)."""
+    import torch
+
+    from accel.models.shapes import example_for_export, ranged_dims
+
+    spec = model.input_spec
+    # torch.export specializes dims of size 0 and 1: trace where the dynamic ones are >= 2.
+    feed = model.prepare_inputs(example_for_export(spec, ctx.inputs, ranged_dims(spec), ctx.seed))
+    args, kwargs = bind_inputs(module, feed)
+    per_input = [
+        {i: torch.export.Dim.DYNAMIC for i, d in enumerate(shape) if d == -1}
+        for _, shape in _spec_shapes(model)
+    ]
+    shapes = bind_dynamic_shapes(module, list(feed), per_input)
+    with torch.no_grad():
+        return torch.export.export(module.eval(), args, kwargs=kwargs, dynamic_shapes=shapes)
+
+
 def convert_to_ov(model: LoadedModel, ctx: PassContext) -> Any:
     """``ov.Model`` of a torch module (traced on the recipe's inputs) or an ONNX file."""
     with _root_logging_kept():
@@ -112,10 +133,12 @@ def _convert(model: LoadedModel, ctx: PassContext) -> Any:
                 "before the torchscript step, or export ONNX first"
             )
         feed = model.prepare_inputs(ctx.inputs)
-        example = tuple(feed.values())
+        args, kwargs = bind_inputs(module, feed)
+        if kwargs:  # OpenVINO's tracer calls positionally: convert a torch.export program
+            return ov.convert_model(_export_keyword_call(model, module, ctx))
         shapes = [ov.PartialShape(s) for _, s in _spec_shapes(model)]
         with torch.no_grad():
-            return ov.convert_model(module.eval(), example_input=example, input=shapes)
+            return ov.convert_model(module.eval(), example_input=args, input=shapes)
     except PassError:
         raise
     except Exception as exc:  # OpenVINO's frontends raise OpConversionFailure / RuntimeError

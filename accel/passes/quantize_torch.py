@@ -53,6 +53,20 @@ def _source(*fns: Any) -> list[str]:
     return [inspect.getsource(f) for f in fns]
 
 
+def _call_helpers() -> tuple[Any, ...]:
+    """The helpers that bind inputs to a forward's signature (copied beside those that call
+    models)."""
+    from accel.models import calls
+
+    return (
+        calls.forward_signature,
+        calls._exported_keywords,
+        calls.bind_inputs,
+        calls.call_module,
+        calls.bind_dynamic_shapes,
+    )
+
+
 def _select(
     pass_name: str, module: Any, types: tuple[str, ...], exclude: list[str], ctx: PassContext
 ) -> list[str]:
@@ -255,7 +269,9 @@ class QuantizeDynamicInt8(Pass):
     def to_script(self, config: DynamicInt8Config) -> ScriptStep:
         from accel.passes import _torch_quant_helpers as h
 
-        helpers = _source(h.layer_matches, h.select_layers, h.called_as_modules, h.name_filter)
+        helpers = _source(
+            *_call_helpers(), h.layer_matches, h.select_layers, h.called_as_modules, h.name_filter
+        )
         select = (
             f'names, kept_float, _ = select_layers(model, ("Linear", "LSTM"), {list(config.exclude)!r})\n'
             "names = called_as_modules(model, names, inputs)  # a weight its parent reads stays float\n"
@@ -509,6 +525,7 @@ class QuantizeStaticInt8(Pass):
         return ScriptStep(
             code=code,
             helpers=_source(
+                *_call_helpers(),
                 h.layer_matches,
                 h.select_layers,
                 h.export_for_quantization,
@@ -766,6 +783,7 @@ class QuantizationAwareTraining(Pass):
                 "from torchao.quantization.qat import QATConfig",
             ],
             helpers=_source(
+                *_call_helpers(),
                 h.layer_matches,
                 h.select_layers,
                 h.name_filter,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
+from accel.models.calls import bind_dynamic_shapes, bind_inputs
 from accel.models.forms import EAGER, EXPORTED
 from accel.models.shapes import example_for_export, export_dim_objects, ranged_dims
 from accel.passes.base import Pass, PassConfig, PassContext, Requirements, ScriptStep, register_pass
@@ -74,13 +75,15 @@ class TorchExport(Pass):
             )
         dims = dynamic_dims(spec, config)
         shapes = export_dim_objects(spec, dims)  # dim names made identifiers
-        example = example_for_export(spec, ctx.inputs, dims, ctx.seed)
-        args = tuple(model.prepare_inputs(example).values())
+        example = model.prepare_inputs(example_for_export(spec, ctx.inputs, dims, ctx.seed))
+        # Bound to forward's signature: *args wrappers nest, keyword-only parameters go by name.
+        args, kwargs = bind_inputs(module, example)
+        shapes = bind_dynamic_shapes(module, list(example), shapes) if dims else None
         ctx.details["dynamic_dims"] = {n: [lo, hi] for n, (lo, hi) in dims.items()}
         ctx.progress(0.1, "exporting")
         try:
             ep = torch.export.export(
-                module.eval(), args, dynamic_shapes=shapes if dims else None, strict=config.strict
+                module.eval(), args, kwargs=kwargs, dynamic_shapes=shapes, strict=config.strict
             )
         except Exception as exc:
             raise self._explain_failure(exc, dims) from None
@@ -127,6 +130,7 @@ class TorchExport(Pass):
         return PassError(f"torch_export failed: {name}: {_first_line(exc)}")
 
     def to_script(self, config: TorchExportConfig) -> ScriptStep:
+        from accel.models import calls
         from accel.passes._torch_helpers import prepared_args, source_of
 
         dynamic = "{n: (lo, hi) for n, (lo, hi, _) in DIMS.items()" + (
@@ -146,10 +150,23 @@ class TorchExport(Pass):
             "example = inputs\n"
             "if any(dims_now[n] < 2 for n in export_dims):\n"
             "    example = make_inputs(seed=SEED, dims={n: max(2, v) if n in export_dims else v for n, v in dims_now.items()})\n"
-            "ep = torch.export.export(model.eval(), tuple(prepared_args(example, input_casts, device)),\n"
-            f"                         dynamic_shapes=shapes if export_dims else None, strict={config.strict})\n"
+            "example = dict(zip(inputs, prepared_args(example, input_casts, device)))\n"
+            "# Bound to forward's signature: *args wrappers nest, keyword-only parameters go by name.\n"
+            "args, kwargs = bind_inputs(model, example)\n"
+            "shapes = bind_dynamic_shapes(model, list(example), shapes) if export_dims else None\n"
+            "ep = torch.export.export(model.eval(), args, kwargs=kwargs,\n"
+            f"                         dynamic_shapes=shapes, strict={config.strict})\n"
             "torch.export.save(ep, str(step_dir / 'model.pt2'))\n"
             "# From here on the script runs the saved program, as the studio does.\n"
             "model = torch.export.load(str(step_dir / 'model.pt2')).module()\n"
         )
-        return ScriptStep(code=code, helpers=source_of(prepared_args))
+        return ScriptStep(
+            code=code,
+            helpers=source_of(
+                prepared_args,
+                calls.forward_signature,
+                calls._exported_keywords,
+                calls.bind_inputs,
+                calls.bind_dynamic_shapes,
+            ),
+        )
