@@ -13,6 +13,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from accel.models.corpus import CORPUS_PREFIXES
+
 EAGER = "eager"
 COMPILED = "compiled"
 SCRIPTED = "scripted"
@@ -94,7 +96,7 @@ def source_form(source: str) -> str | None:
     that is not there, a suffix another runtime loads)."""
     text = str(source).strip()
     target = text.split("@", 1)[0].split("(", 1)[0].strip()
-    if target.startswith(("zoo:", "tv:", "hf:")):
+    if target.startswith(("zoo:", *CORPUS_PREFIXES)):
         return EAGER
     path = Path(target)
     suffix = path.suffix.lower()

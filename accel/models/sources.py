@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.errors import InputSpecError, ModelLoadError
+from accel.models.corpus import CORPUS_PREFIXES
 from accel.models.inputs import InputSpec
 from accel.models.loaded import LoadedModel
 from accel.trust import (
@@ -83,7 +84,7 @@ def load_model(
     suffix = path.suffix.lower()
     if target.startswith("zoo:"):
         lm = _load_zoo(target[4:], kwargs, spec, source)
-    elif target.startswith(("tv:", "hf:")):
+    elif target.startswith(CORPUS_PREFIXES):
         lm = _load_corpus(target, kwargs, spec, source)
     elif suffix == ".onnx":
         lm = _load_onnx(path, spec, source)

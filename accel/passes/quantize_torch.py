@@ -429,6 +429,48 @@ class QuantizeWeightOnly(Pass):
         )
 
 
+# -- static int8 (PT2E) failures: which step of PT2E failed, and which check ------------------
+
+_PT2E_STEPS = {
+    "export_for_quantization": "exporting the model with torch.export",
+    "prepare_pt2e": "inserting observers (prepare_pt2e with the X86 quantizer)",
+    "call_module": "running a calibration batch through the observed graph",
+    "convert_pt2e": "converting the calibrated graph to int8 (convert_pt2e)",
+}
+
+
+def _pt2e_step(exc: BaseException) -> str | None:
+    """The helper called by pt2e_static_quantize in whose frames ``exc`` was raised."""
+    import traceback
+
+    names = [f.name for f in traceback.extract_tb(exc.__traceback__)]
+    if "pt2e_static_quantize" not in names:
+        return None
+    after = names[names.index("pt2e_static_quantize") + 1 :]
+    return next((n for n in after if n in _PT2E_STEPS), None)
+
+
+def _explain_pt2e_failure(exc: BaseException) -> str:
+    """quantize_static_int8's refusal: the PT2E step that failed and the check inside it."""
+    from accel.passes._export_errors import explain_export_failure, first_line
+
+    step = _pt2e_step(exc)
+    if step == "export_for_quantization":
+        cause = explain_export_failure(exc)
+        fix = (
+            "PT2E quantizes a torch.export graph; fix what stops the export, or use "
+            "quantize_dynamic_int8 (no export needed) or the ONNX / OpenVINO int8 routes."
+        )
+    else:
+        cause = f"{type(exc).__name__}: {first_line(exc)}"
+        fix = (
+            "exclude the layer named in the message (exclude: [...]), or use quantize_dynamic_int8 "
+            "or the ONNX / OpenVINO int8 routes."
+        )
+    what = _PT2E_STEPS.get(step or "", "quantizing the model")
+    return f"quantize_static_int8 failed while {what}: {cause}. {fix}"
+
+
 # -- static int8 (PT2E) --------------------------------------------------------------------------
 
 
@@ -500,12 +542,7 @@ class QuantizeStaticInt8(Pass):
         except Exception as exc:
             if type(exc).__name__ == "Cancelled":
                 raise
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise PassError(
-                f"quantize_static_int8 could not export or quantize the model ({type(exc).__name__}: {first}). "
-                "PT2E needs a model torch.export can trace (no data-dependent Python control flow); "
-                "use quantize_dynamic_int8 instead, or exclude the failing layer."
-            ) from None
+            raise PassError(_explain_pt2e_failure(exc)) from None
         ctx.metrics["quantized_layers"] = float(len(names))
         ctx.details["hint"] = (
             "in eager mode the graph runs reference quantize/dequantize ops (slower than float); "

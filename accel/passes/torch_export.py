@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 from typing import TYPE_CHECKING
 
 from pydantic import Field
@@ -36,11 +35,6 @@ class TorchExportConfig(PassConfig):
 def dynamic_dims(spec: InputSpec, config: TorchExportConfig) -> dict[str, tuple[int, int]]:
     """name -> (min, max) of the dims exported as dynamic."""
     return ranged_dims(spec, config.static_dims) if config.dynamic else {}
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 @register_pass
@@ -103,31 +97,29 @@ class TorchExport(Pass):
     @staticmethod
     def _explain_failure(exc: BaseException, dims: dict[str, tuple[int, int]]) -> Exception:
         from accel.errors import PassError
+        from accel.passes._export_errors import (
+            explain_export_failure,
+            first_line,
+            fixed_dims,
+            is_data_dependent,
+            user_frame,
+        )
 
-        text = str(exc)
-        name = type(exc).__name__
-        m = re.search(r"Constraints violated \(([^)]*)\)", text)
-        if m:
-            fixed = [d.strip() for d in m.group(1).split(",")]
+        fixed = fixed_dims(exc)
+        if fixed:
             return PassError(
                 f"torch_export: the model fixes dim(s) {', '.join(fixed)} to a constant while tracing, so they cannot "
                 f"be dynamic. Add them to static_dims (static_dims: [{', '.join(fixed)}]), or set dynamic: false. "
-                f"({_first_line(exc)})"
+                f"({first_line(exc)})"
             )
-        data_dependent = (
-            "data-dependent" in text.lower()
-            or "GuardOnDataDependent" in name
-            or "data dependent" in text.lower()
-        )
-        if data_dependent:
-            where = re.search(r'File "([^"]+)", line (\d+)', text)
-            loc = f" at {where.group(1)}:{where.group(2)}" if where else ""
+        if is_data_dependent(exc):
             return PassError(
-                f"torch_export: the forward has data-dependent control flow{loc} (a Python branch or size that "
-                "depends on tensor values). Rewrite it with torch.cond / torch.where, or use torchscript with "
-                f"method: script, or compile instead. ({name}: {_first_line(exc)})"
+                f"torch_export: the forward has data-dependent control flow{user_frame(exc)} (torch.export's guard "
+                "on a value read from a tensor stopped it: a Python branch or size that depends on tensor values). "
+                "Rewrite it with torch.cond / torch.where, or use torchscript with method: script, or compile "
+                f"instead. ({type(exc).__name__}: {first_line(exc)})"
             )
-        return PassError(f"torch_export failed: {name}: {_first_line(exc)}")
+        return PassError(f"torch_export: {explain_export_failure(exc)}")
 
     def to_script(self, config: TorchExportConfig) -> ScriptStep:
         from accel.models import calls
