@@ -197,11 +197,19 @@ def _export(
         warnings.simplefilter("always")
         # Bound to forward's signature: *args wrappers nest, keyword-only parameters go by name.
         call_args, call_kwargs = bind_inputs(module, dict(zip(names, args)))
+        if call_kwargs and config.exporter == "torchscript":
+            from accel.errors import PassError
+
+            raise PassError(
+                "the torchscript ONNX exporter traces forward() with positional arguments, and this "
+                f"forward takes {', '.join(call_kwargs)} as keyword-only parameters; use exporter: "
+                "dynamo (it passes them by name)"
+            )
         with torch.inference_mode(False), torch.no_grad():
             if config.exporter == "torchscript":
                 torch.onnx.export(
                     module,
-                    call_args + ((call_kwargs,) if call_kwargs else ()),  # a last dict: kwargs
+                    call_args,
                     str(path),
                     input_names=names,
                     output_names=out_names,
@@ -487,8 +495,7 @@ class ExportOnnx(Pass):
             axes = "DYNAMIC_AXES or None" if config.dynamic else "None"
             lines += [
                 "torch.onnx.export(",
-                "    model, call_args + ((call_kwargs,) if call_kwargs else ()), str(onnx_path),",
-                "    input_names=list(inputs), output_names=output_names,",
+                "    model, call_args, str(onnx_path), input_names=list(inputs), output_names=output_names,",
                 f"    dynamic_axes={axes}, opset_version={opset}, do_constant_folding=True, dynamo=False,",
                 ")",
             ]
