@@ -346,3 +346,112 @@ def test_prune_channels_t5_shrinks_the_head_size_its_attention_reshapes_with(tmp
     assert att.n_heads == 4 and att.o.in_features == 16
     got = out.forward(out.example_inputs(seed=1, batch=2, seq=5, dec=3))
     assert got.logits.shape == (2, 3, 100) and ref.logits.shape[-1] == 100
+
+
+# -- the widened corpus (issue 32) -----------------------------------------------------------
+
+
+def test_corpus_prefixes_are_built_in_sources_not_code():
+    """timm:convnext_tiny reads like pkg:function; the trust check must know it is built in."""
+    from accel.models.corpus import CORPUS_PREFIXES
+    from accel.trust import BUILT_IN_PREFIXES, is_code_ref
+
+    assert set(CORPUS_PREFIXES) <= set(BUILT_IN_PREFIXES)
+    for name in CORPUS:
+        assert name.startswith(CORPUS_PREFIXES)
+        assert not is_code_ref(name), name
+
+
+def test_every_entry_names_an_input_its_padding_check_can_pad():
+    from accel.models.inputs import InputSpec
+
+    for entry in CORPUS.values():
+        if entry.padding_mask:
+            spec = InputSpec.parse(entry.small_spec)
+            mask = next(t for t in spec.inputs if t.name == entry.padding_mask)
+            assert len(mask.shape) == 2 and all(isinstance(d, str) for d in mask.shape)
+
+
+def test_padded_inputs_pad_rows_like_a_tokenizer():
+    from accel.corpus_check import padded_inputs
+    from accel.models.inputs import InputSpec
+
+    spec = InputSpec.parse(CORPUS["hf:bert_base_padded"].small_spec)
+    x = padded_inputs(spec, "attention_mask", seed=1)
+    mask, ids = x["attention_mask"], x["input_ids"]
+    assert mask.shape == ids.shape == (3, 16 + 7)  # 3 rows, another length than the default 16
+    assert mask.sum(1).tolist() == [23, 15, 5]  # full, two thirds, a quarter
+    assert mask[1, :15].all() and not mask[1, 15:].any()  # padding at the end of each row
+    assert (ids[mask == 0] == 0).all() and (ids[mask == 1] > 0).all()
+
+
+def test_padded_check_fails_a_model_that_only_runs_at_the_example_length(tmp_path):
+    """The matrix's padded-rows check is real: a model whose shapes were frozen at the example
+    length (torch_export with seq static) cannot run the padded batch, and its cell says so."""
+    from accel.corpus_check import _ModelCheck
+
+    check = _ModelCheck(
+        "hf:bert_base_padded",
+        CORPUS["hf:bert_base_padded"].small_spec,
+        tmp_path,
+        None,
+        "cpu",
+        False,
+    )
+    cell = check.cell("torch_export", {"static_dims": ["seq"]})
+    assert cell.outcome == "crash"
+    assert "runs on the example's shape but not on padded rows" in cell.reason
+    cell = check.cell("torch_export", {})
+    assert cell.outcome == "ok" and cell.parity_passed, cell.parity
+    assert cell.details["padded_dims"] == {"batch": 3, "seq": 23}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "diffusers:vae_decoder",
+        "diffusers:unet2d_condition",
+        pytest.param("hf:wav2vec2_base", marks=pytest.mark.slow),
+        pytest.param("hf:detr_resnet50", marks=pytest.mark.slow),
+    ],
+)
+def test_new_families_load_from_configs_with_the_same_weights(name):
+    pytest.importorskip("diffusers" if name.startswith("diffusers:") else "transformers")
+    a = load_model(name, CORPUS[name].small_spec)
+    b = load_model(name, CORPUS[name].small_spec)
+    assert a.content_hash == b.content_hash
+    out = a.forward(a.example_inputs())
+    assert out is not None
+
+
+def test_vae_decoder_makes_an_image_eight_times_the_latent():
+    pytest.importorskip("diffusers")
+    lm = load_model("diffusers:vae_decoder", CORPUS["diffusers:vae_decoder"].small_spec)
+    out = lm.forward(lm.example_inputs(batch=2))
+    assert out.shape == (2, 3, 64, 64)
+
+
+TIMM_SKIP = None
+try:
+    from accel.models.corpus import package_error
+
+    TIMM_SKIP = package_error("timm:")
+except ImportError:  # pragma: no cover
+    TIMM_SKIP = "no package_error"
+
+
+@pytest.mark.skipif(TIMM_SKIP is None, reason="timm imports here")
+def test_timm_missing_or_broken_says_why_and_what_to_install():
+    with pytest.raises(ModelLoadError) as e:
+        load_model("timm:convnext_tiny", CORPUS["timm:convnext_tiny"].small_spec)
+    msg = str(e.value)
+    assert msg.startswith("timm: models need timm")
+    assert "accel-studio[corpus]" in msg or "torchvision build made for this torch" in msg
+
+
+@pytest.mark.skipif(TIMM_SKIP is not None, reason=f"timm unusable: {TIMM_SKIP}")
+def test_timm_efficientnet_loads_with_warm_batchnorm():
+    lm = load_model("timm:efficientnet_b0", CORPUS["timm:efficientnet_b0"].small_spec)
+    assert 5e6 < lm.num_params < 6e6
+    bn = next(m for m in lm.module.modules() if isinstance(m, torch.nn.BatchNorm2d))
+    assert not torch.allclose(bn.running_var, torch.ones_like(bn.running_var))
