@@ -455,3 +455,46 @@ def test_timm_efficientnet_loads_with_warm_batchnorm():
     assert 5e6 < lm.num_params < 6e6
     bn = next(m for m in lm.module.modules() if isinstance(m, torch.nn.BatchNorm2d))
     assert not torch.allclose(bn.running_var, torch.ones_like(bn.running_var))
+
+
+_BN_ACT = """
+import torch
+from torch import nn
+
+
+class BatchNormAct2d(nn.BatchNorm2d):
+    '''As timm's: the norm and the activation in one module (its own forward).'''
+
+    def __init__(self, n):
+        super().__init__(n)
+        self.act = nn.SiLU()
+
+    def forward(self, x):
+        return self.act(super().forward(x))
+
+
+def build():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 8, 3), BatchNormAct2d(8), nn.Conv2d(8, 4, 1), BatchNormAct2d(4))
+    m.train()
+    m(torch.randn(4, 3, 16, 16))
+    return m.eval()
+"""
+
+
+def test_fold_batchnorm_names_the_check_timm_norm_act_layers_fail(tmp_path):
+    """timm:efficientnet_b0's refusal: its BatchNormAct2d layers also apply the activation, so
+    folding them into the conv (leaving Identity) would drop it; the message says so."""
+    from accel.errors import PassError
+    from accel.passes import PassContext, get_pass
+
+    (tmp_path / "bnact.py").write_text(_BN_ACT)
+    model = load_model(f"{tmp_path / 'bnact.py'}:build", "x:float32[batch,3,16,16]; batch=1..4:1")
+    ref = model.forward(model.example_inputs())
+    cls = get_pass("fold_batchnorm")
+    ctx = PassContext(inputs=model.example_inputs(), work_dir=tmp_path, original=model)
+    with pytest.raises(PassError) as e:
+        cls().apply(model, cls.parse_config({}), ctx)
+    assert "all of type BatchNormAct2d" in str(e.value) and "would drop" in str(e.value)
+    # Nothing was changed: the activation is still there.
+    torch.testing.assert_close(model.forward(model.example_inputs()), ref)
