@@ -99,7 +99,13 @@ def export_for_quantization(model, example_inputs):
     args, kwargs = bind_inputs(model, example_inputs)
     dynamic = bind_dynamic_shapes(model, names, auto)
     ep = torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=dynamic)
-    return ep.module()
+    graph = ep.module()
+    # Outputs the forward computes but does not return (a wrapper that returns BERT's hidden
+    # states leaves the pooler's Linear -> Tanh unused) stay in the graph, and the X86
+    # quantizer's fusion annotation fails on such an output-less pattern (IndexError).
+    if graph.graph.eliminate_dead_code():
+        graph.recompile()
+    return graph
 
 
 def x86_quant_config(observer="histogram", is_qat=False):

@@ -165,3 +165,82 @@ def test_static_int8_refusal_names_the_export_check_and_the_line(tmp_path):
     assert "while exporting the model with torch.export" in msg
     assert "data-dependent guard" in msg and "branchy.py:12" in msg
     assert "GuardOnDataDependentSymNode" in msg and "torch.cond" in msg
+
+
+HF_WRAPPERS = '''
+import torch
+from transformers import BertConfig, BertModel, ResNetConfig, ResNetForImageClassification
+
+
+class Main(torch.nn.Module):
+    """forward(*args) returning the main tensor: the wrapper of issue 32's searches."""
+
+    def __init__(self, m, field):
+        super().__init__()
+        self.m, self.field = m, field
+
+    def forward(self, *args):
+        return getattr(self.m(*args), self.field)
+
+
+def bert():
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=200, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=64)
+    return Main(BertModel(cfg), "last_hidden_state").eval()
+
+
+def resnet():
+    torch.manual_seed(0)
+    cfg = ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], num_labels=4)
+    return Main(ResNetForImageClassification(cfg), "logits").eval()
+'''
+
+
+@pytest.mark.parametrize(
+    ("factory", "spec"),
+    [
+        ("bert", "input_ids:int64[batch,seq]{0..200}; batch=1..8:1; seq=2..64:8"),
+        ("resnet", "pixel_values:float32[batch,3,32,32]; batch=1..8:1"),
+    ],
+)
+def test_issue_32_models_in_small_configs_quantize_static_int8(factory, spec, tmp_path):
+    """Both real models of issue 32 (a BERT encoder and transformers' ResNet, wrapped as
+    forward(*args)) failed every PT2E trial with torch.export's structure check."""
+    pytest.importorskip("transformers")
+    path = tmp_path / "hf_wrappers.py"
+    path.write_text(HF_WRAPPERS)
+    passes = ["quantize_static_int8", "torch_export", "export_onnx"]
+    cells = check_model(f"{path}:{factory}", spec, passes, work_dir=tmp_path, time_it=False)
+    assert {c.pass_name: c.outcome for c in cells} == dict.fromkeys(passes, "ok"), [
+        c.reason for c in cells
+    ]
+
+
+class _DropsPooler(torch.nn.Module):
+    """Computes a Linear -> Tanh it does not return (BERT's pooler behind a wrapper that
+    returns the hidden states): X86InductorQuantizer's linear-unary annotation took the
+    output-less pattern and failed with IndexError in partition.output_nodes[0]."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+        self.pool = torch.nn.Linear(8, 8)
+        self.act = torch.nn.Tanh()
+
+    def forward(self, x):
+        h = self.fc(x)
+        self.act(self.pool(h[:, 0]))  # computed, never returned
+        return h
+
+
+def test_static_int8_ignores_what_the_forward_computes_but_drops():
+    from accel.passes._torch_quant_helpers import pt2e_static_quantize
+
+    torch.manual_seed(0)
+    model = _DropsPooler().eval()
+    batches = [{"x": torch.randn(2, 4, 8)} for _ in range(2)]
+    q = pt2e_static_quantize(model, batches, example=batches[0])
+    got = q(torch.randn(3, 4, 8))
+    assert got.shape == (3, 4, 8)
+    assert not any("tanh" in str(n.target) for n in q.graph.nodes)
