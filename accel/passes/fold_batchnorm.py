@@ -40,10 +40,10 @@ def _nothing_folded(module: Any, bns: list[str]) -> str:
     if own_forward and all(type(module.get_submodule(n)) not in plain for n in bns):
         return (
             f"fold_batchnorm found {len(bns)} BatchNorm layer(s), all of type "
-            f"{', '.join(own_forward)}: a BatchNorm subclass with its own forward (timm's "
-            "BatchNormAct2d also applies the activation), which folding into the conv would "
-            "drop; the check 'the norm layer is a plain BatchNorm' failed for every one. "
-            "Remove the step (or fold in the model's own code, e.g. timm's fuse helpers)."
+            f"{', '.join(own_forward)}: a BatchNorm subclass with its own forward, which folding "
+            "into the conv would drop (timm's BatchNormAct layers fold: their drop and act stay); "
+            "the check 'the norm layer is a plain BatchNorm or a known norm-act layer' failed for "
+            "every one. Remove the step."
         )
     return (
         f"fold_batchnorm found {len(bns)} BatchNorm layer(s) but none reading only the output "
@@ -125,6 +125,8 @@ class FoldBatchNorm(Pass):
 
     def to_script(self, config: FoldBatchNormConfig) -> ScriptStep:
         from accel.passes._torch_helpers import (
+            _after_norm,
+            _is_fx_leaf,
             conv_bn_pairs_from_export,
             fold_batchnorm,
             prepared_args,
@@ -138,5 +140,7 @@ class FoldBatchNorm(Pass):
         return ScriptStep(
             code=code,
             imports=["import torch.fx"],
-            helpers=source_of(conv_bn_pairs_from_export, fold_batchnorm, prepared_args),
+            helpers=source_of(
+                conv_bn_pairs_from_export, _is_fx_leaf, _after_norm, fold_batchnorm, prepared_args
+            ),
         )

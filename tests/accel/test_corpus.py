@@ -463,38 +463,71 @@ from torch import nn
 
 
 class BatchNormAct2d(nn.BatchNorm2d):
-    '''As timm's: the norm and the activation in one module (its own forward).'''
+    # As timm's: the norm, then drop and act, in one module (its own forward).
 
     def __init__(self, n):
         super().__init__(n)
+        self.drop = nn.Identity()
         self.act = nn.SiLU()
 
     def forward(self, x):
-        return self.act(super().forward(x))
+        return self.act(self.drop(super().forward(x)))
 
 
-def build():
-    torch.manual_seed(0)
-    m = nn.Sequential(nn.Conv2d(3, 8, 3), BatchNormAct2d(8), nn.Conv2d(8, 4, 1), BatchNormAct2d(4))
+class ScaledNorm(nn.BatchNorm2d):
+    # A BatchNorm subclass whose forward adds work the fold cannot keep.
+
+    def forward(self, x):
+        return super().forward(x) * 2
+
+
+def _warm(m):
     m.train()
     m(torch.randn(4, 3, 16, 16))
     return m.eval()
+
+
+def norm_act():
+    torch.manual_seed(0)
+    return _warm(nn.Sequential(nn.Conv2d(3, 8, 3), BatchNormAct2d(8), nn.Conv2d(8, 4, 1),
+                               BatchNormAct2d(4)))
+
+
+def scaled():
+    torch.manual_seed(0)
+    return _warm(nn.Sequential(nn.Conv2d(3, 8, 3), ScaledNorm(8)))
 """
 
 
-def test_fold_batchnorm_names_the_check_timm_norm_act_layers_fail(tmp_path):
-    """timm:efficientnet_b0's refusal: its BatchNormAct2d layers also apply the activation, so
-    folding them into the conv (leaving Identity) would drop it; the message says so."""
-    from accel.errors import PassError
+def _fold(tmp_path, factory):
     from accel.passes import PassContext, get_pass
 
     (tmp_path / "bnact.py").write_text(_BN_ACT)
-    model = load_model(f"{tmp_path / 'bnact.py'}:build", "x:float32[batch,3,16,16]; batch=1..4:1")
+    spec = "x:float32[batch,3,16,16]; batch=1..4:1"
+    model = load_model(f"{tmp_path / 'bnact.py'}:{factory}", spec)
     ref = model.forward(model.example_inputs())
     cls = get_pass("fold_batchnorm")
     ctx = PassContext(inputs=model.example_inputs(), work_dir=tmp_path, original=model)
+    return model, ref, cls, ctx
+
+
+def test_fold_batchnorm_folds_timm_norm_act_layers_and_keeps_their_activation(tmp_path):
+    """timm:efficientnet_b0 was refused: its BatchNormAct2d layers (norm, drop, act) were not
+    plain BatchNorms, and fx traces through them; now the norm folds, drop and act stay."""
+    model, ref, cls, ctx = _fold(tmp_path, "norm_act")
+    new = cls().apply(model, cls.parse_config({}), ctx)
+    assert ctx.details["folded"] == 2
+    assert _bn_count(new.module) == 0
+    assert isinstance(new.module[1], torch.nn.Sequential)
+    assert isinstance(new.module[1][1], torch.nn.SiLU)
+    torch.testing.assert_close(new.forward(ctx.inputs), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_fold_batchnorm_names_the_check_other_norm_subclasses_fail(tmp_path):
+    from accel.errors import PassError
+
+    model, ref, cls, ctx = _fold(tmp_path, "scaled")
     with pytest.raises(PassError) as e:
         cls().apply(model, cls.parse_config({}), ctx)
-    assert "all of type BatchNormAct2d" in str(e.value) and "would drop" in str(e.value)
-    # Nothing was changed: the activation is still there.
-    torch.testing.assert_close(model.forward(model.example_inputs()), ref)
+    assert "all of type ScaledNorm" in str(e.value) and "would drop" in str(e.value)
+    torch.testing.assert_close(model.forward(model.example_inputs()), ref)  # untouched
