@@ -184,6 +184,7 @@ def update_attention_attributes(blocks, whole_heads):
             "key_value_proj_dim": head_dim,
             "all_head_size": q_width,
             "inner_dim": q_width,
+            "attn_dim": n_q * head_dim,  # timm's Attention reshapes its output with it
         }
         for attr, value in values.items():
             current = getattr(b["block"], attr, None)

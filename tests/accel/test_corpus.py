@@ -531,3 +531,61 @@ def test_fold_batchnorm_names_the_check_other_norm_subclasses_fail(tmp_path):
         cls().apply(model, cls.parse_config({}), ctx)
     assert "all of type ScaledNorm" in str(e.value) and "would drop" in str(e.value)
     torch.testing.assert_close(model.forward(model.example_inputs()), ref)  # untouched
+
+
+_TIMM_ATTENTION = """
+import torch
+from torch import nn
+
+
+class Attention(nn.Module):
+    # As timm's vision_transformer.Attention: fused qkv, output reshaped with self.attn_dim.
+
+    def __init__(self, dim, num_heads):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, dim // num_heads
+        self.attn_dim = dim
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        x = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.proj(x.transpose(1, 2).reshape(B, N, self.attn_dim))
+
+
+class Block(nn.Module):
+    def __init__(self, dim=64, heads=4):
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.attn = Attention(dim, heads)
+        self.fc1, self.fc2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.fc2(torch.relu(self.fc1(self.norm2(x))))
+
+
+def build():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 64), Block(), Block(), nn.LayerNorm(64), nn.Linear(64, 10)).eval()
+"""
+
+
+def test_prune_channels_keeps_timm_attention_reshape_in_line(tmp_path):
+    """timm:deit_small_patch16_224 was refused ('shape [1, 197, 384] is invalid'): timm's
+    Attention reshapes its output with self.attn_dim, which pruning left at the old width."""
+    from accel.passes import PassContext, get_pass
+
+    (tmp_path / "vit.py").write_text(_TIMM_ATTENTION)
+    model = load_model(f"{tmp_path / 'vit.py'}:build", "x:float32[batch,8,16]; batch=1..4:1")
+    cls = get_pass("prune_channels")
+    ctx = PassContext(inputs=model.example_inputs(), original=model, work_dir=tmp_path)
+    out = cls().apply(model, cls.parse_config({"ratio": 0.25}), ctx)
+    attn = out.module[1].attn
+    assert ctx.details["attention_pruning"] == "head size"
+    assert attn.attn_dim == attn.num_heads * attn.head_dim == attn.proj.in_features < 64
+    assert attn.qkv.out_features == 3 * attn.attn_dim
+    assert out.forward(out.example_inputs(seed=1, batch=3)).shape == (3, 8, 10)
