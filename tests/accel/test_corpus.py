@@ -589,3 +589,42 @@ def test_prune_channels_keeps_timm_attention_reshape_in_line(tmp_path):
     assert attn.attn_dim == attn.num_heads * attn.head_dim == attn.proj.in_features < 64
     assert attn.qkv.out_features == 3 * attn.attn_dim
     assert out.forward(out.example_inputs(seed=1, batch=3)).shape == (3, 8, 10)
+
+
+_CHANNEL_ASSERT = """
+import torch
+from torch import nn
+
+
+class Upsample2D(nn.Module):
+    # As diffusers': keeps its channel count and asserts the input has it.
+
+    def __init__(self, channels):
+        super().__init__()
+        self.channels = channels
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x):
+        assert x.shape[1] == self.channels
+        return self.conv(nn.functional.interpolate(x, scale_factor=2.0))
+
+
+def build():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(4, 32, 3, padding=1), Upsample2D(32), nn.Conv2d(32, 3, 1)).eval()
+"""
+
+
+def test_prune_channels_updates_the_channel_count_a_block_asserts(tmp_path):
+    """diffusers:vae_decoder was refused ('the pruned model no longer runs (AssertionError)'):
+    Upsample2D asserts the input width against its own ``channels``, which pruning left."""
+    from accel.passes import PassContext, get_pass
+
+    (tmp_path / "up.py").write_text(_CHANNEL_ASSERT)
+    model = load_model(f"{tmp_path / 'up.py'}:build", "z:float32[batch,4,8,8]; batch=1..4:1")
+    cls = get_pass("prune_channels")
+    ctx = PassContext(inputs=model.example_inputs(), original=model, work_dir=tmp_path)
+    out = cls().apply(model, cls.parse_config({"ratio": 0.5}), ctx)
+    up = out.module[1]
+    assert up.channels == up.conv.in_channels == out.module[0].out_channels < 32
+    assert out.forward(out.example_inputs(seed=1, batch=2)).shape == (2, 3, 16, 16)
