@@ -628,3 +628,24 @@ def test_prune_channels_updates_the_channel_count_a_block_asserts(tmp_path):
     up = out.module[1]
     assert up.channels == up.conv.in_channels == out.module[0].out_channels < 32
     assert out.forward(out.example_inputs(seed=1, batch=2)).shape == (2, 3, 16, 16)
+
+
+def test_vae_decoder_cells_that_were_refused(tmp_path):
+    """diffusers:vae_decoder's refusals: onnx_fp16 ('two nodes with same node name': the
+    converter's duplicate Casts reached ORT's probe) and prune_channels (Upsample2D's assert,
+    and the image conv lost output channels)."""
+    pytest.importorskip("diffusers")
+    from accel.corpus_check import check_model
+
+    name = "diffusers:vae_decoder"
+    cells = check_model(
+        name,
+        CORPUS[name].small_spec,
+        ["onnx_fp16", "prune_channels"],
+        work_dir=tmp_path,
+        time_it=False,
+    )
+    assert {c.pass_name: c.outcome for c in cells} == {"onnx_fp16": "ok", "prune_channels": "ok"}, [
+        c.reason for c in cells
+    ]
+    assert "shape" not in cells[1].parity  # same output shape: 3 image channels kept
