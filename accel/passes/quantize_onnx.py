@@ -293,9 +293,11 @@ def _check_loads(path: Path, levels: list[str], ctx: PassContext) -> None:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise PassError(
                 f"the quantized model does not load in ONNX Runtime at graph_optimization_level "
-                f"{level} (which a later step or the studio's own check uses): {first}. Exclude "
-                "the node named there (exclude: [...]) or its op type (exclude_op_types), or "
-                "use graph_optimization_level: basic in the onnxruntime step."
+                f"{level} (which a later step or the studio's own check uses): {first}. The "
+                "float model loads, so ONNX Runtime's quantizer (or its fusions at this level) "
+                "built the invalid node; a later onnxruntime step at a lower "
+                "graph_optimization_level may load it, else use quantize_onnx_dynamic or the "
+                "OpenVINO int8 route (quantize_openvino) for this model."
             ) from None
     ctx.details["load_checked_levels"] = levels
 

@@ -649,3 +649,19 @@ def test_vae_decoder_cells_that_were_refused(tmp_path):
         c.reason for c in cells
     ]
     assert "shape" not in cells[1].parity  # same output shape: 3 image channels kept
+
+
+@pytest.mark.slow
+def test_vae_decoder_static_onnx_int8_is_refused_where_it_is_made(tmp_path):
+    """ONNX Runtime's static quantizer writes a QDQ pair for the mid-block attention's MatMul
+    output as if it were a 32-element initializer; ORT's own load then fails its shape
+    inference. The load check refuses it in the quantization step, with ORT's message."""
+    pytest.importorskip("diffusers")
+    from accel.corpus_check import check_model
+
+    name = "diffusers:vae_decoder"
+    (cell,) = check_model(
+        name, CORPUS[name].small_spec, ["quantize_onnx_static"], work_dir=tmp_path, time_it=False
+    )
+    assert cell.outcome == "refused"
+    assert "does not load in ONNX Runtime" in cell.reason and "ShapeInferenceError" in cell.reason
