@@ -128,6 +128,7 @@ class FoldBatchNorm(Pass):
             _after_norm,
             _is_fx_leaf,
             conv_bn_pairs_from_export,
+            conv_bn_pairs_from_fx,
             fold_batchnorm,
             prepared_args,
             source_of,
@@ -141,6 +142,11 @@ class FoldBatchNorm(Pass):
             code=code,
             imports=["import torch.fx"],
             helpers=source_of(
-                conv_bn_pairs_from_export, _is_fx_leaf, _after_norm, fold_batchnorm, prepared_args
+                conv_bn_pairs_from_export,
+                _is_fx_leaf,
+                _after_norm,
+                conv_bn_pairs_from_fx,
+                fold_batchnorm,
+                prepared_args,
             ),
         )
