@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.errors import AccelError, NotApplicable, PassError
+from accel.models.shapes import current_dims
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,45 @@ def _jsonable(v: Any) -> Any:
     if isinstance(v, (str, int, float, bool)) or v is None:
         return v
     return str(v)
+
+
+class PaddedRunError(RuntimeError):
+    """An optimized model that ran at the example's shape failed on padded rows of another
+    length (a crash cell: shapes the model is used at do not run)."""
+
+
+def _padding_mask_of(source: str) -> str:
+    from accel.models.corpus import CORPUS
+
+    entry = CORPUS.get(source)
+    return entry.padding_mask if entry is not None else ""
+
+
+def padded_inputs(spec: Any, mask_name: str, seed: int = 1) -> dict[str, Any]:
+    """A batch as a tokenizer pads it: 3 rows (within the batch range) at another sequence
+    length than the spec's default, each row's mask 1 over its tokens and 0 after them
+    (lengths: full, two thirds, a quarter), token ids 0 (the pad id) where masked."""
+    mask_spec = next(t for t in spec.inputs if t.name == mask_name)
+    batch_dim, seq_dim = mask_spec.shape[0], mask_spec.shape[1]
+    dims = {}
+    if isinstance(batch_dim, str):
+        d = spec.dims[batch_dim]
+        dims[batch_dim] = max(d.min, min(3, d.max))
+    if isinstance(seq_dim, str):
+        d = spec.dims[seq_dim]
+        other = d.default + 7 if d.default + 7 <= d.max else max(d.min, d.default - 3)
+        dims[seq_dim] = other
+    inputs = spec.sample(seed=seed, dims=dims)
+    mask = inputs[mask_name]
+    rows, length = mask.shape[0], mask.shape[1]
+    mask.fill_(1)
+    for i in range(rows):
+        keep = max(1, [length, (2 * length) // 3, length // 4][i % 3])
+        mask[i, keep:] = 0
+    for name, x in inputs.items():
+        if name != mask_name and x.shape[:2] == mask.shape and not x.is_floating_point():
+            x.masked_fill_(mask == 0, 0)
+    return inputs
 
 
 def _fresh(model: Any) -> Any:
@@ -139,6 +179,13 @@ class _ModelCheck:
         self.inputs = self.original.input_spec.sample(seed=0)
         with torch.no_grad():
             self.reference = normalize_outputs(self.original.forward(self.inputs))
+        # Corpus models used with padded batches are also checked on those (another length).
+        self.padded: dict[str, Any] | None = None
+        mask = _padding_mask_of(source)
+        if mask:
+            self.padded = padded_inputs(self.original.input_spec, mask, seed=1)
+            with torch.no_grad():
+                self.padded_reference = normalize_outputs(self.original.forward(self.padded))
         # Converted forms of the original (kind -> model or the reason it failed), made once,
         # when a pass that takes that kind first needs it (onnx, openvino).
         self.converted: dict[str, Any] = {}
@@ -204,6 +251,28 @@ class _ModelCheck:
         cell.reason = cell.reason.strip().splitlines()[0][:400] if cell.reason else ""
         return cell
 
+    def _check_padded(self, new: Any, cell: Cell) -> None:
+        """Parity on the padded batch of another sequence length; a model that cannot run
+        there fails its cell (it only took the example's shape)."""
+        import torch
+
+        from accel.parity import Tolerances, compare, normalize_outputs
+
+        dims = current_dims(self.original.input_spec, self.padded)
+        try:
+            with torch.no_grad():
+                out = normalize_outputs(new.forward(self.padded))
+        except Exception as exc:  # noqa: BLE001 - recorded as the cell's finding
+            raise PaddedRunError(
+                f"runs on the example's shape but not on padded rows at {dims}: "
+                f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+            ) from exc
+        report = compare(self.padded_reference, out, Tolerances())
+        cell.details["padded_dims"] = dims
+        cell.details["padded_parity"] = report.summary()
+        cell.parity_passed = bool(cell.parity_passed and report.passed)
+        cell.parity += f"; padded rows at {dims}: {report.summary()}"
+
     def _build_and_check(self, name: str, cls: Any, p: Any, cell: Cell) -> None:
         import torch
 
@@ -230,6 +299,8 @@ class _ModelCheck:
         report = compare(self.reference, out, Tolerances())
         cell.parity_passed = bool(report.passed)
         cell.parity = report.summary()
+        if self.padded is not None:
+            self._check_padded(new, cell)
         if self.time_it:
             cmp = compare_interleaved(
                 self.original, new, self.inputs, self.timing, device=self.device

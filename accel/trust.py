@@ -48,8 +48,10 @@ RECIPE_TRUST_PICKLE_IGNORED = (
 )
 
 # Sources the studio builds itself (its own code, no user module imported): the demo zoo,
-# the corpus of real architectures (hf: from configs, tv: torchvision), synthetic data.
-BUILT_IN_PREFIXES = ("zoo:", "hf:", "tv:", "synthetic")
+# the corpus of real architectures (accel.models.corpus.CORPUS_PREFIXES: hf: from configs,
+# tv: torchvision, timm:, diffusers: from configs; a test keeps the two lists equal),
+# synthetic data.
+BUILT_IN_PREFIXES = ("zoo:", "hf:", "tv:", "timm:", "diffusers:", "synthetic")
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 

@@ -11,11 +11,15 @@ finished). Usage:
     .venv/bin/python bench/corpus.py --size small             # the same models at small inputs
     .venv/bin/python bench/corpus.py --models hf:mobilenet_v2 hf:llama_small --skip compile
 
-tv: models need a working torchvision (the ``corpus`` extra); where it cannot be imported,
-their rows say why. The CPU build of torch 2.13 that CI installs has no matching torchvision
-wheel here; the tv: rows of the last full run came from a second virtual environment with
-``pip install torch==2.14.1 torchvision==0.29.1`` (a CUDA build, run on the CPU) and
-``pip install -e '.[dev,corpus]'``. bench/corpus_overview.py checks load, graph and profile.
+tv: and timm: models need a working torchvision (the ``corpus`` extra; timm imports it);
+where it cannot be imported, their rows say why. The CPU build of torch 2.13 that CI installs
+has no matching torchvision wheel on PyPI (its wheels need libtorch_cuda); the tv: and timm:
+rows come from a second virtual environment with ``pip install torch==2.14.1
+torchvision==0.29.1 timm diffusers transformers`` (a CUDA build, run on the CPU) and
+``pip install -e .``. hf: and diffusers: models run in the project's own environment.
+An entry with a ``padding_mask`` (hf:bert_base_padded) is also checked on padded rows of another
+sequence length; a model that only runs at the example's shape is a crash there.
+bench/corpus_overview.py checks load, graph and profile.
 """
 
 from __future__ import annotations

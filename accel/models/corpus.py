@@ -1,4 +1,5 @@
-"""Real-architecture corpus: torchvision (``tv:``) and Hugging Face (``hf:``) models at real sizes.
+"""Real-architecture corpus: torchvision (``tv:``), Hugging Face transformers (``hf:``), timm
+(``timm:``) and diffusers (``diffusers:``) models at real (or stated small-config) sizes.
 
 Random initialisation from code and configs, fixed seed, no downloads. Each entry carries the
 input spec of its real size (``input_spec``) and a small one for fast tests (``small_spec``).
@@ -7,8 +8,13 @@ is a real test. Hugging Face models are built with ``use_cache=False`` (no cache
 and return their ModelOutput as users get it; inputs are passed positionally in the spec's order.
 
 Needs the ``corpus`` extra (``pip install 'accel-studio[corpus]'``): torchvision for ``tv:``
-models, transformers for ``hf:`` models. A missing or broken package is a ModelLoadError that
+models, transformers for ``hf:`` models, timm (which imports torchvision) for ``timm:`` models,
+diffusers for ``diffusers:`` models. A missing or broken package is a ModelLoadError that
 names the package and the fix.
+
+An entry with ``padding_mask`` names its attention-mask input: the corpus matrix also checks
+each optimized model on a batch of padded rows of another sequence length (dynamic shapes as
+they are used), not only on the spec's default sample.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from accel.errors import ModelLoadError
 
 SEED = 0
 EXTRA_HINT = "pip install 'accel-studio[corpus]'"
+# Model-source prefixes of the corpus (the loader, the plan and the trust check read these).
+CORPUS_PREFIXES = ("tv:", "hf:", "timm:", "diffusers:")
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,10 @@ class CorpusEntry:
     small_spec: str  # smaller inputs of the same model, for fast tests
     task: str = "classification"
     has_batchnorm: bool = False
+    # Re-initialise convolutions torchvision-style (see _cnn_init): for configs whose
+    # fine-tuning init makes random-weight activations vanish into denormals.
+    cnn_init: bool = False
+    padding_mask: str = ""  # name of the attention-mask input checked with padded rows
 
 
 def _torchvision():
@@ -76,6 +88,86 @@ def _transformers():
             f"reinstall it: {EXTRA_HINT}"
         ) from None
     return transformers
+
+
+def _import_for(prefix: str, package: str) -> Any:
+    """Import ``package`` for ``prefix`` models or raise a ModelLoadError saying why not."""
+    import importlib
+
+    try:
+        return importlib.import_module(package)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or package
+        raise ModelLoadError(
+            f"{prefix} models need {package}, and {missing} is not installed; install the "
+            f"corpus extra: {EXTRA_HINT}"
+        ) from None
+    except Exception as exc:  # e.g. timm importing a torchvision built for another torch
+        import torch
+
+        raise ModelLoadError(
+            f"{prefix} models need {package}, which is installed but cannot be imported beside "
+            f"torch {torch.__version__} ({type(exc).__name__}: {str(exc).splitlines()[0]}). "
+            + (
+                "timm imports torchvision: install the torchvision build made for this torch "
+                "(same version line and CPU/CUDA variant), then retry."
+                if package == "timm"
+                else f"Reinstall it: {EXTRA_HINT}"
+            )
+        ) from None
+
+
+def package_error(prefix: str) -> str | None:
+    """Why models of ``prefix`` ("timm:", "diffusers:", "tv:", "hf:") cannot load here."""
+    package = {"timm:": "timm", "diffusers:": "diffusers", "tv:": "torchvision"}.get(
+        prefix, "transformers"
+    )
+    try:
+        _torchvision() if prefix == "tv:" else _import_for(prefix, package)
+    except ModelLoadError as exc:
+        return str(exc)
+    return None
+
+
+def _timm(name: str, **kwargs: Any) -> Callable[[], Any]:
+    def build():
+        timm = _import_for("timm:", "timm")
+        return timm.create_model(name, pretrained=False, **kwargs)
+
+    return build
+
+
+def _diffusers(model_cls: str, part: str = "", **config: Any) -> Callable[[], Any]:
+    """A diffusers model from a config; ``part="decoder"``: an AutoencoderKL's decoding path
+    alone (post-quant conv, then the decoder), which is what a pipeline runs per image."""
+
+    def build():
+        diffusers = _import_for("diffusers:", "diffusers")
+        model = getattr(diffusers, model_cls)(**config)
+        if part == "decoder":
+            import torch
+
+            return torch.nn.Sequential(model.post_quant_conv, model.decoder)
+        return model
+
+    return build
+
+
+def _detr(**config: Any) -> Callable[[], Any]:
+    """DETR with the transformers ResNet-50 backbone (no timm, no pretrained download)."""
+
+    def build():
+        tr = _transformers()
+        backbone = tr.ResNetConfig(out_features=["stage4"])
+        cfg = tr.DetrConfig(
+            use_timm_backbone=False,
+            use_pretrained_backbone=False,
+            backbone_config=backbone,
+            **config,
+        )
+        return tr.DetrForObjectDetection(cfg)
+
+    return build
 
 
 def _tv(name: str, **kwargs: Any) -> Callable[[], Any]:
@@ -304,6 +396,102 @@ CORPUS: dict[str, CorpusEntry] = {
             _PIX.format(s=64),
             has_batchnorm=True,
         ),
+        CorpusEntry(
+            "hf:bert_base_padded",
+            "BERT-base encoder fed padded batches: 4 rows, attention mask, variable sequence length",
+            _hf("BertConfig", "BertModel"),
+            "input_ids:int64[batch,seq]{1..30522}; attention_mask:int64[batch,seq]{1..2}; "
+            "batch=1..32:4; seq=2..512:128",
+            "input_ids:int64[batch,seq]{1..30522}; attention_mask:int64[batch,seq]{1..2}; "
+            "batch=1..32:4; seq=2..512:16",
+            task="encoder",
+            padding_mask="attention_mask",
+        ),
+        CorpusEntry(
+            "hf:wav2vec2_base",
+            "wav2vec2-base size speech encoder (7-layer conv feature extractor, 12 layers, 94 M params)",
+            _hf("Wav2Vec2Config", "Wav2Vec2Model"),
+            "input_values:float32[batch,samples]{-1..1}; batch=1..8:1; samples=4000..160000:16000",
+            "input_values:float32[batch,samples]{-1..1}; batch=1..8:1; samples=4000..160000:4000",
+            task="audio-encoder",
+        ),
+        CorpusEntry(
+            "hf:detr_resnet50",
+            "DETR detector (ResNet-50 backbone, 6+6 transformer layers, 100 object queries, 41.6 M)",
+            _detr(num_labels=91),
+            "pixel_values:float32[batch,3,512,512]; batch=1..8:1",
+            "pixel_values:float32[batch,3,128,128]; batch=1..8:1",
+            task="detection",
+            cnn_init=True,
+        ),
+        # -- timm (imports torchvision) ------------------------------------------------------
+        CorpusEntry(
+            "timm:convnext_tiny",
+            "timm ConvNeXt-T (depthwise 7x7, LayerNorm2d, layer scale; 28.6 M params)",
+            _timm("convnext_tiny"),
+            _IMG.format(s=224),
+            _IMG.format(s=64),
+        ),
+        CorpusEntry(
+            "timm:efficientnet_b0",
+            "timm EfficientNet-B0 (BatchNormAct2d, SiLU, squeeze-excitation)",
+            _timm("efficientnet_b0"),
+            _IMG.format(s=224),
+            _IMG.format(s=64),
+            has_batchnorm=True,
+        ),
+        CorpusEntry(
+            "timm:deit_small_patch16_224",
+            "timm DeiT-S/16 vision transformer (22 M params, fixed 224x224 input)",
+            _timm("deit_small_patch16_224"),
+            _IMG.format(s=224),
+            _IMG.format(s=224),
+        ),
+        CorpusEntry(
+            "timm:swin_tiny_patch4_window7_224",
+            "timm Swin-T (shifted window attention, fixed 224x224 input; 28 M params)",
+            _timm("swin_tiny_patch4_window7_224"),
+            _IMG.format(s=224),
+            _IMG.format(s=224),
+        ),
+        # -- diffusers, from small configs ---------------------------------------------------
+        CorpusEntry(
+            "diffusers:unet2d_condition",
+            "Stable-Diffusion-style UNet2DConditionModel, small config (64/128/256 channels, "
+            "cross-attention to text embeddings of 256 dims)",
+            _diffusers(
+                "UNet2DConditionModel",
+                sample_size=32,
+                block_out_channels=(64, 128, 256),
+                layers_per_block=2,
+                down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"),
+                up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"),
+                cross_attention_dim=256,
+                attention_head_dim=8,
+            ),
+            "sample:float32[batch,4,32,32]; timestep:int64[batch]{0..1000}; "
+            "encoder_hidden_states:float32[batch,77,256]; batch=1..8:1",
+            "sample:float32[batch,4,16,16]; timestep:int64[batch]{0..1000}; "
+            "encoder_hidden_states:float32[batch,8,256]; batch=1..8:1",
+            task="denoiser",
+        ),
+        CorpusEntry(
+            "diffusers:vae_decoder",
+            "AutoencoderKL decoding path, small config (32-128 channels, GroupNorm, mid-block "
+            "attention): 4-channel latents to an image 8x larger",
+            _diffusers(
+                "AutoencoderKL",
+                part="decoder",
+                block_out_channels=(32, 64, 128, 128),
+                down_block_types=("DownEncoderBlock2D",) * 4,
+                up_block_types=("UpDecoderBlock2D",) * 4,
+                latent_channels=4,
+                layers_per_block=2,
+            ),
+            "z:float32[batch,4,32,32]; batch=1..8:1",
+            "z:float32[batch,4,8,8]; batch=1..8:1",
+            task="decoder",
+        ),
     )
 }
 
@@ -365,7 +553,7 @@ def build_corpus_model(name: str) -> Any:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(SEED)
         model = entry.build()
-        if name.startswith("hf:") and entry.has_batchnorm:
+        if entry.cnn_init or (name.startswith("hf:") and entry.has_batchnorm):
             _cnn_init(model)
         if entry.has_batchnorm and entry.task == "classification":
             _warm_batchnorm(model, entry.small_spec)

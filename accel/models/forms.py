@@ -13,6 +13,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from accel.models.corpus import CORPUS_PREFIXES
 from accel.models.runtime import get_runtime, runtime_for_file, runtimes
 from accel.models.runtime import kinds as known_kinds
 
@@ -98,7 +99,7 @@ def source_form(source: str) -> str | None:
     that is not there, a suffix another runtime loads)."""
     text = str(source).strip()
     target = text.split("@", 1)[0].split("(", 1)[0].strip()
-    if target.startswith(("zoo:", "tv:", "hf:")):
+    if target.startswith(("zoo:", *CORPUS_PREFIXES)):
         return EAGER
     path = Path(target)
     runtime = runtime_for_file(path) if ":" not in path.name else None

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.errors import InputSpecError, ModelLoadError
+from accel.models.corpus import CORPUS_PREFIXES
 from accel.models.inputs import InputSpec
 from accel.models.loaded import LoadedModel
 from accel.models.pt2_check import check_pt2_archive
@@ -106,7 +107,7 @@ def _load_target(
     runtime = runtime_for_file(path) if ":" not in path.name else None
     if target.startswith("zoo:"):
         return _load_zoo(target[4:], kwargs, spec, source)
-    if target.startswith(("tv:", "hf:")):
+    if target.startswith(CORPUS_PREFIXES):
         return _load_corpus(target, kwargs, spec, source)
     if runtime is not None:
         reason = runtime.unavailable_reason(device)

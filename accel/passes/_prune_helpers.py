@@ -56,9 +56,10 @@ def prunable_layers_to_ignore(model, patterns=(), ignore_head=True, keep=()):
 
 
 def output_norm_layers(model, inputs):
-    """Non-Linear/Conv leaf modules (norms, activations) whose outputs are the model's outputs:
-    their channels must stay, or the pruned model's outputs change shape (a Hugging Face
-    encoder returns the residual stream straight from a LayerNorm)."""
+    """Leaf modules other than Linear (norms, activations, convs) whose outputs are the
+    model's outputs: their channels must stay, or the pruned model's outputs change shape (a
+    Hugging Face encoder returns the residual stream straight from a LayerNorm, an image
+    decoder its image straight from a conv). The last Linear is ``ignore_head``'s."""
     import weakref
 
     import torch
@@ -78,7 +79,7 @@ def output_norm_layers(model, inputs):
             return [t for o in out for t in tensors(o)]
         return []
 
-    skip = (torch.nn.Linear, torch.nn.modules.conv._ConvNd)
+    skip = (torch.nn.Linear,)
     leaves = [m for m in model.modules() if not list(m.children()) and not isinstance(m, skip)]
     handles = [m.register_forward_hook(hook) for m in leaves]
     try:
@@ -184,11 +185,48 @@ def update_attention_attributes(blocks, whole_heads):
             "key_value_proj_dim": head_dim,
             "all_head_size": q_width,
             "inner_dim": q_width,
+            "attn_dim": n_q * head_dim,  # timm's Attention reshapes its output with it
         }
         for attr, value in values.items():
             current = getattr(b["block"], attr, None)
             if isinstance(current, int) and not isinstance(current, bool):
                 setattr(b["block"], attr, value)
+
+
+def channel_attributes(model):
+    """Channel counts a block keeps as int attributes and checks or reshapes with (diffusers'
+    Upsample2D: ``assert x.shape[1] == self.channels``), each tied to the direct child
+    conv/linear whose input (or output) width it equals: [(block, attr, child, side)]."""
+    import torch
+
+    layers = (torch.nn.Linear, torch.nn.modules.conv._ConvNd)
+    tied = []
+    for module in model.modules():
+        if type(module).__module__.startswith("torch.nn"):
+            continue
+        children = [m for m in module.children() if isinstance(m, layers)]
+        for attr in ("channels", "in_channels", "out_channels"):
+            value = getattr(module, attr, None)
+            if not isinstance(value, int) or isinstance(value, bool):
+                continue
+            for child in children:
+                width_in = getattr(child, "in_channels", getattr(child, "in_features", None))
+                width_out = getattr(child, "out_channels", getattr(child, "out_features", None))
+                side = "in" if value == width_in else "out" if value == width_out else None
+                if side is not None:
+                    tied.append((module, attr, child, side))
+                    break
+    return tied
+
+
+def update_channel_attributes(tied):
+    """After pruning: each tied attribute takes its child's new width."""
+    for module, attr, child, side in tied:
+        if side == "in":
+            width = getattr(child, "in_channels", getattr(child, "in_features", None))
+        else:
+            width = getattr(child, "out_channels", getattr(child, "out_features", None))
+        setattr(module, attr, width)
 
 
 def _taylor_gradients(model, batches):
@@ -280,6 +318,7 @@ def prune_channels_tp(
         model, ignore, ignore_head, [*outputs, *keep]
     )
     heads, blocks = attention_heads(model)
+    tied = channel_attributes(model)
     # Rotary embeddings need the full head size, grouped-query attention whole kv groups.
     whole_heads = prune_heads or any(b["whole_heads"] for b in blocks)
     channels_before = layer_widths(model)
@@ -307,6 +346,7 @@ def prune_channels_tp(
     model.zero_grad(set_to_none=True)
     # Attention blocks reshape with their head count / size: keep them in line with the new widths.
     update_attention_attributes(blocks, whole_heads)
+    update_channel_attributes(tied)
     channels_after = layer_widths(model)
     changed = {
         n: [channels_before[n], c] for n, c in channels_after.items() if channels_before.get(n) != c

@@ -138,6 +138,49 @@ def conv_bn_pairs_from_export(model, example_args):
     return pairs
 
 
+def conv_bn_pairs_from_fx(model, modules, example_args=None):
+    """(layer, batchnorm) names from a torch.fx trace (a layer used once whose output feeds
+    nothing but the BatchNorm), plus norm-act layers fx traces through, found in the export
+    graph; None when fx cannot trace the model."""
+    pairs = []
+    try:
+        graph = torch.fx.symbolic_trace(model).graph
+    except Exception:
+        return None
+    calls = {}
+    for node in graph.nodes:
+        if node.op == "call_module":
+            calls[node.target] = calls.get(node.target, 0) + 1
+    for node in graph.nodes:
+        if node.op != "call_module" or not isinstance(
+            modules.get(node.target), nn.modules.batchnorm._BatchNorm
+        ):
+            continue
+        src = node.args[0] if node.args else None
+        if (
+            isinstance(src, torch.fx.Node)
+            and src.op == "call_module"
+            and len(src.users) == 1
+            and calls[src.target] == 1
+            and calls[node.target] == 1
+        ):
+            pairs.append((src.target, node.target))
+    # BatchNorm subclasses that fx traces through (timm's BatchNormAct2d) are no call_module
+    # nodes: find their producers in the export graph.
+    traced_through = any(
+        isinstance(m, nn.modules.batchnorm._BatchNorm) and not _is_fx_leaf(m)
+        for m in modules.values()
+    )
+    if traced_through and example_args is not None:
+        try:
+            with torch.no_grad():
+                found = conv_bn_pairs_from_export(model, example_args)
+        except Exception:
+            found = []
+        pairs += [p for p in found if p not in pairs]
+    return pairs
+
+
 def fold_batchnorm(model, example_args=None):
     """Fold every BatchNorm that directly follows a Conv (or a Linear, for BatchNorm1d) into it.
 
@@ -152,30 +195,9 @@ def fold_batchnorm(model, example_args=None):
 
     model.eval()
     modules = dict(model.named_modules())
-    pairs = []
-    try:
-        graph = torch.fx.symbolic_trace(model).graph
-        calls = {}
-        for node in graph.nodes:
-            if node.op == "call_module":
-                calls[node.target] = calls.get(node.target, 0) + 1
-        for node in graph.nodes:
-            if node.op != "call_module" or not isinstance(
-                modules.get(node.target), nn.modules.batchnorm._BatchNorm
-            ):
-                continue
-            src = node.args[0] if node.args else None
-            # Only a layer used once whose output feeds nothing but this BatchNorm can absorb it.
-            if (
-                isinstance(src, torch.fx.Node)
-                and src.op == "call_module"
-                and len(src.users) == 1
-                and calls[src.target] == 1
-                and calls[node.target] == 1
-            ):
-                pairs.append((src.target, node.target))
-    except Exception:
-        pairs = None
+    pairs = conv_bn_pairs_from_fx(model, modules, example_args)
+    if pairs is None:
+        pairs = []
         if example_args is not None:
             try:
                 with torch.no_grad():
@@ -199,7 +221,12 @@ def fold_batchnorm(model, example_args=None):
             (nn.Conv2d, nn.BatchNorm2d),
             (nn.Conv3d, nn.BatchNorm3d),
         ]
-        kind = next((c for c, b in conv_bn if isinstance(layer, c) and type(bn) is b), None)
+        # A norm-act layer (timm's BatchNormAct2d: norm, then self.drop, then self.act) folds
+        # too; what its forward adds after the norm stays in its place.
+        after = _after_norm(bn)
+        kind = next(
+            (c for c, b in conv_bn if isinstance(layer, c) and (type(bn) is b or after)), None
+        )
         if (
             kind is not None
             and type(layer).forward is kind.forward
@@ -216,9 +243,27 @@ def fold_batchnorm(model, example_args=None):
         else:
             continue
         model.set_submodule(layer_name, fused)
-        model.set_submodule(bn_name, nn.Identity())
+        model.set_submodule(bn_name, after or nn.Identity())
         folded.append((layer_name, bn_name))
     return folded
+
+
+def _is_fx_leaf(module):
+    """torch.fx keeps torch.nn's own modules as calls; it traces into any other."""
+    return type(module).__module__.startswith("torch.nn")
+
+
+def _after_norm(bn):
+    """What a norm-act layer applies after its BatchNorm, as one module (timm's BatchNormAct
+    layers: ``drop`` then ``act``), or None for any other BatchNorm."""
+    plain = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+    if type(bn) in plain or not all(
+        isinstance(getattr(bn, a, None), nn.Module) for a in ("drop", "act")
+    ):
+        return None
+    if type(bn).__name__ not in ("BatchNormAct2d", "BatchNormAct1d", "BatchNormAct3d"):
+        return None
+    return nn.Sequential(bn.drop, bn.act)
 
 
 class CUDAGraphRunner(nn.Module):

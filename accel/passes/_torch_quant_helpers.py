@@ -8,6 +8,11 @@ the standard library, and import those inside the function).
 from __future__ import annotations
 
 from accel.layer_patterns import layer_matches  # scripts get its source with select_layers
+from accel.models.calls import (  # scripts get their source with the helpers that call them
+    bind_dynamic_shapes,
+    bind_inputs,
+    call_module,
+)
 
 
 def select_layers(model, layer_types, exclude=()):
@@ -64,7 +69,7 @@ def called_as_modules(model, names, inputs):
     ]
     try:
         with torch.no_grad():
-            model(*inputs.values())
+            call_module(model, inputs)
     finally:
         for hook in hooks:
             hook.remove()
@@ -83,14 +88,24 @@ def name_filter(names):
 
 def export_for_quantization(model, example_inputs):
     """torch.export the model with every input dim left to the exporter (Dim.AUTO), so the
-    quantized graph takes other batch sizes than the example's; returns the graph module."""
+    quantized graph takes other batch sizes than the example's; returns the graph module.
+    The inputs and their dynamic shapes are bound to the forward's signature (a
+    ``forward(*args)`` wrapper takes a nested tuple, keyword-only parameters a dict)."""
     import torch
     from torch.export import Dim
 
-    # Positional, like the inputs: the spec's names need not be the forward's argument names.
-    dynamic = tuple({i: Dim.AUTO for i in range(x.dim())} for x in example_inputs.values())
-    ep = torch.export.export(model, tuple(example_inputs.values()), dynamic_shapes=dynamic)
-    return ep.module()
+    names = list(example_inputs)
+    auto = [{i: Dim.AUTO for i in range(x.dim())} for x in example_inputs.values()]
+    args, kwargs = bind_inputs(model, example_inputs)
+    dynamic = bind_dynamic_shapes(model, names, auto)
+    ep = torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=dynamic)
+    graph = ep.module()
+    # Outputs the forward computes but does not return (a wrapper that returns BERT's hidden
+    # states leaves the pooler's Linear -> Tanh unused) stay in the graph, and the X86
+    # quantizer's fusion annotation fails on such an output-less pattern (IndexError).
+    if graph.graph.eliminate_dead_code():
+        graph.recompile()
+    return graph
 
 
 def x86_quant_config(observer="histogram", is_qat=False):
@@ -241,7 +256,7 @@ def pt2e_static_quantize(
     prepared = prepare_pt2e(graph, with_annotation_fixes(quantizer))
     with torch.no_grad():
         for i, batch in enumerate(batches):
-            prepared(*batch.values())
+            call_module(prepared, batch)
             if on_batch is not None:
                 on_batch(i, len(batches))
     quantized = convert_pt2e(prepared)
@@ -325,15 +340,15 @@ def qat_train(model, teacher, batches, steps, lr=1e-4, loss="distill", on_step=N
     last = float("nan")
     for step in range(steps):
         inputs, labels = batches(step)
-        out = first_output(model(*inputs.values()))
+        out = first_output(call_module(model, inputs))
         if loss == "distill":
             with torch.no_grad():
-                target = first_output(teacher(*inputs.values()))
+                target = first_output(call_module(teacher, inputs))
             value = F.mse_loss(out, target)
         else:
             if labels is None:  # data labelled by a teacher model: the float model's argmax
                 with torch.no_grad():
-                    labels = first_output(teacher(*inputs.values())).argmax(-1)
+                    labels = first_output(call_module(teacher, inputs)).argmax(-1)
             value = F.cross_entropy(out, labels)
         optimizer.zero_grad()
         value.backward()
@@ -351,7 +366,7 @@ def heldout_mse(model, teacher, batches):
     total = 0.0
     with torch.no_grad():
         for inputs in batches:
-            out = first_output(model(*inputs.values())).float()
-            ref = first_output(teacher(*inputs.values())).float()
+            out = first_output(call_module(model, inputs)).float()
+            ref = first_output(call_module(teacher, inputs)).float()
             total += float(torch.mean((out - ref) ** 2))
     return total / max(1, len(batches))

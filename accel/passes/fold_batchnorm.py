@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from accel.models.forms import EAGER, EXPORTED
 from accel.passes.base import (
@@ -22,6 +22,34 @@ if TYPE_CHECKING:
 
 class FoldBatchNormConfig(PassConfig):
     pass
+
+
+def _nothing_folded(module: Any, bns: list[str]) -> str:
+    """Why no BatchNorm was folded: the check that excluded them."""
+    import torch
+
+    plain = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d)
+    own_forward = sorted(
+        {
+            type(module.get_submodule(n)).__name__
+            for n in bns
+            if type(module.get_submodule(n)) not in plain
+            and type(module.get_submodule(n)).forward not in {b.forward for b in plain}
+        }
+    )
+    if own_forward and all(type(module.get_submodule(n)) not in plain for n in bns):
+        return (
+            f"fold_batchnorm found {len(bns)} BatchNorm layer(s), all of type "
+            f"{', '.join(own_forward)}: a BatchNorm subclass with its own forward, which folding "
+            "into the conv would drop (timm's BatchNormAct layers fold: their drop and act stay); "
+            "the check 'the norm layer is a plain BatchNorm or a known norm-act layer' failed for "
+            "every one. Remove the step."
+        )
+    return (
+        f"fold_batchnorm found {len(bns)} BatchNorm layer(s) but none reading only the output "
+        f"of a Conv/Linear it could absorb (e.g. {bns[0]}; traced with torch.fx, then "
+        "torch.export); remove the step."
+    )
 
 
 @register_pass
@@ -71,11 +99,7 @@ class FoldBatchNorm(Pass):
         ctx.details["pairs"] = [f"{a} + {b}" for a, b in folded]
         ctx.metrics["batchnorm_folded"] = float(len(folded))
         if not folded:
-            raise PassError(
-                f"fold_batchnorm found {len(bns)} BatchNorm layer(s) but none reading only the output "
-                f"of a Conv/Linear it could absorb (e.g. {bns[0]}; traced with torch.fx, then "
-                "torch.export); remove the step."
-            )
+            raise PassError(_nothing_folded(module, bns))
         if left:
             ctx.details["not_folded"] = left
             ctx.warn(
@@ -101,7 +125,10 @@ class FoldBatchNorm(Pass):
 
     def to_script(self, config: FoldBatchNormConfig) -> ScriptStep:
         from accel.passes._torch_helpers import (
+            _after_norm,
+            _is_fx_leaf,
             conv_bn_pairs_from_export,
+            conv_bn_pairs_from_fx,
             fold_batchnorm,
             prepared_args,
             source_of,
@@ -114,5 +141,12 @@ class FoldBatchNorm(Pass):
         return ScriptStep(
             code=code,
             imports=["import torch.fx"],
-            helpers=source_of(conv_bn_pairs_from_export, fold_batchnorm, prepared_args),
+            helpers=source_of(
+                conv_bn_pairs_from_export,
+                _is_fx_leaf,
+                _after_norm,
+                conv_bn_pairs_from_fx,
+                fold_batchnorm,
+                prepared_args,
+            ),
         )

@@ -8,6 +8,7 @@ names, so the model runs at other batch sizes / sequence lengths.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import re
 import time
@@ -16,6 +17,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
+from accel.models import calls
+from accel.models.calls import bind_dynamic_shapes, bind_inputs, call_module
 from accel.models.forms import COMPILED, EAGER, EXPORTED, SCRIPTED
 from accel.passes.base import (
     STAGE_LOWER,
@@ -192,11 +195,21 @@ def _export(
         # Recorded, not shown: the TorchScript exporter's deprecation is not actionable here;
         # tracer warnings come back to the user through ctx.warn.
         warnings.simplefilter("always")
+        # Bound to forward's signature: *args wrappers nest, keyword-only parameters go by name.
+        call_args, call_kwargs = bind_inputs(module, dict(zip(names, args)))
+        if call_kwargs and config.exporter == "torchscript":
+            from accel.errors import PassError
+
+            raise PassError(
+                "the torchscript ONNX exporter traces forward() with positional arguments, and this "
+                f"forward takes {', '.join(call_kwargs)} as keyword-only parameters; use exporter: "
+                "dynamo (it passes them by name)"
+            )
         with torch.inference_mode(False), torch.no_grad():
             if config.exporter == "torchscript":
                 torch.onnx.export(
                     module,
-                    args,
+                    call_args,
                     str(path),
                     input_names=names,
                     output_names=out_names,
@@ -208,13 +221,14 @@ def _export(
             else:
                 shapes = None
                 if axes:
-                    # Positional (a tuple): forward's argument names need not match the spec's.
-                    shapes = tuple(
+                    per_input = [
                         {i: torch.export.Dim.DYNAMIC for i in axes.get(n, {})} for n in names
-                    )
+                    ]
+                    shapes = bind_dynamic_shapes(module, names, per_input)
                 program = torch.onnx.export(
                     module,
-                    args,
+                    call_args,
+                    kwargs=call_kwargs or None,
                     input_names=names,
                     output_names=out_names,
                     dynamic_shapes=shapes,
@@ -400,7 +414,7 @@ class ExportOnnx(Pass):
         names = list(inputs)
         args = tuple(inputs.values())
         with torch.no_grad():
-            out_names = _output_names(module(*args))
+            out_names = _output_names(call_module(module, inputs))
         axes = dynamic_axes(model.input_spec) if config.dynamic else {}
         ctx.work_dir.mkdir(parents=True, exist_ok=True)
         path = ctx.work_dir / "model.onnx"
@@ -470,8 +484,10 @@ class ExportOnnx(Pass):
             'onnx_path = step_dir / "model.onnx"',
             "export_args = tuple((x.to(input_casts[k]) if k in input_casts and x.is_floating_point() else x).to(device)",
             "                    for k, x in inputs.items())",
+            "# Bound to forward's signature: *args wrappers nest, keyword-only parameters go by name.",
+            "call_args, call_kwargs = bind_inputs(model, dict(zip(inputs, export_args)))",
             "with torch.no_grad():",
-            "    _out = model(*export_args)",
+            "    _out = model(*call_args, **call_kwargs)",
             "    _n = len(_out) if isinstance(_out, (tuple, list)) else 1",
             'output_names = ["output"] if _n == 1 else [f"output_{i}" for i in range(_n)]',
         ]
@@ -479,7 +495,7 @@ class ExportOnnx(Pass):
             axes = "DYNAMIC_AXES or None" if config.dynamic else "None"
             lines += [
                 "torch.onnx.export(",
-                "    model, export_args, str(onnx_path), input_names=list(inputs), output_names=output_names,",
+                "    model, call_args, str(onnx_path), input_names=list(inputs), output_names=output_names,",
                 f"    dynamic_axes={axes}, opset_version={opset}, do_constant_folding=True, dynamo=False,",
                 ")",
             ]
@@ -488,12 +504,14 @@ class ExportOnnx(Pass):
             if config.dynamic:
                 lines += [
                     "# The symbolic dims stay dynamic (ONNX names them s0, s1...); one entry per input, in order.",
-                    "dynamic_shapes = tuple({i: torch.export.Dim.DYNAMIC for i in DYNAMIC_AXES.get(n, {})} for n in inputs)",
+                    "dynamic_shapes = bind_dynamic_shapes(model, list(inputs),",
+                    "    [{i: torch.export.Dim.DYNAMIC for i in DYNAMIC_AXES.get(n, {})} for n in inputs])",
                 ]
                 shapes = "dynamic_shapes if DYNAMIC_AXES else None"
             lines += [
                 "program = torch.onnx.export(",
-                "    model, export_args, input_names=list(inputs), output_names=output_names,",
+                "    model, call_args, kwargs=call_kwargs or None, input_names=list(inputs),",
+                "    output_names=output_names,",
                 f"    dynamic_shapes={shapes}, opset_version={opset}, dynamo=True, verbose=False, optimize=True,",
                 ")",
                 f"program.save(str(onnx_path), external_data={bool(config.external_data)!r})",
@@ -514,4 +532,13 @@ class ExportOnnx(Pass):
             "onnx.checker.check_model(str(onnx_path), full_check=True)",
             'kind, model, session = "onnx", None, make_session(onnx_path)',
         ]
-        return ScriptStep(code="\n".join(lines) + "\n", imports=imports)
+        helpers = [
+            inspect.getsource(f)
+            for f in (
+                calls.forward_signature,
+                calls._exported_keywords,
+                calls.bind_inputs,
+                calls.bind_dynamic_shapes,
+            )
+        ]
+        return ScriptStep(code="\n".join(lines) + "\n", imports=imports, helpers=helpers)

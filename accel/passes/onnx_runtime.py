@@ -336,9 +336,10 @@ def _convert_for_device(
         if config.op_block_list is None and on_cpu:
             ctx.progress(0.5, "finding ops with no fp16 CPU kernel")
             ctx.work_dir.mkdir(parents=True, exist_ok=True)
-            extra = [
-                op for op in ops_without_fp16_cpu_kernel(fp16, ctx.work_dir) if op not in block
-            ]
+            # The converter's duplicate Casts (one value feeding two blocked nodes) must go
+            # before ORT loads the graph to probe it (it rejects two nodes of one name).
+            probed = ops_without_fp16_cpu_kernel(tidy_graph(fp16), ctx.work_dir)
+            extra = [op for op in probed if op not in block]
             if extra:
                 ctx.details["blocked_for_cpu"] = extra
                 ctx.warn(
@@ -454,7 +455,8 @@ class OnnxFp16(Pass):
             lines += [
                 "if not device.startswith('cuda'):",
                 "    # Keep in fp32 the ops ORT's CPU provider has no fp16 kernel for (no cast ping-pong).",
-                "    extra = [op for op in ops_without_fp16_cpu_kernel(fp16_model, step_dir) if op not in op_block_list]",
+                "    probed = ops_without_fp16_cpu_kernel(tidy_graph(fp16_model), step_dir)  # no duplicate Casts",
+                "    extra = [op for op in probed if op not in op_block_list]",
                 "    if extra:",
                 "        op_block_list += extra",
                 "        fp16_model = to_fp16(op_block_list)",

@@ -338,6 +338,8 @@ class PruneChannels(Pass):
             "output_norm_layers",
             "attention_heads",
             "update_attention_attributes",
+            "channel_attributes",
+            "update_channel_attributes",
             "_taylor_gradients",
             "layer_widths",
             "DependencyGraphError",

@@ -260,6 +260,48 @@ def _run_static(
     )
 
 
+def _levels_used_later(ctx: PassContext) -> list[str]:
+    """ONNX Runtime graph optimization levels the quantized model will be loaded at: "all"
+    (the runner's own sessions) and those of the recipe's later onnxruntime steps; without a
+    recipe, every level the onnxruntime pass offers that fuses (all, extended)."""
+    recipe = ctx.recipe
+    if recipe is None or not hasattr(recipe, "enabled_steps"):
+        return ["all", "extended"]
+    levels = ["all"]
+    for index, step in recipe.enabled_steps():
+        if index > ctx.step_index and step.pass_name == "onnxruntime":
+            level = step.params.get("graph_optimization_level", "all")
+            if level not in levels and level != "disabled":
+                levels.append(level)
+    return levels
+
+
+def _check_loads(path: Path, levels: list[str], ctx: PassContext) -> None:
+    """Refuse a quantized graph ONNX Runtime rejects at a level later steps load it with
+    (its fusions can build nodes with invalid input types from a valid quantized graph)."""
+    import onnxruntime as ort
+
+    from accel.errors import PassError
+
+    enum = {"basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
+    for level in levels:
+        so = ort.SessionOptions()
+        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, enum[level])
+        try:
+            ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # noqa: BLE001 - ORT's load errors (INVALID_GRAPH, FAIL...)
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise PassError(
+                f"the quantized model does not load in ONNX Runtime at graph_optimization_level "
+                f"{level} (which a later step or the studio's own check uses): {first}. The "
+                "float model loads, so ONNX Runtime's quantizer (or its fusions at this level) "
+                "built the invalid node; a later onnxruntime step at a lower "
+                "graph_optimization_level may load it, else use quantize_onnx_dynamic or the "
+                "OpenVINO int8 route (quantize_openvino) for this model."
+            ) from None
+    ctx.details["load_checked_levels"] = levels
+
+
 def _script_helpers() -> list[Any]:
     """The helpers an exported ONNX quantization step copies (the pattern matcher first)."""
     from accel.passes import _onnx_quant_helpers as h
@@ -315,6 +357,7 @@ class _QuantizeOnnx(Pass):
         self._quantize(src, out, model, config, op_types, exclude + index_nodes, ctx)
         counts = h.quantized_op_counts(out)
         ctx.details["quantized_ops"] = counts
+        _check_loads(out, _levels_used_later(ctx), ctx)
         if not counts:
             self._warn_nothing_quantized(histogram, op_types, ctx)
         return self._result(model, out, counts, ctx)

@@ -53,6 +53,20 @@ def _source(*fns: Any) -> list[str]:
     return [inspect.getsource(f) for f in fns]
 
 
+def _call_helpers() -> tuple[Any, ...]:
+    """The helpers that bind inputs to a forward's signature (copied beside those that call
+    models)."""
+    from accel.models import calls
+
+    return (
+        calls.forward_signature,
+        calls._exported_keywords,
+        calls.bind_inputs,
+        calls.call_module,
+        calls.bind_dynamic_shapes,
+    )
+
+
 def _select(
     pass_name: str, module: Any, types: tuple[str, ...], exclude: list[str], ctx: PassContext
 ) -> list[str]:
@@ -255,7 +269,9 @@ class QuantizeDynamicInt8(Pass):
     def to_script(self, config: DynamicInt8Config) -> ScriptStep:
         from accel.passes import _torch_quant_helpers as h
 
-        helpers = _source(h.layer_matches, h.select_layers, h.called_as_modules, h.name_filter)
+        helpers = _source(
+            *_call_helpers(), h.layer_matches, h.select_layers, h.called_as_modules, h.name_filter
+        )
         select = (
             f'names, kept_float, _ = select_layers(model, ("Linear", "LSTM"), {list(config.exclude)!r})\n'
             "names = called_as_modules(model, names, inputs)  # a weight its parent reads stays float\n"
@@ -413,6 +429,48 @@ class QuantizeWeightOnly(Pass):
         )
 
 
+# -- static int8 (PT2E) failures: which step of PT2E failed, and which check ------------------
+
+_PT2E_STEPS = {
+    "export_for_quantization": "exporting the model with torch.export",
+    "prepare_pt2e": "inserting observers (prepare_pt2e with the X86 quantizer)",
+    "call_module": "running a calibration batch through the observed graph",
+    "convert_pt2e": "converting the calibrated graph to int8 (convert_pt2e)",
+}
+
+
+def _pt2e_step(exc: BaseException) -> str | None:
+    """The helper called by pt2e_static_quantize in whose frames ``exc`` was raised."""
+    import traceback
+
+    names = [f.name for f in traceback.extract_tb(exc.__traceback__)]
+    if "pt2e_static_quantize" not in names:
+        return None
+    after = names[names.index("pt2e_static_quantize") + 1 :]
+    return next((n for n in after if n in _PT2E_STEPS), None)
+
+
+def _explain_pt2e_failure(exc: BaseException) -> str:
+    """quantize_static_int8's refusal: the PT2E step that failed and the check inside it."""
+    from accel.passes._export_errors import explain_export_failure, first_line
+
+    step = _pt2e_step(exc)
+    if step == "export_for_quantization":
+        cause = explain_export_failure(exc)
+        fix = (
+            "PT2E quantizes a torch.export graph; fix what stops the export, or use "
+            "quantize_dynamic_int8 (no export needed) or the ONNX / OpenVINO int8 routes."
+        )
+    else:
+        cause = f"{type(exc).__name__}: {first_line(exc)}"
+        fix = (
+            "exclude the layer named in the message (exclude: [...]), or use quantize_dynamic_int8 "
+            "or the ONNX / OpenVINO int8 routes."
+        )
+    what = _PT2E_STEPS.get(step or "", "quantizing the model")
+    return f"quantize_static_int8 failed while {what}: {cause}. {fix}"
+
+
 # -- static int8 (PT2E) --------------------------------------------------------------------------
 
 
@@ -484,12 +542,7 @@ class QuantizeStaticInt8(Pass):
         except Exception as exc:
             if type(exc).__name__ == "Cancelled":
                 raise
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise PassError(
-                f"quantize_static_int8 could not export or quantize the model ({type(exc).__name__}: {first}). "
-                "PT2E needs a model torch.export can trace (no data-dependent Python control flow); "
-                "use quantize_dynamic_int8 instead, or exclude the failing layer."
-            ) from None
+            raise PassError(_explain_pt2e_failure(exc)) from None
         ctx.metrics["quantized_layers"] = float(len(names))
         ctx.details["hint"] = (
             "in eager mode the graph runs reference quantize/dequantize ops (slower than float); "
@@ -509,6 +562,7 @@ class QuantizeStaticInt8(Pass):
         return ScriptStep(
             code=code,
             helpers=_source(
+                *_call_helpers(),
                 h.layer_matches,
                 h.select_layers,
                 h.export_for_quantization,
@@ -766,6 +820,7 @@ class QuantizationAwareTraining(Pass):
                 "from torchao.quantization.qat import QATConfig",
             ],
             helpers=_source(
+                *_call_helpers(),
                 h.layer_matches,
                 h.select_layers,
                 h.name_filter,

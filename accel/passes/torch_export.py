@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-import re
 from typing import TYPE_CHECKING
 
 from pydantic import Field
 
+from accel.models.calls import bind_dynamic_shapes, bind_inputs
 from accel.models.forms import EAGER, EXPORTED
 from accel.models.shapes import example_for_export, export_dim_objects, ranged_dims
 from accel.passes.base import Pass, PassConfig, PassContext, Requirements, ScriptStep, register_pass
@@ -35,11 +35,6 @@ class TorchExportConfig(PassConfig):
 def dynamic_dims(spec: InputSpec, config: TorchExportConfig) -> dict[str, tuple[int, int]]:
     """name -> (min, max) of the dims exported as dynamic."""
     return ranged_dims(spec, config.static_dims) if config.dynamic else {}
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 @register_pass
@@ -74,13 +69,15 @@ class TorchExport(Pass):
             )
         dims = dynamic_dims(spec, config)
         shapes = export_dim_objects(spec, dims)  # dim names made identifiers
-        example = example_for_export(spec, ctx.inputs, dims, ctx.seed)
-        args = tuple(model.prepare_inputs(example).values())
+        example = model.prepare_inputs(example_for_export(spec, ctx.inputs, dims, ctx.seed))
+        # Bound to forward's signature: *args wrappers nest, keyword-only parameters go by name.
+        args, kwargs = bind_inputs(module, example)
+        shapes = bind_dynamic_shapes(module, list(example), shapes) if dims else None
         ctx.details["dynamic_dims"] = {n: [lo, hi] for n, (lo, hi) in dims.items()}
         ctx.progress(0.1, "exporting")
         try:
             ep = torch.export.export(
-                module.eval(), args, dynamic_shapes=shapes if dims else None, strict=config.strict
+                module.eval(), args, kwargs=kwargs, dynamic_shapes=shapes, strict=config.strict
             )
         except Exception as exc:
             raise self._explain_failure(exc, dims) from None
@@ -100,33 +97,32 @@ class TorchExport(Pass):
     @staticmethod
     def _explain_failure(exc: BaseException, dims: dict[str, tuple[int, int]]) -> Exception:
         from accel.errors import PassError
+        from accel.passes._export_errors import (
+            explain_export_failure,
+            first_line,
+            fixed_dims,
+            is_data_dependent,
+            user_frame,
+        )
 
-        text = str(exc)
-        name = type(exc).__name__
-        m = re.search(r"Constraints violated \(([^)]*)\)", text)
-        if m:
-            fixed = [d.strip() for d in m.group(1).split(",")]
+        fixed = fixed_dims(exc)
+        if fixed:
             return PassError(
                 f"torch_export: the model fixes dim(s) {', '.join(fixed)} to a constant while tracing, so they cannot "
                 f"be dynamic. Add them to static_dims (static_dims: [{', '.join(fixed)}]), or set dynamic: false. "
-                f"({_first_line(exc)})"
+                f"({first_line(exc)})"
             )
-        data_dependent = (
-            "data-dependent" in text.lower()
-            or "GuardOnDataDependent" in name
-            or "data dependent" in text.lower()
-        )
-        if data_dependent:
-            where = re.search(r'File "([^"]+)", line (\d+)', text)
-            loc = f" at {where.group(1)}:{where.group(2)}" if where else ""
+        if is_data_dependent(exc):
             return PassError(
-                f"torch_export: the forward has data-dependent control flow{loc} (a Python branch or size that "
-                "depends on tensor values). Rewrite it with torch.cond / torch.where, or use torchscript with "
-                f"method: script, or compile instead. ({name}: {_first_line(exc)})"
+                f"torch_export: the forward has data-dependent control flow{user_frame(exc)} (torch.export's guard "
+                "on a value read from a tensor stopped it: a Python branch or size that depends on tensor values). "
+                "Rewrite it with torch.cond / torch.where, or use torchscript with method: script, or compile "
+                f"instead. ({type(exc).__name__}: {first_line(exc)})"
             )
-        return PassError(f"torch_export failed: {name}: {_first_line(exc)}")
+        return PassError(f"torch_export: {explain_export_failure(exc)}")
 
     def to_script(self, config: TorchExportConfig) -> ScriptStep:
+        from accel.models import calls
         from accel.passes._torch_helpers import prepared_args, source_of
 
         dynamic = "{n: (lo, hi) for n, (lo, hi, _) in DIMS.items()" + (
@@ -146,10 +142,23 @@ class TorchExport(Pass):
             "example = inputs\n"
             "if any(dims_now[n] < 2 for n in export_dims):\n"
             "    example = make_inputs(seed=SEED, dims={n: max(2, v) if n in export_dims else v for n, v in dims_now.items()})\n"
-            "ep = torch.export.export(model.eval(), tuple(prepared_args(example, input_casts, device)),\n"
-            f"                         dynamic_shapes=shapes if export_dims else None, strict={config.strict})\n"
+            "example = dict(zip(inputs, prepared_args(example, input_casts, device)))\n"
+            "# Bound to forward's signature: *args wrappers nest, keyword-only parameters go by name.\n"
+            "args, kwargs = bind_inputs(model, example)\n"
+            "shapes = bind_dynamic_shapes(model, list(example), shapes) if export_dims else None\n"
+            "ep = torch.export.export(model.eval(), args, kwargs=kwargs,\n"
+            f"                         dynamic_shapes=shapes, strict={config.strict})\n"
             "torch.export.save(ep, str(step_dir / 'model.pt2'))\n"
             "# From here on the script runs the saved program, as the studio does.\n"
             "model = torch.export.load(str(step_dir / 'model.pt2')).module()\n"
         )
-        return ScriptStep(code=code, helpers=source_of(prepared_args))
+        return ScriptStep(
+            code=code,
+            helpers=source_of(
+                prepared_args,
+                calls.forward_signature,
+                calls._exported_keywords,
+                calls.bind_inputs,
+                calls.bind_dynamic_shapes,
+            ),
+        )

@@ -346,3 +346,322 @@ def test_prune_channels_t5_shrinks_the_head_size_its_attention_reshapes_with(tmp
     assert att.n_heads == 4 and att.o.in_features == 16
     got = out.forward(out.example_inputs(seed=1, batch=2, seq=5, dec=3))
     assert got.logits.shape == (2, 3, 100) and ref.logits.shape[-1] == 100
+
+
+# -- the widened corpus (issue 32) -----------------------------------------------------------
+
+
+def test_corpus_prefixes_are_built_in_sources_not_code():
+    """timm:convnext_tiny reads like pkg:function; the trust check must know it is built in."""
+    from accel.models.corpus import CORPUS_PREFIXES
+    from accel.trust import BUILT_IN_PREFIXES, is_code_ref
+
+    assert set(CORPUS_PREFIXES) <= set(BUILT_IN_PREFIXES)
+    for name in CORPUS:
+        assert name.startswith(CORPUS_PREFIXES)
+        assert not is_code_ref(name), name
+
+
+def test_every_entry_names_an_input_its_padding_check_can_pad():
+    from accel.models.inputs import InputSpec
+
+    for entry in CORPUS.values():
+        if entry.padding_mask:
+            spec = InputSpec.parse(entry.small_spec)
+            mask = next(t for t in spec.inputs if t.name == entry.padding_mask)
+            assert len(mask.shape) == 2 and all(isinstance(d, str) for d in mask.shape)
+
+
+def test_padded_inputs_pad_rows_like_a_tokenizer():
+    from accel.corpus_check import padded_inputs
+    from accel.models.inputs import InputSpec
+
+    spec = InputSpec.parse(CORPUS["hf:bert_base_padded"].small_spec)
+    x = padded_inputs(spec, "attention_mask", seed=1)
+    mask, ids = x["attention_mask"], x["input_ids"]
+    assert mask.shape == ids.shape == (3, 16 + 7)  # 3 rows, another length than the default 16
+    assert mask.sum(1).tolist() == [23, 15, 5]  # full, two thirds, a quarter
+    assert mask[1, :15].all() and not mask[1, 15:].any()  # padding at the end of each row
+    assert (ids[mask == 0] == 0).all() and (ids[mask == 1] > 0).all()
+
+
+def test_padded_check_fails_a_model_that_only_runs_at_the_example_length(tmp_path):
+    """The matrix's padded-rows check is real: a model whose shapes were frozen at the example
+    length (torch_export with seq static) cannot run the padded batch, and its cell says so."""
+    from accel.corpus_check import _ModelCheck
+
+    check = _ModelCheck(
+        "hf:bert_base_padded",
+        CORPUS["hf:bert_base_padded"].small_spec,
+        tmp_path,
+        None,
+        "cpu",
+        False,
+    )
+    cell = check.cell("torch_export", {"static_dims": ["seq"]})
+    assert cell.outcome == "crash"
+    assert "runs on the example's shape but not on padded rows" in cell.reason
+    cell = check.cell("torch_export", {})
+    assert cell.outcome == "ok" and cell.parity_passed, cell.parity
+    assert cell.details["padded_dims"] == {"batch": 3, "seq": 23}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "diffusers:vae_decoder",
+        "diffusers:unet2d_condition",
+        pytest.param("hf:wav2vec2_base", marks=pytest.mark.slow),
+        pytest.param("hf:detr_resnet50", marks=pytest.mark.slow),
+    ],
+)
+def test_new_families_load_from_configs_with_the_same_weights(name):
+    pytest.importorskip("diffusers" if name.startswith("diffusers:") else "transformers")
+    a = load_model(name, CORPUS[name].small_spec)
+    b = load_model(name, CORPUS[name].small_spec)
+    assert a.content_hash == b.content_hash
+    out = a.forward(a.example_inputs())
+    assert out is not None
+
+
+def test_vae_decoder_makes_an_image_eight_times_the_latent():
+    pytest.importorskip("diffusers")
+    lm = load_model("diffusers:vae_decoder", CORPUS["diffusers:vae_decoder"].small_spec)
+    out = lm.forward(lm.example_inputs(batch=2))
+    assert out.shape == (2, 3, 64, 64)
+
+
+TIMM_SKIP = None
+try:
+    from accel.models.corpus import package_error
+
+    TIMM_SKIP = package_error("timm:")
+except ImportError:  # pragma: no cover
+    TIMM_SKIP = "no package_error"
+
+
+@pytest.mark.skipif(TIMM_SKIP is None, reason="timm imports here")
+def test_timm_missing_or_broken_says_why_and_what_to_install():
+    with pytest.raises(ModelLoadError) as e:
+        load_model("timm:convnext_tiny", CORPUS["timm:convnext_tiny"].small_spec)
+    msg = str(e.value)
+    assert msg.startswith("timm: models need timm")
+    assert "accel-studio[corpus]" in msg or "torchvision build made for this torch" in msg
+
+
+@pytest.mark.skipif(TIMM_SKIP is not None, reason=f"timm unusable: {TIMM_SKIP}")
+def test_timm_efficientnet_loads_with_warm_batchnorm():
+    lm = load_model("timm:efficientnet_b0", CORPUS["timm:efficientnet_b0"].small_spec)
+    assert 5e6 < lm.num_params < 6e6
+    bn = next(m for m in lm.module.modules() if isinstance(m, torch.nn.BatchNorm2d))
+    assert not torch.allclose(bn.running_var, torch.ones_like(bn.running_var))
+
+
+_BN_ACT = """
+import torch
+from torch import nn
+
+
+class BatchNormAct2d(nn.BatchNorm2d):
+    # As timm's: the norm, then drop and act, in one module (its own forward).
+
+    def __init__(self, n):
+        super().__init__(n)
+        self.drop = nn.Identity()
+        self.act = nn.SiLU()
+
+    def forward(self, x):
+        return self.act(self.drop(super().forward(x)))
+
+
+class ScaledNorm(nn.BatchNorm2d):
+    # A BatchNorm subclass whose forward adds work the fold cannot keep.
+
+    def forward(self, x):
+        return super().forward(x) * 2
+
+
+def _warm(m):
+    m.train()
+    m(torch.randn(4, 3, 16, 16))
+    return m.eval()
+
+
+def norm_act():
+    torch.manual_seed(0)
+    return _warm(nn.Sequential(nn.Conv2d(3, 8, 3), BatchNormAct2d(8), nn.Conv2d(8, 4, 1),
+                               BatchNormAct2d(4)))
+
+
+def scaled():
+    torch.manual_seed(0)
+    return _warm(nn.Sequential(nn.Conv2d(3, 8, 3), ScaledNorm(8)))
+"""
+
+
+def _fold(tmp_path, factory):
+    from accel.passes import PassContext, get_pass
+
+    (tmp_path / "bnact.py").write_text(_BN_ACT)
+    spec = "x:float32[batch,3,16,16]; batch=1..4:1"
+    model = load_model(f"{tmp_path / 'bnact.py'}:{factory}", spec)
+    ref = model.forward(model.example_inputs())
+    cls = get_pass("fold_batchnorm")
+    ctx = PassContext(inputs=model.example_inputs(), work_dir=tmp_path, original=model)
+    return model, ref, cls, ctx
+
+
+def test_fold_batchnorm_folds_timm_norm_act_layers_and_keeps_their_activation(tmp_path):
+    """timm:efficientnet_b0 was refused: its BatchNormAct2d layers (norm, drop, act) were not
+    plain BatchNorms, and fx traces through them; now the norm folds, drop and act stay."""
+    model, ref, cls, ctx = _fold(tmp_path, "norm_act")
+    new = cls().apply(model, cls.parse_config({}), ctx)
+    assert ctx.details["folded"] == 2
+    assert _bn_count(new.module) == 0
+    assert isinstance(new.module[1], torch.nn.Sequential)
+    assert isinstance(new.module[1][1], torch.nn.SiLU)
+    torch.testing.assert_close(new.forward(ctx.inputs), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_fold_batchnorm_names_the_check_other_norm_subclasses_fail(tmp_path):
+    from accel.errors import PassError
+
+    model, ref, cls, ctx = _fold(tmp_path, "scaled")
+    with pytest.raises(PassError) as e:
+        cls().apply(model, cls.parse_config({}), ctx)
+    assert "all of type ScaledNorm" in str(e.value) and "would drop" in str(e.value)
+    torch.testing.assert_close(model.forward(model.example_inputs()), ref)  # untouched
+
+
+_TIMM_ATTENTION = """
+import torch
+from torch import nn
+
+
+class Attention(nn.Module):
+    # As timm's vision_transformer.Attention: fused qkv, output reshaped with self.attn_dim.
+
+    def __init__(self, dim, num_heads):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, dim // num_heads
+        self.attn_dim = dim
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        x = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.proj(x.transpose(1, 2).reshape(B, N, self.attn_dim))
+
+
+class Block(nn.Module):
+    def __init__(self, dim=64, heads=4):
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.attn = Attention(dim, heads)
+        self.fc1, self.fc2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.fc2(torch.relu(self.fc1(self.norm2(x))))
+
+
+def build():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 64), Block(), Block(), nn.LayerNorm(64), nn.Linear(64, 10)).eval()
+"""
+
+
+def test_prune_channels_keeps_timm_attention_reshape_in_line(tmp_path):
+    """timm:deit_small_patch16_224 was refused ('shape [1, 197, 384] is invalid'): timm's
+    Attention reshapes its output with self.attn_dim, which pruning left at the old width."""
+    from accel.passes import PassContext, get_pass
+
+    (tmp_path / "vit.py").write_text(_TIMM_ATTENTION)
+    model = load_model(f"{tmp_path / 'vit.py'}:build", "x:float32[batch,8,16]; batch=1..4:1")
+    cls = get_pass("prune_channels")
+    ctx = PassContext(inputs=model.example_inputs(), original=model, work_dir=tmp_path)
+    out = cls().apply(model, cls.parse_config({"ratio": 0.25}), ctx)
+    attn = out.module[1].attn
+    assert ctx.details["attention_pruning"] == "head size"
+    assert attn.attn_dim == attn.num_heads * attn.head_dim == attn.proj.in_features < 64
+    assert attn.qkv.out_features == 3 * attn.attn_dim
+    assert out.forward(out.example_inputs(seed=1, batch=3)).shape == (3, 8, 10)
+
+
+_CHANNEL_ASSERT = """
+import torch
+from torch import nn
+
+
+class Upsample2D(nn.Module):
+    # As diffusers': keeps its channel count and asserts the input has it.
+
+    def __init__(self, channels):
+        super().__init__()
+        self.channels = channels
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x):
+        assert x.shape[1] == self.channels
+        return self.conv(nn.functional.interpolate(x, scale_factor=2.0))
+
+
+def build():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(4, 32, 3, padding=1), Upsample2D(32), nn.Conv2d(32, 3, 1)).eval()
+"""
+
+
+def test_prune_channels_updates_the_channel_count_a_block_asserts(tmp_path):
+    """diffusers:vae_decoder was refused ('the pruned model no longer runs (AssertionError)'):
+    Upsample2D asserts the input width against its own ``channels``, which pruning left."""
+    from accel.passes import PassContext, get_pass
+
+    (tmp_path / "up.py").write_text(_CHANNEL_ASSERT)
+    model = load_model(f"{tmp_path / 'up.py'}:build", "z:float32[batch,4,8,8]; batch=1..4:1")
+    cls = get_pass("prune_channels")
+    ctx = PassContext(inputs=model.example_inputs(), original=model, work_dir=tmp_path)
+    out = cls().apply(model, cls.parse_config({"ratio": 0.5}), ctx)
+    up = out.module[1]
+    assert up.channels == up.conv.in_channels == out.module[0].out_channels < 32
+    assert out.forward(out.example_inputs(seed=1, batch=2)).shape == (2, 3, 16, 16)
+
+
+def test_vae_decoder_cells_that_were_refused(tmp_path):
+    """diffusers:vae_decoder's refusals: onnx_fp16 ('two nodes with same node name': the
+    converter's duplicate Casts reached ORT's probe) and prune_channels (Upsample2D's assert,
+    and the image conv lost output channels)."""
+    pytest.importorskip("diffusers")
+    from accel.corpus_check import check_model
+
+    name = "diffusers:vae_decoder"
+    cells = check_model(
+        name,
+        CORPUS[name].small_spec,
+        ["onnx_fp16", "prune_channels"],
+        work_dir=tmp_path,
+        time_it=False,
+    )
+    assert {c.pass_name: c.outcome for c in cells} == {"onnx_fp16": "ok", "prune_channels": "ok"}, [
+        c.reason for c in cells
+    ]
+    assert "shape" not in cells[1].parity  # same output shape: 3 image channels kept
+
+
+@pytest.mark.slow
+def test_vae_decoder_static_onnx_int8_is_refused_where_it_is_made(tmp_path):
+    """ONNX Runtime's static quantizer writes a QDQ pair for the mid-block attention's MatMul
+    output as if it were a 32-element initializer; ORT's own load then fails its shape
+    inference. The load check refuses it in the quantization step, with ORT's message."""
+    pytest.importorskip("diffusers")
+    from accel.corpus_check import check_model
+
+    name = "diffusers:vae_decoder"
+    (cell,) = check_model(
+        name, CORPUS[name].small_spec, ["quantize_onnx_static"], work_dir=tmp_path, time_it=False
+    )
+    assert cell.outcome == "refused"
+    assert "does not load in ONNX Runtime" in cell.reason and "ShapeInferenceError" in cell.reason

@@ -419,3 +419,72 @@ def test_static_quantization_keeps_index_computations_in_float(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     assert sorted(index_computing_nodes(path)) == ["abs", "cast", "log", "relu"]
+
+
+def _qgemm_with_uint8_bias(path):
+    """The node issue 32 met after ORT's MatMulAddFusion on a quantized BERT: a QGemm whose
+    bias is uint8 (QGemm takes int32), which ONNX Runtime rejects when it loads the graph."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    values = {
+        "a_scale": np.float32(0.1),
+        "a_zp": np.uint8(128),
+        "B": np.ones((4, 3), np.int8),
+        "b_scale": np.float32(0.05),
+        "b_zp": np.int8(0),
+        "ln.bias_quantized": np.zeros(3, np.uint8),
+        "y_scale": np.float32(0.2),
+        "y_zp": np.uint8(128),
+    }
+    node = helper.make_node(
+        "QGemm", ["A", *values], ["Y"], domain="com.microsoft", name="MatMulAddFusion_quant"
+    )
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("A", TensorProto.UINT8, [2, 4])],
+        [helper.make_tensor_value_info("Y", TensorProto.UINT8, [2, 3])],
+        [numpy_helper.from_array(v, n) for n, v in values.items()],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
+    model.ir_version = 9
+    onnx.save(model, str(path))
+
+
+def test_quantized_graph_onnx_runtime_rejects_is_refused_where_it_is_made(tmp_path):
+    from accel.passes import PassContext
+    from accel.passes.quantize_onnx import _check_loads
+
+    bad = tmp_path / "bad.onnx"
+    _qgemm_with_uint8_bias(bad)
+    with pytest.raises(PassError) as e:
+        _check_loads(bad, ["all"], PassContext(inputs={}, work_dir=tmp_path))
+    msg = str(e.value)
+    assert "does not load in ONNX Runtime at graph_optimization_level all" in msg
+    assert "INVALID_GRAPH" in msg and "QGemm" in msg and "tensor(uint8)" in msg
+    assert "quantize_onnx_dynamic" in msg and "quantize_openvino" in msg
+
+
+def test_load_check_uses_the_levels_of_later_onnxruntime_steps():
+    from accel.passes import PassContext
+    from accel.passes.quantize_onnx import _levels_used_later
+    from accel.recipe import Recipe
+
+    recipe = Recipe.model_validate(
+        {
+            "model": {"source": "zoo:mlp"},
+            "steps": [
+                {"pass": "export_onnx"},
+                {"pass": "quantize_onnx_static"},
+                {"pass": "onnxruntime", "params": {"graph_optimization_level": "extended"}},
+                {"pass": "onnxruntime", "params": {"graph_optimization_level": "disabled"}},
+            ],
+        }
+    )
+    ctx = PassContext(inputs={}, step_index=1, recipe=recipe)
+    assert _levels_used_later(ctx) == ["all", "extended"]
+    assert _levels_used_later(PassContext(inputs={})) == ["all", "extended"]

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from accel.errors import AccelError
 from accel.layer_patterns import module_layers
 from accel.models import forms as model_forms
+from accel.models.calls import bind_inputs, call_module
 from accel.models.runtime import ProfileRequest, ScriptRuntime, TimingTarget, register_runtime
 from accel.runtimes.base import RuntimeBase
 
@@ -99,7 +100,7 @@ class TorchRuntime(RuntimeBase):
 
         fed = self.prepare_inputs(model, inputs)
         with torch.inference_mode():
-            return model.module(*fed.values())
+            return call_module(model.module, fed)
 
     def timing_target(
         self, model: LoadedModel, inputs: Any, device: str, threads: int | None
@@ -135,7 +136,7 @@ class TorchRuntime(RuntimeBase):
         if moved:
             module.to(device)
         try:
-            args = tuple(self.prepare_inputs(target, inputs).values())
+            args, kwargs = bind_inputs(module, self.prepare_inputs(target, inputs))
             # Events and memory stats refer to the current CUDA device: make it the model's.
             dev_ctx = (
                 torch.cuda.device(torch.device(device))
@@ -145,7 +146,7 @@ class TorchRuntime(RuntimeBase):
             with torch_threads(request.threads), torch.inference_mode(), dev_ctx:
                 return profile_torch(
                     module,
-                    lambda: module(*args),
+                    lambda: module(*args, **kwargs),
                     device=device,
                     iters=request.iters,
                     warmup=request.warmup,

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from accel.errors import AccelError
+from accel.models.calls import bind_inputs
 from accel.models.feed import as_positional, move_inputs
 from accel.models.runtime import TimingTarget
 
@@ -37,10 +38,18 @@ def model_target(model: Any, inputs: Any, device: str) -> TimingTarget:
     prepare = getattr(model, "prepare_inputs", None)
     if callable(prepare) and isinstance(inputs, Mapping):
         inputs, casts = prepare(inputs), None
-    args = as_positional(move_inputs(inputs, device, casts))
+    moved = move_inputs(inputs, device, casts)
+    # Bound to the forward's signature: *args nested, keyword-only inputs by name.
+    args, kwargs = (
+        bind_inputs(module, moved) if isinstance(moved, Mapping) else (as_positional(moved), {})
+    )
     size = getattr(model, "size_bytes", None) or module_size_bytes(module)
     return TimingTarget(
-        lambda: module(*args), lambda: module(*args), "torch", size, uses_torch=True
+        lambda: module(*args, **kwargs),
+        lambda: module(*args, **kwargs),
+        "torch",
+        size,
+        uses_torch=True,
     )
 
 

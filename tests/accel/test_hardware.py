@@ -1,0 +1,64 @@
+"""accel.hardware: CPU flags from /proc/cpuinfo, and the OpenVINO precision they suggest."""
+
+from __future__ import annotations
+
+import pytest
+
+from accel.hardware import CpuFeatures, default_openvino_precision, parse_cpuinfo
+
+XEON_AMX = """processor\t: 0
+model name\t: Intel(R) Xeon(R) Platinum 8480+
+flags\t\t: fpu avx2 avx512f avx512_vnni avx512_bf16 amx_bf16 amx_tile amx_int8
+processor\t: 1
+model name\t: Intel(R) Xeon(R) Platinum 8480+
+flags\t\t: fpu
+"""
+EPYC = "model name\t: AMD EPYC 9654\nflags\t\t: fpu avx2 avx512f avx512_vnni avx512_bf16\n"
+CLIENT = "model name\t: Intel(R) Core(TM) i7-12700\nflags\t\t: fpu avx2 avx_vnni\n"
+OLD = "model name\t: Intel(R) Xeon(R) CPU E5-2680 v4\nflags\t\t: fpu avx2\n"
+
+
+def test_parse_reads_the_first_processor():
+    f = parse_cpuinfo(XEON_AMX)
+    assert f.name == "Intel(R) Xeon(R) Platinum 8480+"
+    assert f.amx_bf16 and f.amx_int8 and f.avx512_bf16 and f.avx512_vnni and f.avx512f
+    assert f.bf16 and f.int8
+
+
+@pytest.mark.parametrize(
+    ("text", "bf16", "int8", "precision"),
+    [
+        (XEON_AMX, True, True, "bf16"),
+        (EPYC, True, True, "bf16"),
+        (CLIENT, False, True, "f32"),
+        (OLD, False, False, "f32"),
+        ("", False, False, "f32"),
+    ],
+)
+def test_precision_follows_the_flags(text, bf16, int8, precision):
+    f = parse_cpuinfo(text)
+    assert (f.bf16, f.int8) == (bf16, int8)
+    assert default_openvino_precision(f) == precision
+
+
+def test_summary_names_what_it_found():
+    assert "amx_bf16" in parse_cpuinfo(XEON_AMX).summary()
+    assert "no bf16/int8 matrix extensions" in CpuFeatures().summary()
+
+
+@pytest.mark.parametrize(("text", "expected"), [(EPYC, None), (OLD, "f32")])
+def test_openvino_auto_precision_follows_the_cpu(monkeypatch, tmp_path, text, expected):
+    pytest.importorskip("openvino")
+    from accel.models import load_model
+    from accel.passes import PassContext, get_pass
+    from accel.runtimes.openvino.ir import bf16_supported
+
+    monkeypatch.setattr("accel.hardware.cpu_features", lambda: parse_cpuinfo(text))
+    # With bf16 flags, auto is bf16 exactly where OpenVINO itself reports BF16 here.
+    expected = expected or ("bf16" if bf16_supported("CPU") else "f32")
+    lm = load_model("zoo:mlp")
+    cls = get_pass("openvino")
+    ctx = PassContext(inputs=lm.example_inputs(), work_dir=tmp_path, original=lm)
+    new = cls().apply(lm, cls.parse_config({}), ctx)
+    assert new.session_options["precision"] == expected
+    assert ctx.details["precision_auto"].startswith(expected)
