@@ -45,14 +45,18 @@ def run(args: argparse.Namespace) -> int:
 def _spec_without_loading(source: str) -> bool:
     """Sources whose spec the script export reads without loading anything (zoo, corpus,
     ONNX) or that it refuses to import for it (factories)."""
+    from accel.models.corpus import CORPUS_PREFIXES
+    from accel.models.runtime import runtime_for_file
     from accel.trust import is_code_ref
 
     target = source.split("(", 1)[0].split("@", 1)[0].strip()
-    return (
-        target.startswith(("zoo:", "hf:", "tv:"))
-        or Path(target).suffix.lower() == ".onnx"
-        or is_code_ref(source)
-    )
+    if target.startswith(("zoo:", *CORPUS_PREFIXES)) or is_code_ref(source):
+        return True
+    runtime = runtime_for_file(target)
+    try:  # a runtime that reads a file's spec from its metadata (ONNX), without loading it
+        return runtime is not None and runtime.file_input_spec(Path(target)) is not None
+    except Exception:  # noqa: BLE001 - the script export then reports the file's problem
+        return True
 
 
 def _boxed_spec(source: str) -> str:

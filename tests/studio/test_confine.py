@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from studio.workers.confine import job_box, source_paths
+from studio.workers.job_box import job_box, source_paths
 from studio.workers.protocol import JobSpec
 
 
