@@ -77,5 +77,8 @@ def setup_logging(verbose: bool = False) -> None:
         root.addHandler(handler)
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
     # Python warnings (a library's DeprecationWarning, FutureWarning ...) become log records
-    # of the "py.warnings" logger: in the file, and on the terminal with -v.
+    # of the "py.warnings" logger: in the file, and on the terminal with -v. Turned off
+    # first: captureWarnings(True) does nothing when an earlier call's hook is remembered,
+    # even if something (a warnings.catch_warnings block) has since put the default back.
+    logging.captureWarnings(False)
     logging.captureWarnings(True)
