@@ -92,6 +92,7 @@ def test_pareto_front():
     assert pareto_front(vectors) == [0, 1]
 
 
+@pytest.mark.slow
 def test_seeded_search_on_mlp_returns_the_same_front_twice(tmp_path):
     a = run_search(_config(tmp_path / "a"), InProcessExecutor())
     b = run_search(_config(tmp_path / "b"), InProcessExecutor())

@@ -37,7 +37,6 @@ def _alive(pids: list[int]) -> list[int]:
     return out
 
 
-@pytest.mark.slow
 def test_sigint_mid_trial_exits_130_with_no_traceback_and_no_orphans(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), ACCEL_STUDIO_HOME=str(tmp_path / "home"))
     args = [
