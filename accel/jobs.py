@@ -138,7 +138,7 @@ class ProfileResult:
 
     model: dict[str, Any]
     inputs: str
-    benchmark: Any = None  # accel.bench.BenchResult
+    benchmark: Any = None  # accel.timing.single.BenchResult
     profile: Any = None  # accel.profile.ModelProfile
 
     def to_dict(self) -> dict[str, Any]:
@@ -151,8 +151,8 @@ class ProfileResult:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ProfileResult:
-        from accel.bench import BenchResult
         from accel.profile import ModelProfile
+        from accel.timing.single import BenchResult
 
         bench, prof = d.get("benchmark"), d.get("profile")
         return cls(
@@ -170,7 +170,7 @@ def profile(job: ProfileJob, emit: Emit, cancel: CancelCheck) -> ProfileResult:
     inputs = model.example_inputs()
     result = ProfileResult(model_facts(model), _inputs_text(inputs))
     if job.benchmark:
-        from accel.bench import benchmark
+        from accel.timing.single import benchmark
 
         result.benchmark = benchmark(
             model,
