@@ -95,12 +95,14 @@ def run_recipe_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> d
         "run_dir": str(result.run_dir),
         "duration_s": result.duration_s,
         "baseline": result.baseline,
+        "baseline_timing": result.baseline_timing.to_json() if result.baseline_timing else None,
         "steps": [
             {
                 "index": st.index,
                 "pass_name": st.pass_name,
                 "status": st.status,
                 "metrics": st.metrics,
+                "timing": st.timing.to_json() if st.timing else None,
                 "error": st.error,
             }
             for st in result.steps

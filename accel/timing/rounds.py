@@ -262,11 +262,13 @@ def run_rounds(
     calls = {"reference": reference, "candidate": candidate}
     sides = {}
     for name, call in calls.items():
-        warm = (
-            min(1, settings.warmup) if reference_warm and name == "reference" else settings.warmup
-        )
+        # the runner's baseline already warmed the reference up: one call is enough
+        warm = min(1, settings.warmup) if reference_warm and name == "reference" else None
         check = None if check_output is None else (lambda out, n=name: check_output(out, n))
-        sides[name] = first_and_warmup(call, (first or {}).get(name, call), warm, sync, check)
+        start = (first or {}).get(name, call)
+        sides[name] = first_and_warmup(
+            call, start, settings.warmup if warm is None else warm, sync, check
+        )
 
     if monitor is not None:
         monitor.start()
@@ -286,16 +288,7 @@ def run_rounds(
                 progress(min(1.0, rounds / settings.base_rounds), f"timing round {rounds}")
     noise = monitor.stop() if monitor is not None else None
     ref, cand = sides["reference"], sides["candidate"]
-    # The speedup's interval also covers the ratio of the two p50s shown beside it.
-    interval = covering(
-        ratio_interval(ref.round_ms, cand.round_ms, seed=seed),
-        *_p50_ratio(ref, cand),
-    )
-    reasons: list[str] = []
-    if noise is not None and noise.busy:
-        reasons.append(noise.reason())
-    if interval.half_width > NOISY_HALF_WIDTH:
-        reasons.append(f"interval wider than +-{NOISY_HALF_WIDTH:.0%} ({interval.half_width:+.0%})")
+    interval, reasons = _speedup_and_noise(ref, cand, noise, seed)
     return Comparison(
         speedup=interval,
         reference=ref,
@@ -308,6 +301,22 @@ def run_rounds(
         reasons=reasons,
         seed=seed,
     )
+
+
+def _speedup_and_noise(
+    ref: Side, cand: Side, noise: NoiseReport | None, seed: int
+) -> tuple[Interval, list[str]]:
+    """The median of the per-round ratios with an interval that also covers the ratio of the
+    two p50s shown beside it, and why the comparison is noisy (empty: it is not)."""
+    interval = covering(
+        ratio_interval(ref.round_ms, cand.round_ms, seed=seed), *_p50_ratio(ref, cand)
+    )
+    reasons: list[str] = []
+    if noise is not None and noise.busy:
+        reasons.append(noise.reason())
+    if interval.half_width > NOISY_HALF_WIDTH:
+        reasons.append(f"interval wider than +-{NOISY_HALF_WIDTH:.0%} ({interval.half_width:+.0%})")
+    return interval, reasons
 
 
 def run_alone(

@@ -284,33 +284,7 @@ def compare(args: argparse.Namespace) -> int:
         ids = [_run_arg(repo, r) for r in args.runs]
         cmp = repo.compare(ids)
     if args.json:
-        from studio.store.values import json_safe as _json_safe
-
-        print(
-            json.dumps(
-                _json_safe(
-                    {
-                        "runs": cmp.columns,
-                        "rows": [
-                            {"step": k[0], "pass": k[1], "metric": k[2], "values": v}
-                            for k, v in cmp.rows.items()
-                        ],
-                        "parity": [
-                            {"step": k[0], "pass": k[1], "passed": v} for k, v in cmp.parity.items()
-                        ],
-                        "timings": [
-                            {
-                                "step": k[0],
-                                "pass": k[1],
-                                "values": [t.to_json() if t else None for t in v],
-                            }
-                            for k, v in cmp.timings.items()
-                        ],
-                    }
-                ),
-                indent=2,
-            )
-        )
+        print(json.dumps(_compare_json(cmp), indent=2))
         return 0
     heads = [d.run.short_id for d in cmp.runs]
     info = [
@@ -345,6 +319,26 @@ def compare(args: argparse.Namespace) -> int:
     if any(r[1] == "speedup" and any(str(c).endswith(NOISY_MARK) for c in r[2:]) for r in rows):
         print(f"{NOISY_MARK} timed on a busy machine (or too scattered): see `studio show RUN`")
     return 0
+
+
+def _compare_json(cmp: Any) -> dict[str, Any]:
+    """`studio compare --json`: metric rows, parity verdicts and each step's timing per run."""
+    from studio.store.values import json_safe
+
+    return json_safe(
+        {
+            "runs": cmp.columns,
+            "rows": [
+                {"step": k[0], "pass": k[1], "metric": k[2], "values": v}
+                for k, v in cmp.rows.items()
+            ],
+            "parity": [{"step": k[0], "pass": k[1], "passed": v} for k, v in cmp.parity.items()],
+            "timings": [
+                {"step": k[0], "pass": k[1], "values": [t.to_json() if t else None for t in v]}
+                for k, v in cmp.timings.items()
+            ],
+        }
+    )
 
 
 def _within_noise(per_run: list[StepTiming | None]) -> bool:

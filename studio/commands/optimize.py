@@ -15,6 +15,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from studio.tables import TIMING_HEADERS, timing_cells
+
 if TYPE_CHECKING:
     from studio.store.api import SearchStore
 
@@ -156,7 +158,6 @@ def trial_row(t: Any) -> list[Any]:
     """One trial's row: its timing cells (the original's p50 and the trial's from the same
     rounds, the speedup) from its StepTiming (studio.tables)."""
     from studio.commands._table import fmt_bytes
-    from studio.tables import timing_cells
 
     m = t.metrics
     drop = m.get("cosine_drop")
@@ -182,18 +183,7 @@ def _exclude_note(steps: list[dict[str, Any]]) -> str:
     return f" (float: {', '.join(kept[:2])}{more})"
 
 
-HEADERS = [
-    "#",
-    "chain",
-    "status",
-    "ref p50 ms",
-    "p50 ms",
-    "speedup [95% CI]",
-    "cos drop",
-    "size",
-    "reused",
-    "note",
-]
+HEADERS = ["#", "chain", "status", *TIMING_HEADERS, "cos drop", "size", "reused", "note"]
 
 
 def run(args: argparse.Namespace) -> int:
