@@ -97,6 +97,9 @@ def make_session(path, providers=None, options=None):
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
+    # Idle threads sleep instead of spinning (as in the studio): spinning threads would take
+    # the CPU from the original model timed in the rounds between this session's calls.
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     for key, value in (options or {}).items():
         setattr(so, key, value)
     if THREADS:
