@@ -101,18 +101,20 @@ def step_timing(
 
 
 def final_timing(summary: Mapping[str, Any] | None) -> StepTiming | None:
-    """The last measured step's timing from a run's summary (accel.runner.run_summary);
-    older summaries had the speedup and two bare p50s."""
+    """The last measured step's timing from a run's summary (accel.runner.run_summary).
+
+    Older summaries had the speedup and the step's p50; their "baseline" p50 was the
+    original's row, timed apart by another timer, so it is not shown as the reference of
+    the step's comparison (that is the contradiction the typed result removed)."""
     s = summary or {}
     if StepTiming.looks_like(s.get("final_timing")):
         return StepTiming.from_json(s["final_timing"])
     if s.get("final_speedup") is None:
         return None
     step = _float(s.get("final_latency_p50_ms"))
-    ref = _float(s.get(REF_P50))
     return StepTiming(
         mode=INTERLEAVED,
-        reference=Latency(ref) if ref is not None else None,
+        reference=None,
         step=Latency(step) if step is not None else None,
         speedup=_float(s.get("final_speedup")),
         speedup_low=_float(s.get("final_speedup_low")),
