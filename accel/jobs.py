@@ -95,12 +95,14 @@ def run_recipe_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> d
         "run_dir": str(result.run_dir),
         "duration_s": result.duration_s,
         "baseline": result.baseline,
+        "baseline_timing": result.baseline_timing.to_json() if result.baseline_timing else None,
         "steps": [
             {
                 "index": st.index,
                 "pass_name": st.pass_name,
                 "status": st.status,
                 "metrics": st.metrics,
+                "timing": st.timing.to_json() if st.timing else None,
                 "error": st.error,
             }
             for st in result.steps
@@ -138,7 +140,7 @@ class ProfileResult:
 
     model: dict[str, Any]
     inputs: str
-    benchmark: Any = None  # accel.bench.BenchResult
+    benchmark: Any = None  # accel.timing.single.BenchResult
     profile: Any = None  # accel.profile.ModelProfile
 
     def to_dict(self) -> dict[str, Any]:
@@ -151,8 +153,8 @@ class ProfileResult:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ProfileResult:
-        from accel.bench import BenchResult
         from accel.profile import ModelProfile
+        from accel.timing.single import BenchResult
 
         bench, prof = d.get("benchmark"), d.get("profile")
         return cls(
@@ -170,7 +172,7 @@ def profile(job: ProfileJob, emit: Emit, cancel: CancelCheck) -> ProfileResult:
     inputs = model.example_inputs()
     result = ProfileResult(model_facts(model), _inputs_text(inputs))
     if job.benchmark:
-        from accel.bench import benchmark
+        from accel.timing.single import benchmark
 
         result.benchmark = benchmark(
             model,
