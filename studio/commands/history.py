@@ -316,7 +316,7 @@ def compare(args: argparse.Namespace) -> int:
     print(render_table(["step", "metric", *heads], info + rows, "ll" + "r" * len(heads)))
     if ties:
         print("= the speedups' 95% intervals overlap: the difference is within noise (a tie)")
-    if any(r[1] == "speedup" and any(str(c).endswith(NOISY_MARK) for c in r[2:]) for r in rows):
+    if any(r[1] == "speedup" and any(NOISY_MARK in str(c) for c in r[2:]) for r in rows):
         print(f"{NOISY_MARK} timed on a busy machine (or too scattered): see `studio show RUN`")
     return 0
 

@@ -138,3 +138,23 @@ def test_pareto_with_intervals_keeps_ties_and_fastest_reports_them():
     assert fastest([p[0] for p in pts], apart) == [0]
     assert pareto_front(pts, apart) == [2, 0]
     assert pareto_front(pts, [None, None, None]) == pareto_front(pts)
+
+
+def test_an_old_summary_shows_no_reference_from_another_timer(tmp_path):
+    """A run summary from before the typed timing: its final speedup and the step's p50 are
+    kept; its "baseline" p50 (the original's row, timed by another timer) is not shown as
+    the reference of the step's comparison."""
+    from studio.store.timing_keys import final_timing
+
+    old = {
+        "final_speedup": 2.08,
+        "final_speedup_low": 1.9,
+        "final_speedup_high": 2.2,
+        "final_latency_p50_ms": 0.493,
+        "baseline_latency_p50_ms": 0.372,  # 0.372 / 0.493 = 0.75x: the contradiction
+        "noise": None,
+    }
+    t = final_timing(old)
+    assert t.speedup == 2.08 and t.p50_step_ms == 0.493 and t.p50_ref_ms is None
+    assert t.consistent()
+    assert final_timing({}) is None
