@@ -52,6 +52,12 @@ def test_optimize_writes_best_recipe_and_records_trials(tmp_path, capsys):
     assert search.status == "finished" and search.trials == 3
     assert search.summary["best"] is not None and search.summary["front"]
     assert search.summary["cache"]["hits"] >= 1
+    # what the next search for a similar model starts from (accel.search.seeds.Prior)
+    (prior,) = repo.search_priors()
+    assert prior["family"] == "mlp" and prior["size_class"] == "small"
+    assert prior["device"] == "cpu" and prior["objective"] == "latency"
+    assert [s["pass"] for s in prior["steps"]] == [s["pass"] for s in best["steps"]]
+    assert prior["score"] > 0  # the best trial's speedup
     assert {r.id for r in repo.list_runs(RunFilter(search_id=search.id))} == {r.id for r in runs}
     assert main(["--db", str(db), "history", "--searches"]) == 0
     listing = capsys.readouterr().out
