@@ -95,6 +95,12 @@ class SearchConfig:
             raise SearchError(
                 f"max cosine drop must be between 0 and 2, got {self.max_cosine_drop}"
             )
+        unknown = sorted(set(self.allow) - allow_words())
+        if unknown:
+            raise SearchError(
+                f"--allow {', '.join(unknown)}: not something to allow; one of "
+                f"{', '.join(sorted(allow_words()))}"
+            )
         if self.max_accuracy_drop is not None and not self.data.get("eval"):
             raise SearchError(
                 "--max-accuracy-drop needs labelled evaluation data: give --data FILE"
@@ -106,6 +112,14 @@ class SearchConfig:
         d["passes"] = None if self.passes is None else list(self.passes)
         d["exclude"] = list(self.exclude)
         return d
+
+
+def allow_words() -> set[str]:
+    """What --allow takes: the passes' opt-in words (prune, distill, qat) and sensitivity."""
+    from accel.passes import list_passes
+
+    words = {p.search.opt_in for p in list_passes(include_test=True) if p.search is not None}
+    return {w for w in words if w} | {SENSITIVITY}
 
 
 @dataclass
@@ -491,7 +505,9 @@ def _search_space(
         allow=config.allow,
         include=config.passes,
         exclude=(*config.exclude, *not_applicable),
-        max_steps=config.max_steps,
+        # the weight-changing steps the user allowed (prune, distill) come on top of
+        # max_steps, so they stack onto the best full-length chains
+        max_steps=config.max_steps + len({"prune", "distill"} & set(config.allow)),
     )
     for name, why in not_applicable.items():
         space.excluded[name] = f"nothing to do on this model: {why}"

@@ -92,6 +92,10 @@ BF16_PASSES = frozenset({"bf16"})
 # Size classes by parameter count: a prior counts most for a model of the same class.
 SIZE_CLASSES = ((10_000_000, "small"), (100_000_000, "medium"), (1_000_000_000, "large"))
 MAX_PRIORS = 3  # earlier searches' recipes enqueued as seeds
+# With --allow prune,distill: the pruned and distilled model under the best chains (after
+# every lossless seed: pruning costs parity, it is tried once the lossless best is known).
+STACK = ("prune_channels", "distill")
+STACKED_SEEDS = 2
 
 
 def model_family(layer_types: Iterable[str]) -> str:
@@ -299,4 +303,17 @@ def plan_seeds(
             seen.add(chain)
             pen = hardware_penalty(chain, features, space.device)
             seeds.append(Seed(chain, {}, "rule" if not pen else f"rule (demoted: {pen})"))
-    return seeds
+    return seeds + _stacked(seeds, valid, seen)
+
+
+def _stacked(
+    seeds: list[Seed], valid: set[tuple[str, ...]], seen: set[tuple[str, ...]]
+) -> list[Seed]:
+    """Prune + distill under the first STACKED_SEEDS seeds with steps (and alone)."""
+    out: list[Seed] = []
+    for seed in [s for s in seeds if s.chain][:STACKED_SEEDS] + [Seed(())]:
+        chain = (*STACK, *seed.chain)
+        if chain in valid and chain not in seen:
+            seen.add(chain)
+            out.append(Seed(chain, dict(seed.values), "prune + distill + " + seed.why))
+    return out

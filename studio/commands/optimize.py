@@ -54,7 +54,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--allow",
         default="",
-        help="passes that change weights, allowed: prune,qat; and sensitivity: a sensitivity "
+        help="passes that change weights, allowed: prune,distill (train the pruned model "
+        "towards the original's outputs, bounded, counted in the budget),qat; and "
+        "sensitivity: a sensitivity "
         "analysis first (its time counts in the budget) gives the torch quantization passes "
         "exclude sets (none, top-1, top-3, top-10%% most sensitive layers) to search",
     )

@@ -188,3 +188,19 @@ def test_search_runs_the_prior_first(tmp_path):
     assert [t.chain for t in res.trials] == [(), ("export_onnx", "onnxruntime")]
     assert res.space["family"] == "mlp" and res.space["size_class"] == "small"
     assert res.space["seed_origins"][1].startswith("earlier search")
+
+
+@needs_openvino
+def test_allowed_prune_and_distill_stack_onto_the_best_chains_after_the_lossless_seeds():
+    allow = ["prune", "distill"]
+    space = build_space(
+        "torch", "cpu", layer_types={"conv2d", "batchnorm", "linear"}, allow=allow, max_steps=6
+    )
+    seeds = plan_seeds(space, "cnn", features=AMX)
+    chains = [s.chain for s in seeds]
+    stacked = [i for i, c in enumerate(chains) if c[:2] == ("prune_channels", "distill")]
+    assert stacked and min(stacked) > max(
+        i for i, c in enumerate(chains) if c and "distill" not in c
+    )
+    assert ("prune_channels", "distill", *OV_INT8) == chains[stacked[0]]
+    assert ("prune_channels", "distill") in chains
