@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from accel.search.runtime_settings import add_runtime_settings
 from accel.search.seeds import Seed, model_family, plan_seeds, size_class
 from accel.search.sensitivity_space import ALLOW as SENSITIVITY
 from accel.search.space import SearchError, SearchSpace, build_space, model_layer_types, steps_for
@@ -391,6 +392,7 @@ def trial_spec(config: SearchConfig, number: int, steps: list[dict[str, Any]]) -
             "min_time_s": config.bench_min_time_s,
             "threads": config.bench_threads,
             "dims": dict(config.bench_dims),
+            "concurrent": config.objective == "throughput",
         },
         "data": dict(config.data),
         "cache": {
@@ -442,6 +444,7 @@ def run_search(
     t0 = time.monotonic()
     model_info = model_info or inspect_model(config)
     kind, layers, space, sensitivity = _search_space(config, model_info, is_cancelled, t0)
+    space, settings = add_runtime_settings(space, config.objective, config.bench_threads)
     info = list(model_info)
     size = size_class(info[3] if len(info) > 3 else None)
     family = model_family(layers)
@@ -482,6 +485,7 @@ def run_search(
             "family": family,
             "size_class": size,
             **({"sensitivity": sensitivity} if sensitivity is not None else {}),
+            **({"runtime_settings": settings} if settings else {}),
         },
         cache=loop.cache_total,
         model_kind=kind,
