@@ -56,9 +56,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--allow",
         default="",
-        help="passes that change weights, allowed: prune,qat; and sensitivity: a sensitivity "
+        help="passes that change weights, allowed: prune,distill (train the pruned model "
+        "towards the original's outputs, bounded, counted in the budget),qat; and "
+        "sensitivity: a sensitivity "
         "analysis first (its time counts in the budget) gives the torch quantization passes "
-        "exclude sets (none, top-1, top-3, top-10%% most sensitive layers) to search",
+        "exclude sets (none, top-1, top-3, top-10%% most sensitive layers) to search, and the "
+        "OpenVINO / ONNX Runtime quantizers a set by measured cost (sensitive layers int8 "
+        "barely speeds up)",
     )
     p.add_argument("--passes", default=None, help="only these passes (comma-separated names)")
     p.add_argument("--exclude", default="", help="never these passes (comma-separated names)")
