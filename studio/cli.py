@@ -13,6 +13,8 @@ import argparse
 import importlib
 import sys
 
+from studio.errors import UserError
+
 COMMAND_MODULES = [
     "studio.commands.gui",
     "studio.commands.profile",
@@ -27,8 +29,9 @@ COMMAND_MODULES = [
 ]
 
 
-class CliError(Exception):
-    """An error whose message is shown to the user as is (no traceback)."""
+# The commands' user error is the studio's (``studio.errors``): lookups shared with the
+# GUI raise it without importing the CLI.
+CliError = UserError
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from accel.plan import plan
     from accel.recipe import load_recipe
-    from studio.cli import CliError
+    from studio.errors import UserError
     from studio.workers.entry import load_plugin
     from studio.workers.pool_jobs import env_plugins
 
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
             return 1
         return 0
     if not preflight.ok:
-        raise CliError("the recipe cannot run: " + "; ".join(preflight.errors))
+        raise UserError("the recipe cannot run: " + "; ".join(preflight.errors))
     params: dict[str, Any] = {"recipe": str(recipe_path), "device": args.device or recipe.device}
     if args.model:
         params["model"] = args.model
@@ -89,8 +89,8 @@ def run_job(
     """Submit a run_recipe job to a one-job pool, print it live, return the exit code.
     ``params`` are checked as the worker will check them (``RunRecipeJob``) before any work."""
     from accel.job_specs import RunRecipeJob
-    from studio.cli import CliError
     from studio.commands._runprint import RunPrinter
+    from studio.errors import UserError
     from studio.store import StoreError
     from studio.workers import WorkerPool
 
@@ -100,7 +100,7 @@ def run_job(
         repo.check_writable()
     except StoreError as exc:
         repo.close()
-        raise CliError(str(exc)) from None
+        raise UserError(str(exc)) from None
     printer = RunPrinter()
     device = str(params.get("device") or "auto")
     pool = WorkerPool(repo, cpu_workers=1, devices=[] if device == "cpu" else None)
@@ -114,7 +114,7 @@ def run_job(
     pool.subscribe(on_update)
     try:
         handle = pool.submit(
-            "run_recipe",
+            RunRecipeJob.kind,
             params,
             device=device,
             model_source=model_source,

@@ -17,15 +17,20 @@ QUICK = ["--iters", "2", "--warmup", "1", "--threads", "1"]
 @pytest.fixture
 def spy(monkeypatch):
     """Records the spec each use-case function gets, from a worker's job or from the CLI."""
+    import dataclasses
+
+    from accel import job_registry
+
     calls: list = []
     for name in ("profile", "analyze", "inspect"):
-        real = getattr(jobs, name)
+        decl = job_registry.declaration(name)
 
-        def wrapper(job, emit, cancel, real=real):
+        def wrapper(job, emit, cancel, real=decl.use_case):
             calls.append(job)
             return real(job, emit, cancel)
 
-        monkeypatch.setattr(jobs, name, wrapper)
+        new = dataclasses.replace(decl, use_case=wrapper)
+        monkeypatch.setitem(job_registry._DECLARED, name, new)
     return calls
 
 
