@@ -26,7 +26,7 @@ import sys
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from accel.errors import InputSpecError, ModelLoadError
 from accel.models.corpus import CORPUS_PREFIXES
@@ -46,6 +46,22 @@ log = logging.getLogger(__name__)
 _SOURCE_RE = re.compile(
     r"^(?P<target>[^()@]+?)(?:\((?P<kwargs>.*)\))?(?:@(?P<weights>[^@]+))?$", re.S
 )
+
+
+class SourceParts(NamedTuple):
+    """A model source's parts: ``target(kwargs)@weights``."""
+
+    target: str  # zoo:name, a file, file.py:fn or pkg.mod:fn
+    kwargs: str  # the factory's keyword arguments as written ("" when none)
+    weights: str | None  # a state_dict file loaded into the built model
+
+
+def parse_source(source: str) -> SourceParts | None:
+    """``source`` split into its parts (nothing imported or read), None when malformed."""
+    m = _SOURCE_RE.match(str(source).strip())
+    if not m:
+        return None
+    return SourceParts(m.group("target").strip(), m.group("kwargs") or "", m.group("weights"))
 
 
 def load_model(
@@ -75,10 +91,10 @@ def load_model(
         spec = InputSpec.coerce(input_spec)
     except InputSpecError as exc:
         raise ModelLoadError(f"bad input spec: {exc}") from None
-    m = _SOURCE_RE.match(source)
-    if not m:
+    parts = parse_source(source)
+    if parts is None:
         raise ModelLoadError(f"cannot read model source {source!r}")
-    target, kw_text, weights = m.group("target").strip(), m.group("kwargs"), m.group("weights")
+    target, kw_text, weights = parts
     kwargs = dict(_parse_kwargs(kw_text, source) if kw_text else {})
     kwargs.update(factory_kwargs or {})
 
