@@ -309,6 +309,35 @@ def _is_legacy_pickle(path: Path) -> bool:
     return len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5
 
 
+def _load_torchscript(
+    path: Path, spec: InputSpec | None, source: str, trust_pickle: bool
+) -> LoadedModel:
+    """A TorchScript archive, its code checked first unless the person trusts the file."""
+    import torch
+
+    from accel.models import torchscript_check
+
+    if not trust_pickle:
+        torchscript_check.scan_code(path)
+    try:
+        module = torch.jit.load(str(path), map_location="cpu")
+    except Exception as exc:
+        raise ModelLoadError(
+            f"{path} looks like TorchScript but cannot be loaded ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}). The file may be truncated or from a newer torch."
+        ) from None
+    if not trust_pickle:
+        torchscript_check.scan_module(path, module)
+    spec = spec or _spec_from_attr(module)
+    if spec is None:
+        raise ModelLoadError(
+            f"{path}: TorchScript files carry no input spec; give one with --input"
+        )
+    return LoadedModel(
+        source=source, kind="torch", input_spec=spec, module=module.eval(), format="torchscript"
+    )
+
+
 def load_torch_file(
     path: Path, spec: InputSpec | None, source: str, trust_pickle: bool
 ) -> LoadedModel:
@@ -316,27 +345,7 @@ def load_torch_file(
 
     _require_file(path)
     if _is_torchscript(path):
-        from accel.models import torchscript_check
-
-        if not trust_pickle:
-            torchscript_check.scan_code(path)
-        try:
-            module = torch.jit.load(str(path), map_location="cpu")
-        except Exception as exc:
-            raise ModelLoadError(
-                f"{path} looks like TorchScript but cannot be loaded ({type(exc).__name__}: "
-                f"{str(exc).splitlines()[0] if str(exc) else ''}). The file may be truncated or from a newer torch."
-            ) from None
-        if not trust_pickle:
-            torchscript_check.scan_module(path, module)
-        spec = spec or _spec_from_attr(module)
-        if spec is None:
-            raise ModelLoadError(
-                f"{path}: TorchScript files carry no input spec; give one with --input"
-            )
-        return LoadedModel(
-            source=source, kind="torch", input_spec=spec, module=module.eval(), format="torchscript"
-        )
+        return _load_torchscript(path, spec, source, trust_pickle)
     legacy = not zipfile.is_zipfile(path)
     if legacy and not _is_legacy_pickle(path):
         raise ModelLoadError(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from typing import Any
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -164,6 +165,14 @@ def run_serve_test(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data, indent=2, default=str))
         return 0
+    _print_serve_test(report, art, clients or [])
+    if "saved_to" in data:
+        print(f"saved {data['saved_to']}")
+    return 0
+
+
+def _print_serve_test(report: Any, art: dict[str, Any], clients: list[int]) -> None:
+    """The serve test as tables: the sweep, the loads, the gains and the served overhead."""
     print(f"model: {art['path']} ({art['kind']}, step {art['step'] + 1} {art['pass']})")
     print("batch sweep (direct calls):")
     for pt in report.sweep:
@@ -192,6 +201,3 @@ def run_serve_test(args: argparse.Namespace) -> int:
             f" ms (p50 {report.served_p50_ms:.2f} ms served vs {report.direct_p50_ms:.2f} ms "
             "direct, in alternation)"
         )
-    if "saved_to" in data:
-        print(f"saved {data['saved_to']}")
-    return 0

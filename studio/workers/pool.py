@@ -213,6 +213,20 @@ class WorkerPool:
                 name=name,
                 job_params={"kind": kind, "params": params, "device": device},
             )
+        return self._queue(kind, params, plugins, device, priority, timeout_s, run_id, new_run)
+
+    def _queue(
+        self,
+        kind: str,
+        params: dict[str, Any],
+        plugins: Iterable[str],
+        device: str | None,
+        priority: int,
+        timeout_s: float | None,
+        run_id: str | None,
+        new_run: dict[str, Any] | None,
+    ) -> JobHandle:
+        """The job in the queue, the dispatcher told, the scheduler asked to start it."""
         job = Job(
             id=uuid.uuid4().hex,
             kind=kind,
