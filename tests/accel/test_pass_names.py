@@ -65,6 +65,9 @@ def test_defaults_name_registered_passes():
     problems += _unknown(
         [r.reached_by for r in runtimes() if r.reached_by], "a runtime's reached_by"
     )
+    from accel.recipe_edits import KEEP_FLOAT_DEFAULT
+
+    problems += _unknown(KEEP_FLOAT_DEFAULT.values(), "accel.recipe_edits.KEEP_FLOAT_DEFAULT")
     for cls in list_passes(include_test=True):
         lost = getattr(cls, "module_names_lost_after", ())
         problems += _unknown(lost, f"{cls.name}.module_names_lost_after")
