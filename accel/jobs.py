@@ -17,8 +17,7 @@ Jobs are testable without any process: call them with a list's ``append`` as
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,17 @@ from accel.job_registry import (
     register_job,
     to_json,
 )
+from accel.job_results import (
+    AnalyzeResult,
+    BisectResult,
+    InspectResult,
+    ProfileResult,
+    inputs_text,
+    layer_parity_report,
+    lazy_result,
+    model_facts,
+    model_info,
+)
 from accel.job_specs import (
     AnalyzeJob,
     BisectJob,
@@ -48,7 +58,7 @@ from accel.job_specs import (
     ServeTestJob,
 )
 
-__all__ = ["JOBS", "CancelCheck", "Emit", "Job", "register_job"]
+__all__ = ["JOBS", "SEARCH_TRIAL", "CancelCheck", "Emit", "Job", "register_job"]
 
 log = logging.getLogger(__name__)
 
@@ -60,21 +70,6 @@ def _progress(emit: Emit) -> Callable[[float, str], None]:
         emit(Progress(-1, fraction, message).to_dict())
 
     return progress
-
-
-def _lazy(module: str, name: str) -> Callable[[Mapping[str, Any]], Any]:
-    """``module.name`` (a ``from_dict``), imported when a result is converted: declaring
-    the jobs stays cheap (the pool and the GUI import this module)."""
-
-    def convert(data: Mapping[str, Any]) -> Any:
-        import importlib
-
-        target: Any = importlib.import_module(module)
-        for part in name.split("."):
-            target = getattr(target, part)
-        return target(data)
-
-    return convert
 
 
 @declare_job(RunRecipeJob, records_run=True, folders=JobFolders(recipe=True))
@@ -120,61 +115,6 @@ def run_recipe_job(job: RunRecipeJob, emit: Emit, cancel: CancelCheck) -> dict[s
     }
 
 
-def _inputs_text(inputs: Mapping[str, Any]) -> str:
-    """``x:float32[8,1024]; ...`` of the example inputs actually fed."""
-    parts = []
-    for name, x in inputs.items():
-        shape = ",".join(str(d) for d in getattr(x, "shape", ()))
-        dtype = str(getattr(x, "dtype", type(x).__name__)).removeprefix("torch.")
-        parts.append(f"{name}:{dtype}[{shape}]")
-    return "; ".join(parts)
-
-
-def model_facts(model: Any) -> dict[str, Any]:
-    """What a stored profile names the model by (the store's model row) and the CLI prints."""
-    return {
-        "source": model.source,
-        "kind": model.kind,
-        "content_hash": model.content_hash,
-        "input_spec": str(model.input_spec),
-        "num_params": int(model.num_params),
-        "size_bytes": int(model.size_bytes),
-        "device": model.device,
-    }
-
-
-@dataclass
-class ProfileResult:
-    """What ``profile`` measured: the model's facts, the inputs fed, the benchmark and the
-    per-layer profile (each None when the job did not ask for it)."""
-
-    model: dict[str, Any]
-    inputs: str
-    benchmark: Any = None  # accel.bench.BenchResult
-    profile: Any = None  # accel.profile.ModelProfile
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "inputs": self.inputs,
-            "benchmark": self.benchmark.to_dict() if self.benchmark is not None else None,
-            "profile": self.profile.to_dict() if self.profile is not None else None,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> ProfileResult:
-        from accel.bench import BenchResult
-        from accel.profile import ModelProfile
-
-        bench, prof = d.get("benchmark"), d.get("profile")
-        return cls(
-            model=dict(d.get("model") or {}),
-            inputs=str(d.get("inputs") or ""),
-            benchmark=BenchResult.from_dict(bench) if bench else None,
-            profile=ModelProfile.from_dict(prof) if prof else None,
-        )
-
-
 @declare_job(
     ProfileJob,
     result=ProfileResult.from_dict,
@@ -186,7 +126,7 @@ def profile(job: ProfileJob, emit: Emit, cancel: CancelCheck) -> ProfileResult:
     model = job.load(device=job.device or "cpu")
     emit(Log("info", f"loaded {job.model.source}").to_dict())
     inputs = model.example_inputs()
-    result = ProfileResult(model_facts(model), _inputs_text(inputs))
+    result = ProfileResult(model_facts(model), inputs_text(inputs))
     if job.benchmark:
         from accel.bench import benchmark
 
@@ -216,28 +156,6 @@ def profile(job: ProfileJob, emit: Emit, cancel: CancelCheck) -> ProfileResult:
             cancel=cancel,
         )
     return result
-
-
-@dataclass
-class AnalyzeResult:
-    """The sensitivity report and, when the job had a gate, the layers to keep in float."""
-
-    report: Any  # accel.sensitivity.SensitivityReport
-    auto: Any = None  # accel.sensitivity.AutoExcludeResult
-
-    def to_dict(self) -> dict[str, Any]:
-        out = self.report.to_dict()
-        if self.auto is not None:
-            out["auto_exclude"] = self.auto.to_dict()
-        return out
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> AnalyzeResult:
-        from accel.sensitivity import AutoExcludeResult, SensitivityReport
-
-        d = dict(d)
-        auto = d.pop("auto_exclude", None)
-        return cls(SensitivityReport.from_dict(d), AutoExcludeResult(**auto) if auto else None)
 
 
 @declare_job(AnalyzeJob, result=AnalyzeResult.from_dict, warm=True)
@@ -270,66 +188,6 @@ def analyze(job: AnalyzeJob, emit: Emit, cancel: CancelCheck) -> AnalyzeResult:
             cancel=cancel,
         )
     return AnalyzeResult(report, auto)
-
-
-def model_info(model: Any) -> dict[str, Any]:
-    """JSON facts about a ``LoadedModel`` for people (the studio's Model panel)."""
-    info: dict[str, Any] = {
-        "source": model.source,
-        "kind": model.kind,
-        "format": model.format,
-        "input_spec": str(model.input_spec),
-        "inputs": [
-            {"name": t.name, "shape": list(t.shape), "dtype": t.dtype}
-            for t in model.input_spec.inputs
-        ],
-        "num_params": int(model.num_params),
-        "size_bytes": int(model.size_bytes),
-        "content_hash": model.content_hash,
-        "device": model.device,
-        "onnx_path": str(model.onnx_path) if model.onnx_path else None,
-        "class_name": "",
-    }
-    # What the model's runtime says about it and what the GUI can show for its kind.
-    runtime = model.runtime
-    netron = runtime.netron_file(model)
-    info.update(runtime.info(model))
-    info.update(
-        {
-            "runtime": runtime.label,
-            "capabilities": sorted(runtime.capabilities),
-            "profile_rows": runtime.profile_rows,
-            "netron_file": str(netron) if netron else None,
-        }
-    )
-    return info
-
-
-@dataclass
-class InspectResult:
-    """An opened model: the LoadedModel, its facts for people, its graph (or why none)."""
-
-    model: Any  # accel.models.LoadedModel (not sent: to_dict leaves it out)
-    info: dict[str, Any]
-    graph: Any = None  # accel.graph.Graph
-    graph_error: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        graph = self.graph.to_dict() if self.graph is not None else None
-        return {"info": self.info, "graph": graph, "graph_error": self.graph_error}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> InspectResult:
-        """What a worker sent back: the facts and the graph (the model stays there)."""
-        from accel.graph import Graph
-
-        graph = d.get("graph")
-        return cls(
-            None,
-            dict(d.get("info") or {}),
-            Graph.from_dict(graph) if graph else None,
-            d.get("graph_error"),
-        )
 
 
 @declare_job(InspectJob, result=InspectResult.from_dict, warm=True)
@@ -446,13 +304,7 @@ def graph_diff(job: GraphDiffJob, emit: Emit, cancel: CancelCheck) -> dict[str, 
     }
 
 
-def _layer_parity_report(data: Mapping[str, Any]) -> Any:
-    from accel.graph.layer_parity import LayerParityReport
-
-    return LayerParityReport.from_dict(data)
-
-
-@declare_job(ParityJob, result=_layer_parity_report)
+@declare_job(ParityJob, result=layer_parity_report)
 def parity(job: ParityJob, emit: Emit, cancel: CancelCheck) -> Any:
     """Layer-by-layer comparison of two models (``accel.graph.layer_parity``); B keeps its
     own input names (an ONNX export may call ``x`` ``input.1``)."""
@@ -465,42 +317,6 @@ def parity(job: ParityJob, emit: Emit, cancel: CancelCheck) -> Any:
     return compare_layers(
         a, b, a.example_inputs(), atol=job.atol, rtol=job.rtol, min_cosine=job.min_cosine
     )
-
-
-@dataclass
-class BisectResult:
-    """Every step of a run folder against its original (``BisectStep``s)."""
-
-    steps: list[Any]  # accel.graph.layer_parity.BisectStep
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "steps": [
-                {
-                    "step": s.step,
-                    "artifact": s.artifact,
-                    "report": s.report.to_dict() if s.report is not None else None,
-                    "error": s.error,
-                }
-                for s in self.steps
-            ]
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> BisectResult:
-        from accel.graph.layer_parity import BisectStep, LayerParityReport
-
-        return cls(
-            [
-                BisectStep(
-                    s["step"],
-                    s.get("artifact"),
-                    LayerParityReport.from_dict(s["report"]) if s.get("report") else None,
-                    s.get("error"),
-                )
-                for s in d.get("steps", [])
-            ]
-        )
 
 
 @declare_job(BisectJob, result=BisectResult.from_dict, folders=JobFolders(reads=("run_dir",)))
@@ -533,7 +349,7 @@ SEARCH_TRIAL = declare_runner(
 
 @declare_job(
     ServeTestJob,
-    result=_lazy("accel.deploy.serve", "ServeReport.from_dict"),
+    result=lazy_result("accel.deploy.serve", "ServeReport.from_dict"),
     folders=JobFolders(reads=("artifact_path",), network=True),
 )
 def serve_test(job: ServeTestJob, emit: Emit, cancel: CancelCheck) -> Any:
@@ -545,7 +361,7 @@ def serve_test(job: ServeTestJob, emit: Emit, cancel: CancelCheck) -> Any:
 
 @declare_job(
     DeployJob,
-    result=_lazy("accel.deploy.triton", "DeployReport.from_dict"),
+    result=lazy_result("accel.deploy.triton", "DeployReport.from_dict"),
     folders=JobFolders(reads=("artifact_path",), writes=("out",)),
 )
 def deploy(job: DeployJob, emit: Emit, cancel: CancelCheck) -> Any:

@@ -48,7 +48,7 @@ def run_in_process(
 ) -> Any:
     """Run ``spec``'s use case here (the CLI): the spec goes through the same JSON a worker
     receives, then the same function the worker's job calls. Returns its typed result
-    (its declaration's: ``accel.jobs.ProfileResult``, ``AnalyzeResult``, ...)."""
+    (its declaration's: ``accel.job_results.ProfileResult``, ``AnalyzeResult``, ...)."""
     same = type(spec).from_params(spec.to_params())
     use_case = declaration_for(same).use_case
     if use_case is None:
@@ -115,7 +115,7 @@ def profile_rows(prof: Any) -> list[dict[str, Any]]:
 
 
 def store_profile(repo: ProfileStore, result: Any) -> ProfileRecord:
-    """Store a profile use case's result (``accel.jobs.ProfileResult`` with a per-layer
+    """Store a profile use case's result (``accel.job_results.ProfileResult`` with a per-layer
     profile) through ``repo.record_profile``; the same for the GUI and ``studio profile
     --store``. Returns the store's ProfileRecord."""
     prof = result.profile

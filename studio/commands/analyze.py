@@ -107,7 +107,7 @@ def _print(args: argparse.Namespace, report, auto) -> int:
     if not args.json:
         print("\r" + " " * 80 + "\r", end="", file=sys.stderr)
     if args.json:
-        from accel.jobs import AnalyzeResult
+        from accel.job_results import AnalyzeResult
 
         print(json.dumps(AnalyzeResult(report, auto).to_dict(), indent=2))
         return 0 if auto is None or auto.met else 1

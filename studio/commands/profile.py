@@ -82,7 +82,7 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def summary_text(result) -> str:
-    """The model and benchmark lines of a ``accel.jobs.ProfileResult``."""
+    """The model and benchmark lines of a ``accel.job_results.ProfileResult``."""
     from studio.commands._table import fmt_bytes, fmt_count, fmt_ms, render_pairs
 
     m, res = result.model, result.benchmark

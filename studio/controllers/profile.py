@@ -45,7 +45,7 @@ class ProfileController(JobController):
         return job_id
 
     def succeeded(self, job_id: str, ctx: dict[str, Any], result: dict[str, Any]) -> None:
-        from accel.jobs import ProfileResult
+        from accel.job_results import ProfileResult
 
         if ctx.get("source") != self.state.model_source:
             return  # the model changed while profiling

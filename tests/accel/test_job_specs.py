@@ -98,7 +98,7 @@ def test_every_job_spec_is_declared_once_with_its_use_case():
 
 
 def test_a_declared_result_round_trips_to_its_type():
-    from accel.jobs import BisectResult, ProfileResult
+    from accel.job_results import BisectResult, ProfileResult
 
     assert declaration("profile").result == ProfileResult.from_dict
     assert declaration("bisect").typed_result({"steps": []}) == BisectResult([])

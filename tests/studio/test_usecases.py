@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import accel.jobs as jobs
+from accel.job_results import ProfileResult
 from accel.job_specs import AnalyzeJob, InspectJob, ProfileJob
 from studio.cli import main
 from studio.usecases import model_job, store_profile
@@ -85,7 +86,7 @@ def test_cli_profile_store_reads_back_like_the_studios(tmp_path, capsys):
     gui_result = jobs.JOBS["profile"](gui_spec.to_params(), lambda e: None, lambda: False)
     repo = Repository.open(str(db))
     try:
-        store_profile(repo, jobs.ProfileResult.from_dict(gui_result))
+        store_profile(repo, ProfileResult.from_dict(gui_result))
         cli_rec, gui_rec = repo.get_profiles(model_source="zoo:mlp")
     finally:
         repo.close()
