@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= $(if $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl),torch==2.13.0,)
 PYTEST_ARGS ?=
 
-.PHONY: run test lint venv clean bench screenshots corpus package package-test gpu-check
+.PHONY: run test test-all lint venv clean bench screenshots corpus package package-test gpu-check
 
 $(BIN)/studio: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ lint: venv
 
 test: lint
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The default run leaves out the tests marked slow; this runs them too.
+test-all: lint
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -m 'slow or not slow' $(PYTEST_ARGS)
 
 bench: venv
 	for f in bench/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done

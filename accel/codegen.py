@@ -34,6 +34,7 @@ _ZOO_CLASSES = {
 _BASE_IMPORTS = [
     "import argparse",
     "import json",
+    "import math",
     "import statistics",
     "import time",
     "from pathlib import Path",
@@ -91,30 +92,14 @@ def parity(reference, candidate, gates=None):
     return {"passed": passed, "max_abs": worst_abs, "cosine": worst_cos}
 
 
-def benchmark(warmup=WARMUP, iters=ITERS):
-    """Median latency (ms) of run(inputs) after warm-up; the first call is timed apart."""
-    t0 = time.perf_counter()
-    run(inputs)
-    first_ms = (time.perf_counter() - t0) * 1e3
-    for _ in range(warmup):
-        run(inputs)
-    times = []
-    for _ in range(iters):
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        run(inputs)
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return {"p50_ms": statistics.median(times), "first_call_ms": first_ms}
-
-
 def make_session(path, providers=None, options=None):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
+    # Idle threads sleep instead of spinning (as in the studio): spinning threads would take
+    # the CPU from the original model timed in the rounds between this session's calls.
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     for key, value in (options or {}).items():
         setattr(so, key, value)
     if THREADS:
@@ -175,26 +160,31 @@ def warm_up(state, warmup):
         run(inputs)
         sync()
         fastest = min(fastest, time.perf_counter() - t0)
-    return 1 if fastest >= TINY_CALL_S else int(min(MAX_BATCH, max(2, np.ceil(TARGET_SAMPLE_S / max(fastest, 1e-7)))))
+    return calls_per_sample(fastest)
 
 
-def time_rounds(reference, candidate):
-    """Per-round median latencies (ms) of two states timed in alternating rounds (A B, B A, ...)."""
+def time_rounds(*states):
+    """Per-round medians and all samples (ms per call) of each state, timed in alternating
+    rounds (A B, B A, ...); a single state is timed alone with the same rounds. The current
+    model is the current one again afterwards."""
+    entry = current_state()
     base_rounds = min(ROUNDS, ITERS)
     per_round = max(1, -(-ITERS // base_rounds))
-    states = (reference, candidate)
     batches = [warm_up(st, WARMUP) for st in states]
-    medians = ([], [])
+    medians, samples = [[] for _ in states], [[] for _ in states]
+    order = list(range(len(states)))
     rounds, timed_s = 0, 0.0
-    while rounds < base_rounds or (timed_s < MIN_TIME_S and rounds < max(MAX_ROUNDS, base_rounds)):
-        for i in ((0, 1) if rounds % 2 == 0 else (1, 0)):
+    scale = 2 // len(states)  # one state alone: its time counts twice, like two in a round
+    while rounds < base_rounds or (timed_s * scale < MIN_TIME_S and rounds < max(MAX_ROUNDS, base_rounds)):
+        for i in (order if rounds % 2 == 0 else order[::-1]):
             globals().update(states[i])
-            samples = [sample_ms(batches[i]) for _ in range(per_round)]
-            medians[i].append(statistics.median(samples))
-            timed_s += sum(samples) * batches[i] / 1e3
+            got = [sample_ms(batches[i]) for _ in range(per_round)]
+            medians[i].append(statistics.median(got))
+            samples[i].extend(got)
+            timed_s += sum(got) * batches[i] / 1e3
         rounds += 1
-    globals().update(candidate)
-    return medians
+    globals().update(entry)
+    return medians, samples
 
 
 def ratio_interval(reference, candidate, confidence=0.95, resamples=2000, seed=SEED):
@@ -213,14 +203,16 @@ def report(label, index, gates=None):
     outputs = as_float(run(inputs))
     torch.save(outputs, step_dir / "outputs.pt")
     p = parity(reference, outputs, gates)
-    ref_rounds, cand_rounds = time_rounds(original, current_state())
+    (ref_rounds, cand_rounds), (ref_samples, cand_samples) = time_rounds(original, current_state())
+    p50_ref, p50_step = statistics.median(ref_samples), statistics.median(cand_samples)
     speedup, low, high = ratio_interval(ref_rounds, cand_rounds)
-    p50 = statistics.median(cand_rounds)
+    # The interval covers the ratio of the two p50s printed beside it (as the studio's does).
+    low, high = min(low, p50_ref / p50_step), max(high, p50_ref / p50_step)
     verdict = "pass" if p["passed"] else "FAIL"
-    print(f"{index + 1:>3}  {label:<22} {p50:>9.3f} ms  {speedup:>6.2f}x [{low:.2f}-{high:.2f}]  "
-          f"{verdict:<4}  max_abs={p['max_abs']:.3g} cosine={p['cosine']:.6f}")
-    results.append({"index": index, "step": label, "latency_p50_ms": p50, "speedup": speedup,
-                    "speedup_low": low, "speedup_high": high, **p})
+    print(f"{index + 1:>3}  {label:<22} {p50_ref:>9.3f} {p50_step:>9.3f}  {speedup:>6.2f}x "
+          f"[{low:.2f}-{high:.2f}]  {verdict:<4}  max_abs={p['max_abs']:.3g} cosine={p['cosine']:.6f}")
+    results.append({"index": index, "step": label, "p50_ref_ms": p50_ref, "p50_step_ms": p50_step,
+                    "speedup": speedup, "speedup_low": low, "speedup_high": high, **p})
 '''
 
 
@@ -488,14 +480,22 @@ def _steps_code(
 
 
 def _timing_constants(b: Any) -> list[str]:
-    """The studio's comparison settings (accel.measure) as literals for the script."""
-    from accel import measure
+    """The studio's timing settings and its batching rule (accel.timing), for the script:
+    the settings as literals, the rule as its own source, so both batch alike."""
+    import inspect
 
-    t = measure.TimingSettings.from_any(b)
+    from accel.timing import batching, rounds
+    from accel.timing.settings import TimingSettings
+
+    t = TimingSettings.from_any(b)
     return [
         f"ROUNDS, MIN_TIME_S = {t.rounds!r}, {t.min_time_s!r}",
-        f"TINY_CALL_S, TARGET_SAMPLE_S = {measure.TINY_CALL_S!r}, {measure.TARGET_SAMPLE_S!r}",
-        f"MAX_BATCH, MAX_ROUNDS = {measure.MAX_BATCH!r}, {measure.MAX_ROUNDS!r}",
+        f"TINY_CALL_S, TARGET_SAMPLE_S = {batching.TINY_CALL_S!r}, {batching.TARGET_SAMPLE_S!r}",
+        f"MAX_BATCH, MAX_ROUNDS = {batching.MAX_BATCH!r}, {rounds.MAX_ROUNDS!r}",
+        "",
+        "",
+        inspect.getsource(batching.calls_per_sample).rstrip(),
+        "",
     ]
 
 
@@ -513,7 +513,9 @@ def _script_header(recipe: Recipe, spec: InputSpec, imports: list[str]) -> list[
         "Reproduces the recipe with public libraries only: builds the model, applies each step,",
         "saves every step's outputs and artifacts under --out and prints latency, speedup and",
         "parity against the original model. Each step is timed against the original in",
-        "alternating rounds; its speedup is the median of the per-round ratios [95% interval].",
+        "alternating rounds; its speedup is the median of the per-round ratios [95% interval],",
+        "printed beside both models' median latency from those same rounds. Models faster than",
+        "a millisecond a call are timed in batches of calls, by the studio's own rule.",
         "",
         "    python this_script.py --out results/",
         '"""',
@@ -599,9 +601,11 @@ def recipe_to_script(recipe: Recipe | dict[str, Any] | str) -> str:
         f"inputs = make_inputs(seed=SEED, dims={dims!r})",
         "reference = as_float(run(inputs))",
         "torch.save(reference, OUT / 'reference_outputs.pt')",
-        "baseline_ms = benchmark()['p50_ms']",
-        "print(f\"  0  {'original':<22} {baseline_ms:>9.3f} ms    1.00x\")",
         "original = saved_state()  # each step is timed against it in alternating rounds",
+        "# The original's own row, timed alone with the same rounds and batching as the steps.",
+        "baseline_ms = statistics.median(time_rounds(original)[1][0])",
+        "print(f\"     {'':<22} {'ref ms':>9} {'p50 ms':>9}  speedup [95% CI]\")",
+        "print(f\"  0  {'original':<22} {baseline_ms:>9.3f} {baseline_ms:>9.3f}   1.00x\")",
         "torch.manual_seed(SEED)",
         "",
         "\n".join(steps_code),

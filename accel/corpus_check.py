@@ -5,7 +5,7 @@ fresh copy of the original (ONNX passes to the model's ONNX export, OpenVINO pas
 OpenVINO conversion, each made once), and records
 the outcome:
 
-* ``ok``: applied; with the interleaved speedup over eager (accel.measure), parity against
+* ``ok``: applied; with the interleaved speedup over eager (accel.timing), parity against
   the original's outputs (accel.parity) and the build time;
 * ``n/a``: the pass does not apply, with the reason (needs CUDA, nothing to do: found by the
   pass's pre-flight check before any work);
@@ -137,8 +137,8 @@ def check_model(
     """Run each pass in ``passes`` (default: all registered) on ``source``; one Cell each.
 
     ``time_it=False`` leaves the speedup out (tests: outcomes and parity only)."""
-    from accel.measure import TimingSettings
     from accel.passes import pass_names
+    from accel.timing import TimingSettings
 
     timing = TimingSettings.from_any(
         timing or {"rounds": 2, "iters": 4, "warmup": 1, "min_time_s": 0}
@@ -276,8 +276,8 @@ class _ModelCheck:
     def _build_and_check(self, name: str, cls: Any, p: Any, cell: Cell) -> None:
         import torch
 
-        from accel.measure import compare_interleaved
         from accel.parity import Tolerances, compare, normalize_outputs
+        from accel.timing import compare_interleaved
 
         config = cls.parse_config(cell.params)
         if cls.requires.cuda and not str(self.device).startswith("cuda"):

@@ -3,7 +3,8 @@
 Every event is a frozen dataclass with a ``to_dict()`` that yields plain JSON
 (the worker protocol sends exactly that dict) and ``event_from_dict`` turns the
 dict back into the event. Keep them flat and JSON-friendly: only str, int,
-float, bool, None, lists and dicts.
+float, bool, None, lists and dicts, and the typed timing result
+(accel.timing.result.StepTiming, sent as its JSON form).
 """
 
 from __future__ import annotations
@@ -11,6 +12,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
+
+from accel.timing.result import StepTiming
+
+# Fields that hold a StepTiming (JSON form on the wire).
+_TIMING_FIELDS = ("timing", "baseline_timing")
 
 
 @dataclass(frozen=True)
@@ -21,6 +27,10 @@ class Event:
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
+        for name in _TIMING_FIELDS:
+            value = getattr(self, name, None)
+            if isinstance(value, StepTiming):
+                d[name] = value.to_json()
         d["event"] = self.kind
         return d
 
@@ -35,8 +45,10 @@ class RunStarted(Event):
     recipe: dict[str, Any]
     environment: dict[str, Any]
     num_steps: int
-    # Metrics of the original model (step index -1): latency, size, parameters.
+    # Metrics of the original model (step index -1): size, parameters, accuracy.
     baseline: dict[str, float | None] = field(default_factory=dict)
+    # The original's latency, timed alone with the steps' machinery (the original's row).
+    baseline_timing: StepTiming | None = None
     model_hash: str = ""  # content hash of the original model (weights or file bytes)
     input_spec: str = ""  # the InputSpec the run used, compact form
 
@@ -72,8 +84,8 @@ class StepFinished(Event):
     pass_name: str
     status: str  # "succeeded" | "failed" | "gate_failed" | "skipped"
     duration_s: float
-    # Flat numeric metrics: latency_p50_ms, latency_p90_ms, latency_p99_ms, latency_mean_ms,
-    # throughput, speedup, size_bytes, num_params, first_call_s, peak_mem_bytes, accuracy, ...
+    # Flat numeric metrics other than timing: size_bytes, num_params, accuracy, what the
+    # pass reported, ...
     metrics: dict[str, float | None]
     # ParityReport.to_dict(): {"passed": bool, "first_failure": str|None, "outputs": [...]}
     parity: dict[str, Any] | None
@@ -82,6 +94,9 @@ class StepFinished(Event):
     # Pass-specific details for humans: graph breaks, backend used, warnings...
     details: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    # The step's timing: its latency and the original's from the same comparison, and the
+    # speedup with its interval (None: not timed, e.g. a failed step).
+    timing: StepTiming | None = None
 
 
 @dataclass(frozen=True)
@@ -115,4 +130,8 @@ def event_from_dict(d: dict[str, Any]) -> Event:
     if cls is None:
         raise ValueError(f"unknown event kind {kind!r}; known: {sorted(EVENT_TYPES)}")
     names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in d.items() if k in names})
+    kwargs = {k: v for k, v in d.items() if k in names}
+    for name in _TIMING_FIELDS:
+        if isinstance(kwargs.get(name), dict):
+            kwargs[name] = StepTiming.from_json(kwargs[name])
+    return cls(**kwargs)

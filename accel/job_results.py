@@ -60,7 +60,7 @@ class ProfileResult:
 
     model: dict[str, Any]
     inputs: str
-    benchmark: Any = None  # accel.bench.BenchResult
+    benchmark: Any = None  # accel.timing.single.BenchResult
     profile: Any = None  # accel.profile.ModelProfile
 
     def to_dict(self) -> dict[str, Any]:
@@ -73,8 +73,8 @@ class ProfileResult:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ProfileResult:
-        from accel.bench import BenchResult
         from accel.profile import ModelProfile
+        from accel.timing.single import BenchResult
 
         bench, prof = d.get("benchmark"), d.get("profile")
         return cls(

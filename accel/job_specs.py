@@ -154,7 +154,9 @@ class ProfileJob(ModelJob):
 
     kind: ClassVar[str] = "profile"
     layers: bool = Field(True, description="the per-layer profile (accel.profile.profile_model)")
-    benchmark: bool = Field(False, description="latency p50/p90 and throughput (accel.bench)")
+    benchmark: bool = Field(
+        False, description="latency p50/p90 and throughput (accel.timing.single)"
+    )
     iters: int = Field(20, ge=1, le=1_000_000, description="profiled iterations")
     warmup: int = Field(5, ge=0, le=1_000_000, description="warm-up iterations")
     bench_iters: int = Field(30, ge=1, le=1_000_000, description="benchmark: timed iterations")

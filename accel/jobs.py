@@ -102,12 +102,14 @@ def run_recipe_job(job: RunRecipeJob, emit: Emit, cancel: CancelCheck) -> dict[s
         "run_dir": str(result.run_dir),
         "duration_s": result.duration_s,
         "baseline": result.baseline,
+        "baseline_timing": result.baseline_timing.to_json() if result.baseline_timing else None,
         "steps": [
             {
                 "index": st.index,
                 "pass_name": st.pass_name,
                 "status": st.status,
                 "metrics": st.metrics,
+                "timing": st.timing.to_json() if st.timing else None,
                 "error": st.error,
             }
             for st in result.steps
@@ -128,7 +130,7 @@ def profile(job: ProfileJob, emit: Emit, cancel: CancelCheck) -> ProfileResult:
     inputs = model.example_inputs()
     result = ProfileResult(model_facts(model), inputs_text(inputs))
     if job.benchmark:
-        from accel.bench import benchmark
+        from accel.timing.single import benchmark
 
         result.benchmark = benchmark(
             model,

@@ -18,13 +18,13 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from accel.errors import PassError, RecipeError
+from accel.timing.settings import TimingSettings
 
 SCHEMA_VERSION = 2
 
 # Bounds a recipe's numbers must stay within (a file from someone else must not switch a
 # gate off with inf, or ask for 1e18 iterations).
 MAX_TOLERANCE = 1e6
-MAX_ITERS = 1_000_000
 MAX_DIM = 1_000_000
 MAX_BATCHES = 100_000
 MAX_STEPS = 1000
@@ -88,34 +88,10 @@ class Gates(_Strict):
     )
 
 
-class BenchSettings(_Strict):
-    """How each step is timed against the original (accel.measure.TimingSettings)."""
+class BenchSettings(TimingSettings):
+    """How each step is timed against the original: the timing engine's settings
+    (accel.timing.TimingSettings, defaults stated there once) plus the benchmark's dims."""
 
-    rounds: int = Field(
-        12,
-        ge=1,
-        le=MAX_ITERS,
-        description="alternating rounds original/step (at most iters; more: see min_time_s)",
-    )
-    warmup: int = Field(
-        3, ge=0, le=MAX_ITERS, description="untimed calls of each model before the rounds"
-    )
-    iters: int = Field(
-        48, ge=1, le=MAX_ITERS, description="timed calls of each model, spread over the rounds"
-    )
-    threads: int | None = Field(
-        None,
-        ge=1,
-        le=1024,
-        description="intra-op threads of torch and every runtime (default: physical cores)",
-    )
-    min_time_s: float = Field(
-        0.5,
-        ge=0,
-        le=3600,
-        allow_inf_nan=False,
-        description="add rounds until both models were timed this long (seconds)",
-    )
     dims: dict[str, Annotated[int, Field(ge=1, le=MAX_DIM)]] = Field(
         default_factory=dict,
         max_length=64,

@@ -115,8 +115,8 @@ def _parity(ref, out) -> dict:
 
 
 def bench_model(name: str, root: Path, args: argparse.Namespace) -> list[dict]:
-    from accel.bench import benchmark
     from accel.models import load_model
+    from accel.timing.single import benchmark
 
     cfg = MODELS[name]
     source, spec, threads = cfg["source"], cfg["spec"], args.threads
@@ -217,7 +217,7 @@ def main() -> None:
     import openvino as ov
     import torch
 
-    from accel.bench import environment_info
+    from accel.timing.environment import environment_info
 
     env = environment_info("cpu")
     print(f"CPU: {env['cpu']}; torch {torch.__version__}; OpenVINO {ov.__version__}")

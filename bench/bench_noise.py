@@ -87,28 +87,28 @@ def run_once(recipe: dict, work: Path) -> dict:
     wall = time.perf_counter() - t0
     if res.status != "succeeded":
         raise SystemExit(f"{recipe['name']}: run {res.status}: {res.error}")
-    base = res.baseline.get("latency_p50_ms")
+    base = res.baseline_timing.p50_ref_ms if res.baseline_timing else None
     steps = []
     for s in res.steps:
-        m = s.metrics
-        timing = s.details.get("timing") or {}
-        noise = timing.get("noise") or {}
+        t = s.timing
+        if t is None:
+            continue
+        noise = t.noise or {}
         steps.append(
             {
                 "step": s.label,
-                "speedup": m.get("speedup"),
-                "low": m.get("speedup_low"),
-                "high": m.get("speedup_high"),
-                "noisy": bool(m.get("noisy")),
-                "reason": timing.get("noise_reason"),
+                "speedup": t.speedup,
+                "low": t.speedup_low,
+                "high": t.speedup_high,
+                "noisy": t.noisy,
+                "reason": t.noise_reason,
                 "other_cores": noise.get("other_cores"),
-                "rounds": timing.get("rounds"),
-                "threads": timing.get("threads"),
-                "placement": timing.get("placement"),
-                # What the old runner reported: baseline timed at the start / step timed later.
-                "sequential": (base / m["latency_p50_ms"])
-                if base and m.get("latency_p50_ms")
-                else None,
+                "rounds": t.rounds,
+                "threads": t.threads,
+                "placement": t.placement,
+                # What an old runner reported: the original timed at the start of the run
+                # against the step timed later (not one comparison).
+                "sequential": (base / t.p50_step_ms) if base and t.p50_step_ms else None,
             }
         )
     return {"wall_s": wall, "steps": steps, "threads": res.environment.get("threads")}

@@ -34,9 +34,9 @@ def main() -> None:
 
     import torch
 
-    from accel.bench import benchmark
     from accel.models import load_model
     from accel.passes import PassContext, get_pass
+    from accel.timing.single import benchmark
 
     torch.set_num_threads(args.threads)
     variants = ["eager", "ort_noopt", "ort_all", "ort_fp16"]

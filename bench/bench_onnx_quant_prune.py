@@ -73,7 +73,7 @@ def _interleaved_p50(
     models: dict[str, object], inputs: dict, args: argparse.Namespace
 ) -> dict[str, float]:
     """Median latency per model, timed round-robin so load changes on the machine hit all alike."""
-    from accel.bench import benchmark
+    from accel.timing.single import benchmark
 
     samples: dict[str, list[float]] = {k: [] for k in models}
     for _ in range(args.rounds):

@@ -27,9 +27,9 @@ from accel.models.corpus import CORPUS  # noqa: E402
 def measure(name: str, size: str, threads: int, work: Path) -> list[str]:
     import torch
 
-    from accel.measure import compare_interleaved
     from accel.parity import Tolerances, compare, normalize_outputs
     from accel.passes import PassContext, get_pass
+    from accel.timing import compare_interleaved
 
     entry = CORPUS[name]
     model = load_model(name, entry.input_spec if size == "real" else entry.small_spec)

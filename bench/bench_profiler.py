@@ -6,7 +6,7 @@ exactly to the plain forward; the target is within 10%), and the profiler's
 overhead (hooked forward wall time / plain forward). Plain and hooked forwards
 alternate and the ratios are medians of per-pair ratios, so machine drift cancels.
 ``cov(min)`` / ``ovh(min)`` are the same ratios from the fastest run of each kind, which
-a busy machine disturbs least. ``accel.bench.benchmark`` is run as an independent
+a busy machine disturbs least. ``accel.timing.single.benchmark`` is run as an independent
 reference for the plain latency.
 
 Run: .venv/bin/python bench/bench_profiler.py [--iters 50] [--warmup 10] [--threads 1] [--repeats 3]
@@ -36,9 +36,9 @@ def main() -> None:
 
     import torch
 
-    from accel.bench import benchmark
     from accel.models import load_model
     from accel.profile import profile_model
+    from accel.timing.single import benchmark
 
     torch.set_num_threads(args.threads)
     header = (

@@ -49,10 +49,10 @@ def main() -> None:
     import torch
     import torch.nn.functional as F
 
-    from accel.bench import benchmark
     from accel.errors import AccelError
     from accel.models import load_model
     from accel.passes import PassContext, get_pass
+    from accel.timing.single import benchmark
 
     torch.set_num_threads(args.threads)
     print(

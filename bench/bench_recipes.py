@@ -50,7 +50,7 @@ def bench_recipe(path: Path, args: argparse.Namespace, out_root: Path) -> list[d
             "recipe": path.stem,
             "model": recipe.model.source,
             "step": "original",
-            "p50_ms": res.baseline.get("latency_p50_ms"),
+            "p50_ms": res.baseline_timing.p50_ref_ms if res.baseline_timing else None,
             "speedup": 1.0,
             "status": "baseline",
         }
@@ -62,8 +62,10 @@ def bench_recipe(path: Path, args: argparse.Namespace, out_root: Path) -> list[d
                 "recipe": path.stem,
                 "model": recipe.model.source,
                 "step": s.label,
-                "p50_ms": s.metrics.get("latency_p50_ms"),
-                "speedup": s.metrics.get("speedup"),
+                # the step's p50 and the original's from the rounds of its speedup
+                "p50_ms": s.timing.p50_step_ms if s.timing else None,
+                "ref_p50_ms": s.timing.p50_ref_ms if s.timing else None,
+                "speedup": s.timing.speedup if s.timing else None,
                 "max_abs": worst.get("max_abs"),
                 "cosine": worst.get("min_cosine"),
                 "top1": worst.get("min_top1"),

@@ -268,8 +268,9 @@ def tables(args: argparse.Namespace) -> list[dict]:
                 ).stdout  # fmt: skip
             )
         for step in doc.get("steps", []):
-            t = step.get("timing") or {}
-            ref, cand = t.get("reference_p50_ms"), t.get("candidate_p50_ms")
+            t = step.get("timing") or {}  # StepTiming's JSON form
+            ref = (t.get("reference") or {}).get("p50_ms")
+            cand = (t.get("step") or {}).get("p50_ms")
             low, high = t.get("speedup_low"), t.get("speedup_high")
             if None in (ref, cand, low, high):
                 continue

@@ -113,7 +113,7 @@ def round_robin(
     same round. Returns median speedup, its min-max over rounds and median latency."""
     import statistics
 
-    from accel.bench import benchmark
+    from accel.timing.single import benchmark
 
     names = ["original", *models]
     table = {"original": original, **models}

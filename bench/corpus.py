@@ -77,7 +77,7 @@ def write_outputs(rows: list[dict], size: str, out: Path) -> None:
         + f"; ok but outside the default parity gate: {parity_fail}. Models not loaded: "
         f"{sum(1 for r in rows if r.get('load_error'))}.",
         "",
-        "Speedup: eager original / candidate, median of interleaved rounds (accel.measure).",
+        "Speedup: eager original / candidate, median of interleaved rounds (accel.timing).",
         "",
         "| model | params (M) | pass | outcome | speedup [95% CI] | parity | build s | reason / notes |",
         "|---|---|---|---|---|---|---|---|",

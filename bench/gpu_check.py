@@ -228,13 +228,11 @@ def recipe_for(model: dict[str, Any], steps: list[dict[str, Any]], rounds: int) 
 
 
 def _speedup(step: Any) -> tuple[float | None, float | None, float | None, float | None]:
-    """(speedup, low, high, p50 ms) of a runner StepResult (tolerant of the metric names)."""
-    m = dict(getattr(step, "metrics", {}) or {})
-    timing = getattr(step, "timing", None)
-    if timing is not None and hasattr(timing, "speedup"):
-        s = timing.speedup
-        return s.value, s.low, s.high, getattr(timing, "candidate_p50_ms", None)
-    return m.get("speedup"), m.get("speedup_low"), m.get("speedup_high"), m.get("latency_p50_ms")
+    """(speedup, low, high, p50 ms) of a runner StepResult (its StepTiming)."""
+    t = getattr(step, "timing", None)
+    if t is None:
+        return None, None, None, None
+    return t.speedup, t.speedup_low, t.speedup_high, t.p50_step_ms
 
 
 def bench_variant(name: str, label: str, steps: list[dict], rounds: int, work: Path) -> dict:

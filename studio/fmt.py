@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from accel.timing.result import StepTiming
 
 
 def fmt_bytes(n: float | None) -> str:
@@ -55,36 +58,34 @@ def fmt_num(v: Any, digits: int = 3) -> str:
 NOISY_MARK = "~"  # after a speedup timed while the machine was busy (or too scattered)
 
 
-def speedup_interval(m: dict[str, Any] | None) -> tuple[float, float, float] | None:
-    """(speedup, low, high) from a step's metrics; None without an interval (runs recorded
-    before intervals existed show none, never a made-up one)."""
-    if not m:
+def speedup_interval(t: StepTiming | None) -> tuple[float, float, float] | None:
+    """(speedup, low, high) of a row's timing; None without an interval (runs recorded
+    before intervals existed, steps timed apart, show none, never a made-up one)."""
+    if t is None or t.speedup is None or t.speedup_bounds is None:
         return None
-    s, lo, hi = m.get("speedup"), m.get("speedup_low"), m.get("speedup_high")
-    if s is None or lo is None or hi is None:
-        return None
-    return float(s), float(lo), float(hi)
+    lo, hi = t.speedup_bounds
+    return float(t.speedup), float(lo), float(hi)
 
 
-def is_noisy(m: dict[str, Any] | None) -> bool:
-    return bool(m) and bool(m.get("noisy"))
+def is_noisy(t: StepTiming | None) -> bool:
+    return t is not None and t.noisy
 
 
-def fmt_speedup(m: dict[str, Any] | None, *, mark: bool = True) -> str:
+def fmt_speedup(t: StepTiming | None, *, mark: bool = True) -> str:
     """``2.31x [2.25-2.38]`` (``~`` appended when noisy); ``2.31x`` without an interval."""
-    if not m or m.get("speedup") is None:
+    if t is None or t.speedup is None:
         return "-"
-    iv = speedup_interval(m)
-    text = f"{float(m['speedup']):.2f}x"
+    iv = speedup_interval(t)
+    text = f"{float(t.speedup):.2f}x"
     if iv is not None:
         text += f" [{iv[1]:.2f}-{iv[2]:.2f}]"
-    if mark and is_noisy(m):
+    if mark and is_noisy(t):
         text += NOISY_MARK
     return text
 
 
-def intervals_overlap(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool | None:
-    """Whether two steps' speedup intervals overlap (a tie); None when either has none."""
+def intervals_overlap(a: StepTiming | None, b: StepTiming | None) -> bool | None:
+    """Whether two rows' speedup intervals overlap (a tie); None when either has none."""
     ia, ib = speedup_interval(a), speedup_interval(b)
     if ia is None or ib is None:
         return None

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from accel.jsonable import jsonable
-from studio.tables import step_verdict
+from accel.timing.result import StepTiming
+from studio.tables import own_ms, ref_ms, speedup_cell, speedup_of, step_verdict
 
 STEP_COLUMNS = (
     "run",
@@ -23,8 +24,11 @@ STEP_COLUMNS = (
     "status",
     "step",
     "pass",
-    "latency_p50_ms",
+    "ref_p50_ms",
+    "p50_ms",
     "speedup",
+    "speedup_low",
+    "speedup_high",
     "size_bytes",
     "parity",
     "max_abs",
@@ -42,25 +46,30 @@ class StepRow:
     index: int  # -1: the original model
     pass_name: str
     status: str
-    latency_p50_ms: float | None
-    speedup: float | None
+    timing: StepTiming | None  # latencies and speedup from one comparison
     size_bytes: float | None
     parity_passed: bool | None
     max_abs: float | None
     cosine: float | None
     accuracy: float | None
     error: str = ""
-    # The speedup's 95% interval and the step's latency interval (None: not measured, as
-    # in runs recorded before intervals existed), and whether the timing was noisy.
-    speedup_low: float | None = None
-    speedup_high: float | None = None
-    latency_low_ms: float | None = None
-    latency_high_ms: float | None = None
-    noisy: bool = False
 
     @property
     def verdict(self) -> str:
         return step_verdict(self.status, self.parity_passed, self.index)
+
+    @property
+    def p50_ms(self) -> float | None:
+        """The row's own latency (the original's on its row), as its table shows it."""
+        return own_ms(self.timing)
+
+    @property
+    def speedup(self) -> float | None:
+        return speedup_of(self.timing)
+
+    @property
+    def noisy(self) -> bool:
+        return self.timing is not None and self.timing.noisy
 
 
 def _num(v: Any) -> float | None:
@@ -91,17 +100,15 @@ def step_rows(detail: Any) -> list[StepRow]:
     """One row for the original model and one per step of a stored run (RunDetail)."""
     run = detail.run
     base = detail.baseline or {}
+    original = next((st for st in detail.steps if st.index < 0), None)
+    head = (run.id, run.model_source, run.recipe_name, run.status)
     rows = [
         StepRow(
-            run.id,
-            run.model_source,
-            run.recipe_name,
-            run.status,
+            *head,
             -1,
             "original",
             "reference",
-            _num(base.get("latency_p50_ms")),
-            1.0 if base.get("latency_p50_ms") else None,
+            original.timing if original is not None else None,
             _num(base.get("size_bytes")),
             None,
             None,
@@ -116,26 +123,17 @@ def step_rows(detail: Any) -> list[StepRow]:
         max_abs, cos = worst_parity(st)
         rows.append(
             StepRow(
-                run.id,
-                run.model_source,
-                run.recipe_name,
-                run.status,
+                *head,
                 st.index,
                 st.pass_name,
                 st.status,
-                _num(m.get("latency_p50_ms")),
-                _num(m.get("speedup")),
+                st.timing,
                 _num(m.get("size_bytes")),
                 st.parity_passed,
                 max_abs,
                 cos,
                 _num(m.get("accuracy")),
                 st.error or "",
-                speedup_low=_num(m.get("speedup_low")),
-                speedup_high=_num(m.get("speedup_high")),
-                latency_low_ms=_num(m.get("latency_low_ms")),
-                latency_high_ms=_num(m.get("latency_high_ms")),
-                noisy=bool(m.get("noisy")),
             )
         )
     return rows
@@ -220,8 +218,10 @@ def _row_values(r: StepRow) -> list[Any]:
         r.run_status,
         r.index + 1,
         r.pass_name,
-        r.latency_p50_ms,
+        ref_ms(r.timing),
+        r.p50_ms,
         r.speedup,
+        *(r.timing.speedup_bounds or (None, None) if r.timing else (None, None)),
         r.size_bytes,
         r.verdict,
         r.max_abs,
@@ -271,13 +271,13 @@ def runs_to_markdown(details: Sequence[Any]) -> str:
             lines.append(f"- error: {run.error}")
         lines += [
             "",
-            "| # | step | p50 ms | speedup | size | parity | max abs | cosine | accuracy |",
-            "|---|---|---:|---:|---:|---|---:|---:|---:|",
+            "| # | step | ref p50 ms | p50 ms | speedup [95% CI] | size | parity | max abs | cosine | accuracy |",
+            "|---|---|---:|---:|---:|---:|---|---:|---:|---:|",
         ]
         for r in step_rows(d):
             lines.append(
-                f"| {r.index + 1} | {r.pass_name} | {_fmt(r.latency_p50_ms)} | "
-                f"{'' if r.speedup is None else f'{r.speedup:.2f}x'} | {_fmt(r.size_bytes)} | {r.verdict} | "
+                f"| {r.index + 1} | {r.pass_name} | {_fmt(ref_ms(r.timing))} | {_fmt(r.p50_ms)} | "
+                f"{speedup_cell(r.timing) if r.timing else ''} | {_fmt(r.size_bytes)} | {r.verdict} | "
                 f"{_fmt(r.max_abs)} | {_fmt(r.cosine)} | {_fmt(r.accuracy)} |"
             )
         lines.append("")

@@ -1,7 +1,9 @@
 """What the CLI and the panels show, defined once (no Qt).
 
-The columns of the profile's layer and operator tables and of the sensitivity ranking, and
-the verdict words of a step, a parity check and an analysis gate. ``studio profile`` /
+The columns of the profile's layer and operator tables and of the sensitivity ranking, the
+timing cells of a run's rows (the reference's p50, the row's own p50 and the speedup, all from
+one StepTiming, so they agree), and the verdict words of a step, a parity check and an
+analysis gate. ``studio profile`` /
 ``studio analyze`` / ``studio history`` print with them, and the Profile, Runs and Compare
 panels build their tables and lines from them, so a column or a word changes in one place.
 
@@ -15,7 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from studio.fmt import fmt_bytes, fmt_count, fmt_ms, fmt_num
+from accel.timing.result import BASELINE, StepTiming
+from studio.fmt import fmt_bytes, fmt_count, fmt_ms, fmt_num, fmt_speedup
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,112 @@ def cli_table(columns: Sequence[Column], rows: Sequence[Any]) -> str:
         [[c.cli_text(r) for c in shown] for r in rows],
         align="".join("r" if c.numeric else "l" for c in shown),
     )
+
+
+# -- timing: one row's StepTiming --------------------------------------------------------------
+
+REF_HEADER, P50_HEADER, SPEEDUP_HEADER = "ref p50 ms", "p50 ms", "speedup [95% CI]"
+TIMING_HEADERS = (REF_HEADER, P50_HEADER, SPEEDUP_HEADER)
+
+
+def ref_ms(t: StepTiming | None) -> float | None:
+    """The reference's p50 from the row's own comparison (the original's, on its row)."""
+    return None if t is None else t.p50_ref_ms
+
+
+def own_ms(t: StepTiming | None) -> float | None:
+    """The row's own p50: the step's, or the original's on the original's row."""
+    return None if t is None else t.p50_ms
+
+
+def speedup_of(t: StepTiming | None) -> float | None:
+    """The number a speedup column sorts by (1.0 on the original's row)."""
+    if t is None:
+        return None
+    return 1.0 if t.mode == BASELINE else t.speedup
+
+
+def ref_cell(t: StepTiming | None) -> str:
+    return fmt_ms(ref_ms(t))
+
+
+def p50_cell(t: StepTiming | None) -> str:
+    return fmt_ms(own_ms(t))
+
+
+def speedup_cell(t: StepTiming | None, *, mark: bool = True) -> str:
+    """``2.31x [2.25-2.38]`` (``~`` when noisy), ``1.00x`` on the original's row."""
+    if t is not None and t.mode == BASELINE:
+        return "1.00x"
+    return fmt_speedup(t, mark=mark)
+
+
+def timing_cells(t: StepTiming | None) -> list[str]:
+    """The three timing cells of a row, in TIMING_HEADERS order."""
+    return [ref_cell(t), p50_cell(t), speedup_cell(t)]
+
+
+def timing_columns(timing_of: Callable[[Any], StepTiming | None]) -> list[Column]:
+    """The timing columns of a table whose rows give their StepTiming through ``timing_of``."""
+    return [
+        Column(REF_HEADER, lambda r: ref_ms(timing_of(r)), fmt_ms),
+        Column(P50_HEADER, lambda r: own_ms(timing_of(r)), fmt_ms),
+        Column(SPEEDUP_HEADER, lambda r: _Speedup(timing_of(r)), str),
+    ]
+
+
+class _Speedup:
+    """A speedup cell's value: sorts by the speedup, prints with its interval."""
+
+    def __init__(self, t: StepTiming | None) -> None:
+        self.t = t
+
+    def __str__(self) -> str:
+        return speedup_cell(self.t)
+
+    def __lt__(self, other: _Speedup) -> bool:
+        return (speedup_of(self.t) or 0.0) < (speedup_of(other.t) or 0.0)
+
+
+def timing_note(t: StepTiming | None) -> str | None:
+    """Why a row's timing needs a second look (noise, timed apart, pinned CPUs), or None."""
+    if t is None:
+        return None
+    notes = [n for n in (t.noise_reason if t.noisy else None, t.note) if n]
+    return "; ".join(notes) or None
+
+
+# The Runs panel's step table (and `studio run`'s summary shares its timing cells).
+RUN_STEP_HEADERS = (
+    "#",
+    "step",
+    *TIMING_HEADERS,
+    "size",
+    "parity",
+    "worst metric",
+    "accuracy",
+)
+
+
+def run_step_cells(
+    number: int,
+    name: str,
+    timing: StepTiming | None,
+    size_bytes: float | None,
+    verdict: str,
+    worst: str,
+    accuracy: float | None,
+) -> list[str]:
+    """One row of RUN_STEP_HEADERS: the original's (number 0) or a step's."""
+    return [
+        str(number),
+        name,
+        *timing_cells(timing),
+        fmt_bytes(size_bytes),
+        verdict,
+        worst,
+        fmt_num(accuracy),
+    ]
 
 
 # -- verdicts ---------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ def profile_model(
     """
     device = device or loaded.device or "cpu"
     if not threads:  # one thread policy with the runner: the physical cores
-        from accel.measure import physical_cores
+        from accel.timing import physical_cores
 
         threads = physical_cores()
     if inputs is None:

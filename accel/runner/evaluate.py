@@ -1,44 +1,39 @@
 """Evaluating a model against the original: parity of its outputs, accuracy on the recipe's
 eval data, and timing (the baseline's own latency; each step timed against the original in
-alternating rounds, accel.measure). Nothing here applies a pass or writes run events."""
+alternating rounds, accel.timing). Nothing here applies a pass or writes run events."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accel.parity import ParityReport, Tolerances, compare, normalize_outputs
 from accel.recipe import Recipe, Step
 from accel.runner.artifacts import write_json
+from accel.timing.result import StepTiming
+
+if TYPE_CHECKING:
+    from accel.timing.rounds import Alone
 
 Progress = Callable[[float, str], None]
 
 
-def measure(
-    model: Any, inputs: dict[str, Any], recipe: Recipe, device: str
-) -> dict[str, float | None]:
-    """The original model's own latency (the baseline row), with the run's thread count."""
-    from accel.bench import benchmark
-    from accel.measure import TimingSettings, with_threads
+def _sizes(model: Any) -> dict[str, float | None]:
+    return {
+        "size_bytes": float(getattr(model, "size_bytes", 0) or 0) or None,
+        "num_params": float(getattr(model, "num_params", 0) or 0) or None,
+    }
 
-    t = TimingSettings.from_any(recipe.benchmark)
-    threads = t.resolved_threads
-    res = benchmark(
-        with_threads(model, threads),
-        inputs,
-        device=device,
-        warmup=t.warmup,
-        iters=t.iters,
-        threads=threads,
-    )
-    metrics = dict(res.metrics())
-    metrics["size_bytes"] = (
-        float(getattr(model, "size_bytes", 0) or metrics.get("size_bytes") or 0) or None
-    )
-    metrics["num_params"] = float(getattr(model, "num_params", 0) or 0) or None
-    return metrics
+
+def measure(model: Any, inputs: dict[str, Any], recipe: Recipe, device: str) -> StepTiming:
+    """The original model's own row: its latency timed alone with the steps' machinery
+    (placement, threads, warm-up, batching, rounds), no speedup."""
+    from accel.timing import time_alone
+
+    alone = time_alone(model, inputs, recipe.benchmark, device=device, name="original")
+    return alone.timing(recipe.seed)
 
 
 def measure_against(
@@ -49,10 +44,10 @@ def measure_against(
     device: str,
     progress: Progress | None = None,
     cancel: Callable[[], bool] | None = None,
-) -> tuple[dict[str, float | None], dict[str, Any]]:
-    """Time ``model`` against ``original`` in alternating rounds (accel.measure): the step's
-    metrics (its latency, speedup with its 95% interval, noisy flag) and timing details."""
-    from accel.measure import compare_interleaved
+) -> StepTiming:
+    """Time ``model`` against ``original`` in alternating rounds (accel.timing): both
+    latencies and the speedup with its 95% interval, from the same rounds."""
+    from accel.timing import compare_interleaved
 
     cmp = compare_interleaved(
         original,
@@ -63,12 +58,9 @@ def measure_against(
         progress=progress,
         cancel=cancel,
         seed=recipe.seed,
-        reference_warm=True,  # measure() warmed the original up at the start of the run
+        reference_warm=True,  # the baseline warmed the original up at the start of the run
     )
-    metrics = cmp.metrics()
-    metrics["size_bytes"] = float(getattr(model, "size_bytes", 0) or 0) or None
-    metrics["num_params"] = float(getattr(model, "num_params", 0) or 0) or None
-    return metrics, cmp.timing_details()
+    return cmp.timing()
 
 
 @dataclass
@@ -76,7 +68,7 @@ class OriginalAlone:
     """The original timed on its own right before a step (memory fallback): its timings and
     why the two models were not timed side by side."""
 
-    side: Any  # accel.measure.Side
+    alone: Alone
     reason: str
 
 
@@ -86,15 +78,15 @@ def retime_original(
     """When the original and the step's model (estimated by the model the step starts from)
     do not both fit in memory, time the original alone now, right before the step; None
     when they fit (they are then timed in alternating rounds after the step)."""
-    from accel.measure import side_by_side_problem, time_alone
+    from accel.timing import side_by_side_problem, time_alone
 
     reason = side_by_side_problem(
         getattr(original, "size_bytes", None), getattr(current, "size_bytes", None), device
     )
     if reason is None:
         return None
-    side = time_alone(original, inputs, recipe.benchmark, device=device, name="original")
-    return OriginalAlone(side, reason)
+    alone = time_alone(original, inputs, recipe.benchmark, device=device, name="original")
+    return OriginalAlone(alone, reason)
 
 
 def measure_apart(
@@ -104,43 +96,13 @@ def measure_apart(
     recipe: Recipe,
     device: str,
     cancel: Callable[[], bool] | None = None,
-) -> tuple[dict[str, float | None], dict[str, Any]]:
+) -> StepTiming:
     """The step's model timed on its own after the original was (``retime_original``): the
-    speedup is the ratio of their median rounds, with no interval (the rounds are not paired)."""
-    from accel.measure import TimingSettings, median_interval, time_alone
+    speedup is the ratio of their p50s, with no interval (the rounds are not paired)."""
+    from accel.timing import apart_timing, time_alone
 
-    cand = time_alone(model, inputs, recipe.benchmark, device=device, cancel=cancel)
-    ref_ms = median_interval(alone.side.round_ms).value
-    cand_iv = median_interval(cand.round_ms)
-    metrics: dict[str, float | None] = dict(cand.stats())
-    metrics.update(
-        first_call_ms=cand.first_call_ms,
-        speedup=ref_ms / cand_iv.value,
-        speedup_low=None,
-        speedup_high=None,
-        latency_low_ms=cand_iv.low,
-        latency_high_ms=cand_iv.high,
-        baseline_latency_p50_ms=alone.side.stats()["latency_p50_ms"],
-        timing_rounds=float(len(cand.round_ms)),
-        noisy=0.0,
-        size_bytes=float(getattr(model, "size_bytes", 0) or 0) or None,
-        num_params=float(getattr(model, "num_params", 0) or 0) or None,
-    )
-    settings = TimingSettings.from_any(recipe.benchmark)
-    details = {
-        "mode": "sequential",
-        "sequential_reason": alone.reason,
-        "note": f"timed apart, not side by side: {alone.reason}; the original was re-timed "
-        "right before the step (no interval)",
-        "rounds": {"reference": len(alone.side.round_ms), "candidate": len(cand.round_ms)},
-        "iters_per_round": settings.per_round,
-        "warmup": settings.warmup,
-        "threads": settings.resolved_threads,
-        "batch": {"reference": alone.side.batch, "candidate": cand.batch},
-        "noisy": False,
-        "noise_reason": None,
-    }
-    return metrics, details
+    step = time_alone(model, inputs, recipe.benchmark, device=device, cancel=cancel)
+    return apart_timing(alone.alone, step, alone.reason, recipe.seed)
 
 
 def accuracy(model: Any, data: dict[str, Any], recipe: Recipe) -> float | None:
@@ -164,7 +126,8 @@ class Baseline:
     """The original model's reference outputs and numbers (the baseline row)."""
 
     reference: Any
-    metrics: dict[str, float | None]
+    metrics: dict[str, float | None]  # size, parameters, accuracy
+    timing: StepTiming
     accuracy: float | None = None
 
 
@@ -188,11 +151,12 @@ def evaluate_baseline(
     if cancelled():
         return None
     progress(0.5, "benchmarking the original model")
-    metrics = measure(original, inputs, recipe, device)
+    timing = measure(original, inputs, recipe, device)
+    metrics = _sizes(original)
     acc = accuracy(original, data, recipe)
     if acc is not None:
         metrics["accuracy"] = acc
-    return Baseline(reference, metrics, acc)
+    return Baseline(reference, metrics, timing, acc)
 
 
 @dataclass
@@ -202,7 +166,7 @@ class StepEvaluation:
     status: str
     metrics: dict[str, float | None]
     parity: ParityReport
-    timing: dict[str, Any] = field(default_factory=dict)
+    timing: StepTiming | None = None
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -241,11 +205,11 @@ def evaluate_step(
     write_json(step_dir / "parity.json", report.to_dict())
     progress(0.92, "timing against the original")
     if original_alone is not None:  # too big for both side by side: timed apart
-        metrics, timing = measure_apart(original_alone, model, inputs, recipe, device, cancel)
+        timing = measure_apart(original_alone, model, inputs, recipe, device, cancel)
     else:
         # The original and this step's model, timed in alternating rounds in this process:
         # a change of load during the run hits both alike and cancels in the ratio.
-        metrics, timing = measure_against(
+        timing = measure_against(
             original,
             model,
             inputs,
@@ -254,6 +218,7 @@ def evaluate_step(
             progress=lambda f, m: progress(0.92 + 0.06 * f, m),
             cancel=cancel,
         )
+    metrics = _sizes(model)
     metrics.update(pass_metrics)
     ev = StepEvaluation("succeeded" if report.passed else "gate_failed", metrics, report, timing)
     if data.get("eval") is not None:

@@ -135,6 +135,7 @@ class _Run:
         if baseline is None:
             return self.cancelled()
         self.result.baseline = baseline.metrics
+        self.result.baseline_timing = baseline.timing
         self._started(orig, baseline)
         # Passes may change the module they get in place; keep the original intact for passes
         # that need it (sensitivity, QAT) by handing the first step a copy.
@@ -193,6 +194,7 @@ class _Run:
                 environment=self.setup.environment,
                 num_steps=len(self.recipe.enabled_steps()),
                 baseline=baseline.metrics,
+                baseline_timing=baseline.timing,
                 model_hash=orig.model.content_hash,
                 input_spec=str(orig.model.input_spec),
             )
@@ -223,7 +225,6 @@ class _Run:
                 data=orig.data, device=self.device, step_dir=step_dir, pass_metrics=ctx.metrics,
                 progress=progress, cancel=self.is_cancelled, original_alone=alone,
             )  # fmt: skip
-            ctx.details["timing"] = ev.timing
             for w in ev.warnings:
                 ctx.warn(w)
             save_s = self._save(new_model, orig, step_dir, ctx)
@@ -240,7 +241,7 @@ class _Run:
         sr = StepResult(
             index, step.pass_name, step.label, step.params, ev.status,
             time.perf_counter() - t0 - save_s, ev.metrics, ev.parity.to_dict(), artifacts,
-            jsonable(ctx.details),
+            jsonable(ctx.details), timing=ev.timing,
         )  # fmt: skip
         self._finished(sr, sr.details)
         if ev.status == "gate_failed":
@@ -283,6 +284,7 @@ class _Run:
                 artifacts=sr.artifacts,
                 details=details,
                 error=sr.error,
+                timing=sr.timing,
             )
         )
 

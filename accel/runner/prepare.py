@@ -37,8 +37,8 @@ def prepare_run(
     save_models: bool | None,
 ) -> RunSetup:
     """Validate the recipe, apply the overrides, create the run folder (recipe.json)."""
-    from accel.bench import environment_info
-    from accel.measure import TimingSettings, physical_cores
+    from accel.timing import TimingSettings, physical_cores
+    from accel.timing.environment import environment_info
 
     if save_models is None:
         save_models = os.environ.get(SAVE_MODELS_ENV, "1").strip() not in ("0", "false", "no")

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from accel.search.sensitivity_space import ALLOW as SENSITIVITY
 from accel.search.space import SearchError, SearchSpace, build_space, model_layer_types, steps_for
+from accel.timing.result import StepTiming
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,7 @@ class TrialRecord:
     origin: str  # "seed" | "optuna"
     status: str = "queued"  # ok | gate_failed | failed | crashed | timed_out | cancelled
     metrics: dict[str, float | None] = field(default_factory=dict)
+    timing: StepTiming | None = None  # the trial's model against the original
     error: str = ""
     gate: str | None = None
     run_id: str | None = None
@@ -130,6 +132,7 @@ class TrialRecord:
         d = asdict(self)
         d["chain"] = list(self.chain)
         d["label"] = self.label
+        d["timing"] = self.timing.to_json() if self.timing is not None else None
         return d
 
 
@@ -701,6 +704,7 @@ def _record(rec: TrialRecord, outcome: dict[str, Any]) -> None:
     rec.run_id = outcome.get("run_id") or rec.run_id
     rec.run_dir = res.get("run_dir")
     rec.metrics = dict(res.get("metrics") or {})
+    rec.timing = StepTiming.from_json(res["timing"]) if res.get("timing") else None
     rec.reused_steps = int(res.get("reused_steps") or 0)
     rec.duration_s = float(res.get("duration_s") or outcome.get("duration_s") or 0.0)
     status = outcome.get("status", "failed")

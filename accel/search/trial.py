@@ -1,5 +1,5 @@
 """One search trial: build a chain of steps (reusing a cached prefix), check parity, and only
-if the gate holds, time it against the original in alternating rounds (``accel.measure``:
+if the gate holds, time it against the original in alternating rounds (``accel.timing``:
 the speedup with its interval, the noise guard's verdict).
 
 ``run_trial(spec, emit, cancel) -> dict`` is a job (accel.jobs): it runs in a worker process
@@ -21,6 +21,7 @@ from typing import Any
 from accel.errors import AccelError, Cancelled, PassError
 from accel.events import RunFailed, RunFinished, RunStarted, StepFinished, StepStarted
 from accel.jsonable import jsonable
+from accel.timing.result import StepTiming
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,7 @@ class _Trial:
         self.start = 0  # steps reused from the cache
         self.current: Any = None
         self.last_details: dict[str, Any] = {}
+        self.timing: StepTiming | None = None  # the last step against the original
         self.last_artifacts: list[dict[str, Any]] = []
         self.t_last = time.perf_counter()
 
@@ -155,7 +157,7 @@ class _Trial:
         self.data = _data_sources(self.spec.get("data") or {}, self.original, self.seed)
 
     def emit_started(self) -> None:
-        from accel.bench import environment_info
+        from accel.timing.environment import environment_info
 
         recipe = {
             "name": f"trial {self.spec.get('trial', 0)}",
@@ -376,30 +378,23 @@ class _Trial:
         return report, metrics, gate_reason
 
     def _time(self, metrics: dict[str, float | None]) -> None:
-        """Time the built model against the original in alternating rounds."""
-        from accel.bench import _batch_size
-        from accel.measure import TimingSettings, compare_interleaved
+        """Time the built model against the original in alternating rounds: the trial's
+        StepTiming, and the objectives derived from it (speedup, throughput)."""
+        from accel.timing import TimingSettings, batch_size, compare_interleaved
 
-        bench = self.bench
         comparison = compare_interleaved(
             self.original,
             self.current,
             self.inputs,
-            TimingSettings(
-                rounds=int(bench.get("rounds", 5)),
-                iters=int(bench.get("iters", 30)),
-                warmup=int(bench.get("warmup", 3)),
-                threads=bench.get("threads"),
-                min_time_s=float(bench.get("min_time_s", 0.5)),
-            ),
+            TimingSettings.from_any(self.bench),
             device=self.device,
             cancel=self.cancel,
             seed=self.seed,
         )
-        metrics.update(comparison.metrics())
-        p50 = metrics.get("latency_p50_ms")
-        metrics["throughput"] = _batch_size(self.inputs) * 1000.0 / p50 if p50 else None
-        self.last_details["timing"] = comparison.timing_details()
+        self.timing = comparison.timing()
+        metrics["speedup"] = self.timing.speedup
+        p50 = self.timing.p50_step_ms
+        metrics["throughput"] = batch_size(self.inputs) * 1000.0 / p50 if p50 else None
         metrics["size_bytes"] = _model_bytes(self.current) or metrics.get("size_bytes")
 
     def _record(
@@ -423,17 +418,19 @@ class _Trial:
                     parity=report.to_dict(),
                     artifacts=self.last_artifacts,
                     details=self.last_details,
+                    timing=self.timing,
                 ).to_dict()
             )
         duration = time.perf_counter() - self.t_start
+        t = self.timing
         summary = {
             "steps": len(steps),
-            "final_speedup": metrics.get("speedup"),
-            # the interval too, so History shows the trial's speedup as the runner's runs
-            "final_speedup_low": metrics.get("speedup_low"),
-            "final_speedup_high": metrics.get("speedup_high"),
-            "final_latency_p50_ms": metrics.get("latency_p50_ms"),
-            "baseline_latency_p50_ms": metrics.get("baseline_latency_p50_ms"),
+            # the interval and both latencies too, so History shows the trial as the
+            # runner's runs (accel.runner.results.run_summary)
+            "final_speedup": t.speedup if t else None,
+            "final_speedup_low": t.speedup_low if t else None,
+            "final_speedup_high": t.speedup_high if t else None,
+            "final_timing": t.to_json() if t else None,
         }
         self.emit(RunFinished(status="succeeded", duration_s=duration, summary=summary).to_dict())
         return {
@@ -441,6 +438,7 @@ class _Trial:
             "trial_status": trial_status,
             "gate": gate_reason,
             "metrics": metrics,
+            "timing": t.to_json() if t else None,
             "parity_summary": report.summary(),
             "cache": self.cache.stats.to_dict() if self.cache is not None else None,
             "reused_steps": self.start,

@@ -15,10 +15,19 @@ from accel.events import (
     RunStarted,
     StepFinished,
 )
+from accel.timing.result import StepTiming
 from studio.commands._table import fmt_bytes, fmt_ms, render_table
-from studio.fmt import NOISY_MARK, fmt_speedup, is_noisy
+from studio.fmt import NOISY_MARK, is_noisy
 from studio.report import worst_metric as _worst
-from studio.tables import event_parity_passed, step_verdict
+from studio.tables import (
+    TIMING_HEADERS,
+    event_parity_passed,
+    p50_cell,
+    ref_cell,
+    speedup_cell,
+    step_verdict,
+    timing_cells,
+)
 from studio.usecases import typed_event
 
 
@@ -29,6 +38,7 @@ class RunPrinter:
         self.out = stream or sys.stdout
         self.tty = self.out.isatty()
         self.baseline: dict[str, Any] = {}
+        self.baseline_timing: StepTiming | None = None
         self.rows: list[StepFinished] = []
         self.total = steps_total
         self.status: str | None = None
@@ -58,48 +68,32 @@ class RunPrinter:
 
     def _started(self, e: RunStarted) -> None:
         self.baseline, self.total, self.run_dir = e.baseline, e.num_steps, e.run_dir
+        self.baseline_timing = e.baseline_timing
         env = e.environment
         self._line(
             f"model {e.model_source} ({e.model_kind}) on {e.device}"
             f" | torch {env.get('torch', '?')} | {env.get('cpu', env.get('cpu_name', ''))}"
         )
-        self._line(
-            f"  0  {'original':<22} {fmt_ms(self.baseline.get('latency_p50_ms')):>9} ms    1.00x"
-        )
+        self._line(f"     {'':<22} {'ref ms':>9} {'p50 ms':>9}  {'speedup [95% CI]':>18}")
+        self._line(_line_of("  0", "original", self.baseline_timing) + "  reference")
 
     def summary(self) -> str:
-        b = self.baseline
+        """The run's table: every row's timing cells from its own StepTiming."""
+        b = self.baseline_timing
         rows = [
-            [
-                "0",
-                "original",
-                fmt_ms(b.get("latency_p50_ms")),
-                fmt_ms(b.get("latency_p90_ms")),
-                "1.00x",
-                fmt_bytes(b.get("size_bytes")),
-                "-",
-                "-",
-            ]
+            ["0", "original", *timing_cells(b), _p90(b), fmt_bytes(self.baseline.get("size_bytes"))]
+            + ["-", "-"]
         ]
         for e in self.rows:
             m = e.metrics or {}
+            t = e.timing
             rows.append(
-                [
-                    str(e.index + 1),
-                    e.pass_name,
-                    fmt_ms(m.get("latency_p50_ms")),
-                    fmt_ms(m.get("latency_p90_ms")),
-                    fmt_speedup(m),
-                    fmt_bytes(m.get("size_bytes")),
-                    _verdict(e),
-                    _worst(e.parity) if e.parity else (e.error or "")[:60],
-                ]
+                [str(e.index + 1), e.pass_name, *timing_cells(t), _p90(t)]
+                + [fmt_bytes(m.get("size_bytes")), _verdict(e)]
+                + [_worst(e.parity) if e.parity else (e.error or "")[:60]]
             )
-        table = render_table(
-            ["#", "step", "p50 ms", "p90 ms", "speedup [95% CI]", "size", "parity", "worst metric"],
-            rows,
-            "rlrrrrll",
-        )
+        headers = ["#", "step", *TIMING_HEADERS, "p90 ms", "size", "parity", "worst metric"]
+        table = render_table(headers, rows, "rlrrrrrll")
         return table + noise_line(self.rows) + apart_line(self.rows)
 
     def _line(self, text: str) -> None:
@@ -114,22 +108,25 @@ def _verdict(e: StepFinished) -> str:
     return step_verdict(e.status, event_parity_passed(e.parity), e.index)
 
 
-def _timing(e: StepFinished) -> dict[str, Any]:
-    return (e.details or {}).get("timing") or {}
+def _p90(t: StepTiming | None) -> str:
+    own = None if t is None else (t.step or t.reference)
+    return fmt_ms(own.p90_ms if own is not None else None)
+
+
+def _line_of(num: str, name: str, t: StepTiming | None) -> str:
+    return f"{num:>3}  {name:<22} {ref_cell(t):>9} {p50_cell(t):>9}  {speedup_cell(t):>18}"
 
 
 def _step_line(e: StepFinished) -> str:
     """The live line of a finished step, with its noise and timed-apart notes."""
-    m = e.metrics or {}
+    t = e.timing
     line = (
-        f"{e.index + 1:>3}  {e.pass_name:<22} {fmt_ms(m.get('latency_p50_ms')):>9} ms"
-        f"  {fmt_speedup(m):>18}  {_verdict(e):<5} {_worst(e.parity or {})}"
+        f"{_line_of(str(e.index + 1), e.pass_name, t)}  {_verdict(e):<5} {_worst(e.parity or {})}"
     )
-    timing = _timing(e)
-    if is_noisy(m) and timing.get("noise_reason"):
-        line += f"\n     noisy timing: {timing['noise_reason']}"
-    if timing.get("mode") == "sequential":
-        line += f"\n     {timing.get('note')}"
+    if is_noisy(t) and t.noise_reason:
+        line += f"\n     noisy timing: {t.noise_reason}"
+    if t is not None and t.mode == "apart" and t.note:
+        line += f"\n     {t.note}"
     if e.error:
         line += f"\n     {e.error}"
     return line
@@ -140,14 +137,15 @@ def apart_line(step_events: Sequence[StepFinished | Mapping[str, Any]]) -> str:
     (memory fallback: no interval) ("" if none)."""
     steps_ = [typed_event(e) for e in step_events]
     apart = [
-        e for e in steps_ if isinstance(e, StepFinished) and _timing(e).get("mode") == "sequential"
+        e
+        for e in steps_
+        if isinstance(e, StepFinished) and e.timing is not None and e.timing.mode == "apart"
     ]
     if not apart:
         return ""
     steps = ", ".join(str(e.index + 1) for e in apart)
-    why = _timing(apart[0]).get("sequential_reason") or "memory"
     return (
-        f"\nstep(s) {steps} timed apart from the original, not side by side ({why}): "
+        f"\nstep(s) {steps} timed apart from the original, not side by side (memory): "
         "the original was re-timed right before each; no interval"
     )
 
@@ -155,10 +153,10 @@ def apart_line(step_events: Sequence[StepFinished | Mapping[str, Any]]) -> str:
 def noise_line(step_events: Sequence[StepFinished | Mapping[str, Any]]) -> str:
     """One line under a run's table when some steps were timed on a busy machine ("" if none)."""
     steps_ = [typed_event(e) for e in step_events]
-    noisy = [e for e in steps_ if isinstance(e, StepFinished) and is_noisy(e.metrics)]
+    noisy = [e for e in steps_ if isinstance(e, StepFinished) and is_noisy(e.timing)]
     if not noisy:
         return ""
-    why = next((r for e in noisy if (r := _timing(e).get("noise_reason"))), "")
+    why = next((r for e in noisy if (r := e.timing.noise_reason)), "")
     steps = ", ".join(str(e.index + 1) for e in noisy)
     return (
         f"\n{NOISY_MARK} noisy timing in step(s) {steps}: {why or 'see the step details'}; "

@@ -15,11 +15,22 @@ from typing import TYPE_CHECKING, Any
 
 from studio.commands._common import add_trust_arguments
 from studio.commands._common import open_repo as _repo
-from studio.commands._table import fmt_bytes, fmt_ms, fmt_num, render_table
-from studio.fmt import NOISY_MARK, fmt_speedup, intervals_overlap, is_noisy
-from studio.tables import parity_verdict, step_verdict
+from studio.commands._table import fmt_bytes, fmt_num, render_table
+from studio.fmt import NOISY_MARK, intervals_overlap, is_noisy
+from studio.tables import (
+    P50_HEADER,
+    REF_HEADER,
+    TIMING_HEADERS,
+    p50_cell,
+    parity_verdict,
+    ref_cell,
+    speedup_cell,
+    step_verdict,
+    timing_cells,
+)
 
 if TYPE_CHECKING:
+    from accel.timing.result import StepTiming
     from studio.store.api import RunReader
 
 
@@ -225,40 +236,17 @@ def show(args: argparse.Namespace) -> int:
                     "original" if st.index < 0 else st.pass_name,
                     st.status,
                     _dur(st.duration_s) if st.index >= 0 else "-",
-                    fmt_ms(m.get("latency_p50_ms")),
-                    fmt_speedup(m),
+                    *timing_cells(st.timing),
                     fmt_bytes(m.get("size_bytes")),
                     _verdict(st) if st.index >= 0 else "-",
                     _worst(st) if st.index >= 0 else "",
                 ]
             )
-        print(
-            render_table(
-                [
-                    "#",
-                    "step",
-                    "status",
-                    "time",
-                    "p50 ms",
-                    "speedup [95% CI]",
-                    "size",
-                    "parity",
-                    "worst",
-                ],
-                rows,
-                "llllrrrll",
-            )
-        )
-        noisy = [st for st in d.steps if st.index >= 0 and is_noisy(st.metrics)]
+        headers = ["#", "step", "status", "time", *TIMING_HEADERS, "size", "parity", "worst"]
+        print(render_table(headers, rows, "llllrrrrll"))
+        noisy = [st for st in d.steps if st.index >= 0 and is_noisy(st.timing)]
         if noisy:
-            why = next(
-                (
-                    r
-                    for st in noisy
-                    if (r := ((st.details or {}).get("timing") or {}).get("noise_reason"))
-                ),
-                "",
-            )
+            why = next((r for st in noisy if (r := st.timing.noise_reason)), "")
             print(
                 f"{NOISY_MARK} noisy timing in step(s) "
                 f"{', '.join(str(st.index + 1) for st in noisy)}: {why or 'see the step details'}"
@@ -296,25 +284,7 @@ def compare(args: argparse.Namespace) -> int:
         ids = [_run_arg(repo, r) for r in args.runs]
         cmp = repo.compare(ids)
     if args.json:
-        from studio.store.values import json_safe as _json_safe
-
-        print(
-            json.dumps(
-                _json_safe(
-                    {
-                        "runs": cmp.columns,
-                        "rows": [
-                            {"step": k[0], "pass": k[1], "metric": k[2], "values": v}
-                            for k, v in cmp.rows.items()
-                        ],
-                        "parity": [
-                            {"step": k[0], "pass": k[1], "passed": v} for k, v in cmp.parity.items()
-                        ],
-                    }
-                ),
-                indent=2,
-            )
-        )
+        print(json.dumps(_compare_json(cmp), indent=2))
         return 0
     heads = [d.run.short_id for d in cmp.runs]
     info = [
@@ -325,18 +295,17 @@ def compare(args: argparse.Namespace) -> int:
     ]
     rows = []
     ties = False
+    for (index, pass_name), per_run in cmp.timings.items():
+        step = "original" if index < 0 else f"{index + 1} {pass_name}"
+        cells = [speedup_cell(t) for t in per_run]
+        if _within_noise(per_run):
+            cells = [c + " =" if c != "-" else c for c in cells]
+            ties = True
+        rows.append([step, REF_HEADER, *[ref_cell(t) for t in per_run]])
+        rows.append([step, P50_HEADER, *[p50_cell(t) for t in per_run]])
+        rows.append([step, "speedup", *cells])
     for (index, pass_name, metric), values in cmp.rows.items():
         step = "original" if index < 0 else f"{index + 1} {pass_name}"
-        if metric in ("speedup_low", "speedup_high", "noisy"):
-            continue  # shown with the speedup
-        if metric == "speedup":
-            per_run = [_step_metrics(cmp.rows, index, pass_name, i) for i in range(len(values))]
-            cells = [fmt_speedup(m) for m in per_run]
-            if _within_noise(per_run):
-                cells = [c + " =" if c != "-" else c for c in cells]
-                ties = True
-            rows.append([step, metric, *cells])
-            continue
         rows.append([step, metric, *[fmt_num(v) for v in values]])
     for (index, pass_name), values in cmp.parity.items():
         step = f"{index + 1} {pass_name}"
@@ -347,22 +316,34 @@ def compare(args: argparse.Namespace) -> int:
     print(render_table(["step", "metric", *heads], info + rows, "ll" + "r" * len(heads)))
     if ties:
         print("= the speedups' 95% intervals overlap: the difference is within noise (a tie)")
-    if any(r[1] == "speedup" and any(str(c).endswith(NOISY_MARK) for c in r[2:]) for r in rows):
+    if any(r[1] == "speedup" and any(NOISY_MARK in str(c) for c in r[2:]) for r in rows):
         print(f"{NOISY_MARK} timed on a busy machine (or too scattered): see `studio show RUN`")
     return 0
 
 
-def _step_metrics(
-    rows: dict[tuple[int, str, str], list[Any]], index: int, pass_name: str, i: int
-) -> dict[str, Any]:
-    """The speedup metrics of one step of run ``i`` of a comparison."""
-    keys = ("speedup", "speedup_low", "speedup_high", "noisy")
-    return {k: rows[(index, pass_name, k)][i] for k in keys if (index, pass_name, k) in rows}
+def _compare_json(cmp: Any) -> dict[str, Any]:
+    """`studio compare --json`: metric rows, parity verdicts and each step's timing per run."""
+    from studio.store.values import json_safe
+
+    return json_safe(
+        {
+            "runs": cmp.columns,
+            "rows": [
+                {"step": k[0], "pass": k[1], "metric": k[2], "values": v}
+                for k, v in cmp.rows.items()
+            ],
+            "parity": [{"step": k[0], "pass": k[1], "passed": v} for k, v in cmp.parity.items()],
+            "timings": [
+                {"step": k[0], "pass": k[1], "values": [t.to_json() if t else None for t in v]}
+                for k, v in cmp.timings.items()
+            ],
+        }
+    )
 
 
-def _within_noise(per_run: list[dict[str, Any]]) -> bool:
+def _within_noise(per_run: list[StepTiming | None]) -> bool:
     """Every pair of runs with an interval overlaps (and there are at least two)."""
-    have = [m for m in per_run if m.get("speedup_low") is not None and m.get("speedup")]
+    have = [t for t in per_run if t is not None and t.mode != "baseline" and t.speedup_bounds]
     if len(have) < 2:
         return False
     return all(intervals_overlap(a, b) for i, a in enumerate(have) for b in have[i + 1 :])

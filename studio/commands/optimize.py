@@ -15,6 +15,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from studio.tables import TIMING_HEADERS, timing_cells
+
 if TYPE_CHECKING:
     from studio.store.api import SearchStore
 
@@ -153,22 +155,18 @@ def build_config(args: argparse.Namespace) -> Any:
 
 
 def trial_row(t: Any) -> list[Any]:
-    from studio.commands._table import fmt_bytes, fmt_ms
+    """One trial's row: its timing cells (the original's p50 and the trial's from the same
+    rounds, the speedup) from its StepTiming (studio.tables)."""
+    from studio.commands._table import fmt_bytes
 
     m = t.metrics
-    speed = m.get("speedup")
-    if speed is not None and m.get("speedup_low") is not None:
-        speed_s = f"{speed:.2f}x [{m['speedup_low']:.2f}-{m['speedup_high']:.2f}]"
-    else:
-        speed_s = "-" if speed is None else f"{speed:.2f}x"
     drop = m.get("cosine_drop")
     status = t.status if t.status != "gate_failed" else "gate"
     return [
         t.number,
         t.label + _exclude_note(t.steps),
         status,
-        fmt_ms(m.get("latency_p50_ms")) if m.get("latency_p50_ms") is not None else "-",
-        speed_s,
+        *timing_cells(t.timing),
         "-" if drop is None else f"{drop:.2e}",
         fmt_bytes(m.get("size_bytes")) if m.get("size_bytes") else "-",
         t.reused_steps or "",
@@ -185,7 +183,7 @@ def _exclude_note(steps: list[dict[str, Any]]) -> str:
     return f" (float: {', '.join(kept[:2])}{more})"
 
 
-HEADERS = ["#", "chain", "status", "p50", "speedup [range]", "cos drop", "size", "reused", "note"]
+HEADERS = ["#", "chain", "status", *TIMING_HEADERS, "cos drop", "size", "reused", "note"]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
+from studio.store.base import BASELINE_INDEX
 from studio.store.models import ModelRow, ProfileRow, RecipeRow, RunRow, SearchRow, StepRow
 from studio.store.records import (
     ArtifactRecord,
@@ -17,6 +15,7 @@ from studio.store.records import (
     SearchRecord,
     StepRecord,
 )
+from studio.store.timing_keys import final_timing, step_timing, without_timing
 from studio.store.values import aware, join_float
 
 
@@ -81,24 +80,9 @@ def run_record_flat(
         started_at=aware(r.started_at),
         finished_at=aware(r.finished_at),
         duration_s=r.duration_s,
-        final=final_speedup(r.summary),
+        final=final_timing(r.summary),
+        noise=(r.summary or {}).get("noise"),
     )
-
-
-def final_speedup(summary: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The speedup part of a run's summary (see accel.runner._summary)."""
-    s = summary or {}
-    if s.get("final_speedup") is None:
-        return {}
-    return {
-        "speedup": s.get("final_speedup"),
-        "speedup_low": s.get("final_speedup_low"),
-        "speedup_high": s.get("final_speedup_high"),
-        "noisy": bool(s.get("noise")),
-        "noise": s.get("noise"),
-        "latency_p50_ms": s.get("final_latency_p50_ms"),
-        "baseline_latency_p50_ms": s.get("baseline_latency_p50_ms"),
-    }
 
 
 def step_record(st: StepRow) -> StepRecord:
@@ -106,6 +90,7 @@ def step_record(st: StepRow) -> StepRecord:
     for p in st.parity_results:
         rec = parity.setdefault(p.output_name, ParityRecord(p.output_name, p.passed, {}))
         rec.metrics[p.metric] = join_float(p.value, p.is_nan)
+    metrics = {m.key: join_float(m.value, m.is_nan) for m in st.metrics}
     return StepRecord(
         index=st.index,
         pass_name=st.pass_name,
@@ -113,12 +98,13 @@ def step_record(st: StepRow) -> StepRecord:
         status=st.status,
         duration_s=st.duration_s,
         error=st.error,
-        metrics={m.key: join_float(m.value, m.is_nan) for m in st.metrics},
+        metrics=without_timing(metrics),
         parity_passed=st.parity_passed,
         parity=list(parity.values()),
         artifacts=[ArtifactRecord(a.kind, a.path, a.sha256, a.bytes) for a in st.artifacts],
         details=st.details or {},
         parity_report=st.parity,
+        timing=step_timing(metrics, st.details, baseline=st.index == BASELINE_INDEX),
     )
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
+from accel.timing.result import StepTiming
 from studio.store.base import BASELINE_INDEX, StoreBase
 from studio.store.errors import RunNotFound
 from studio.store.models import (
@@ -20,6 +21,7 @@ from studio.store.models import (
     RunRow,
     utcnow,
 )
+from studio.store.timing_keys import to_metrics
 from studio.store.values import check_status, flatten_parity, json_safe, set_metrics, split_float
 
 log = logging.getLogger(__name__)
@@ -88,12 +90,15 @@ class RunEvents(StoreBase):
             )
         if row.recipe is None and event.get("recipe"):
             row.recipe = self._recipe_row(s, event["recipe"])
-        if baseline:
+        timing = _timing(event.get("baseline_timing"))
+        if baseline or timing is not None:
             step = self._step_row(s, row.id, BASELINE_INDEX)
             step.pass_name = "baseline"
             step.status = "succeeded"
             step.finished_at = utcnow()
-            set_metrics(s, step, baseline)
+            if timing is not None:
+                step.details = {"timing": timing.to_json()}
+            set_metrics(s, step, {**baseline, **to_metrics(timing)})
 
     def _on_step_finished(self, s: Session, run_id: str, event: Mapping[str, Any]) -> None:
         step = self._step_row(s, run_id, int(event["index"]))
@@ -107,9 +112,13 @@ class RunEvents(StoreBase):
         step.status = status
         step.duration_s = split_float(event.get("duration_s"))[0]
         step.error = str(event.get("error") or "")
-        step.details = json_safe(dict(event.get("details") or {}))
+        details = dict(event.get("details") or {})
+        timing = _timing(event.get("timing"))
+        if timing is not None:
+            details["timing"] = timing.to_json()
+        step.details = json_safe(details)
         step.finished_at = utcnow()
-        set_metrics(s, step, event.get("metrics") or {})
+        set_metrics(s, step, {**(event.get("metrics") or {}), **to_metrics(timing)})
         parity = event.get("parity")
         step.parity = json_safe(dict(parity)) if parity else None
         step.parity_passed = parity.get("passed") if parity else None
@@ -140,3 +149,10 @@ class RunEvents(StoreBase):
                     bytes=art.get("bytes"),
                 )
             )
+
+
+def _timing(d: Any) -> StepTiming | None:
+    """An event's StepTiming (its JSON form, from a worker) or None."""
+    if isinstance(d, StepTiming):
+        return d
+    return StepTiming.from_json(d) if isinstance(d, Mapping) and d else None

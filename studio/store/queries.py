@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import and_, exists, func, or_, select
 from sqlalchemy.orm import selectinload
 
+from accel.timing.result import StepTiming
 from studio.store.base import StoreBase
 from studio.store.convert import run_record, run_record_flat, step_record
 from studio.store.models import ModelRow, RecipeRow, RunRow, RunTagRow, StepRow
@@ -166,6 +167,7 @@ class RunQueries(StoreBase):
         positions = [{st.index: p for st, p in zip(ss, pl)} for ss, pl in zip(steps, places)]
         rows: dict[tuple[int, str, str], list[float | None]] = {}
         parity: dict[tuple[int, str], list[bool | None]] = {}
+        timings: dict[tuple[int, str], list[StepTiming | None]] = {}
         for i, d in enumerate(details):
             for st in d.steps:
                 pos = positions[i].get(st.index, st.index)
@@ -173,12 +175,15 @@ class RunQueries(StoreBase):
                     rows.setdefault((pos, st.pass_name, key), [None] * n)[i] = value
                 if st.parity_passed is not None:
                     parity.setdefault((pos, st.pass_name), [None] * n)[i] = st.parity_passed
+                if st.timing is not None:
+                    timings.setdefault((pos, st.pass_name), [None] * n)[i] = st.timing
         ordered = dict(sorted(rows.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])))
         return Comparison(
             runs=details,
             columns=[d.id for d in details],
             rows=ordered,
             parity=parity,
+            timings=dict(sorted(timings.items())),
             slots=slots,
             positions=positions,
         )

@@ -7,6 +7,8 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
+from accel.timing.result import StepTiming
+
 
 def _iso(t: dt.datetime | None) -> str | None:
     return t.isoformat() if t is not None else None
@@ -76,6 +78,9 @@ class StepRecord:
     artifacts: list[ArtifactRecord]
     details: dict[str, Any] = field(default_factory=dict)
     parity_report: dict[str, Any] | None = None
+    # Latencies and speedup from one comparison (studio.store.timing_keys); ``metrics``
+    # then holds the rest (size, accuracy, the pass's own numbers).
+    timing: StepTiming | None = None
 
     def worst_parity(self) -> tuple[str, str, float | None] | None:
         """(output, metric, value) of the worst metric: a failing output first, then the
@@ -114,10 +119,10 @@ class RunRecord:
     started_at: dt.datetime | None
     finished_at: dt.datetime | None
     duration_s: float | None
-    # The last measured step's speedup from the run's summary: {speedup, speedup_low,
-    # speedup_high, noisy, noise}; empty for runs without one (low/high absent in runs
-    # recorded before speedups had intervals).
-    final: dict[str, Any] = field(default_factory=dict)
+    # The last measured step's timing from the run's summary (None: no step was timed;
+    # the interval is absent in runs recorded before speedups had one).
+    final: StepTiming | None = None
+    noise: str | None = None  # the run's noise line: which steps were timed on a busy machine
 
     @property
     def short_id(self) -> str:
@@ -207,6 +212,9 @@ class Comparison:
     columns: list[str]  # run ids, in the order asked
     rows: dict[tuple[int, str, str], list[float | None]]
     parity: dict[tuple[int, str], list[bool | None]]
+    # Each step's timing per run (latencies and speedup from one comparison; the metric
+    # ``rows`` hold the other numbers).
+    timings: dict[tuple[int, str], list[StepTiming | None]] = field(default_factory=dict)
     slots: list[str] = field(default_factory=list)  # pass name at each position
     positions: list[dict[int, int]] = field(default_factory=list)
 

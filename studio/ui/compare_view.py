@@ -20,9 +20,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.fmt import fmt_bytes, fmt_count, fmt_ms, fmt_num, fmt_speedup
+from studio.fmt import fmt_bytes, fmt_count, fmt_ms, fmt_num
 from studio.report import fastest, pareto_front, step_rows
-from studio.tables import parity_verdict
+from studio.tables import TIMING_HEADERS, p50_cell, parity_verdict, ref_cell, speedup_cell
 from studio.ui import plot_theme
 
 if TYPE_CHECKING:
@@ -68,28 +68,16 @@ class CompareView(QDialog):
             plot_theme.style_plot(w, self.palette())
 
     def _metrics_table(self) -> QTableWidget:
-        keys = [
-            "latency_p50_ms",
-            "latency_p90_ms",
-            "speedup",
-            "size_bytes",
-            "num_params",
-            "accuracy",
-        ]
+        keys = ["size_bytes", "num_params", "accuracy"]
         rows: list[tuple[str, list[str]]] = []
+        # Each step's timing cells from its own comparison (studio.tables), so a run's
+        # p50s and its speedup agree.
+        for (index, pass_name), per_run in self.comparison.timings.items():
+            name = f"{index + 1}. {pass_name}"  # "0. baseline": the original's row
+            for header, cell in zip(TIMING_HEADERS, (ref_cell, p50_cell, speedup_cell)):
+                rows.append((f"{name} · {header}", [cell(t) for t in per_run]))
         for (index, pass_name, metric), values in self.comparison.rows.items():
             if metric not in keys:
-                continue
-            if metric == "speedup":  # with its 95% interval where the run has one
-                cmp = self.comparison.rows
-                cells = []
-                for i, v in enumerate(values):
-                    m = {"speedup": v}
-                    for k in ("speedup_low", "speedup_high", "noisy"):
-                        if (index, pass_name, k) in cmp:
-                            m[k] = cmp[(index, pass_name, k)][i]
-                    cells.append(fmt_speedup(m))
-                rows.append((f"{index + 1}. {pass_name} · speedup [95% CI]", cells))
                 continue
             rows.append(
                 (f"{index + 1}. {pass_name} · {metric}", [fmt_metric(metric, v) for v in values])
@@ -158,14 +146,14 @@ class CompareView(QDialog):
         w.setXRange(-0.4, len(slots) + 0.4, padding=0)
         n = max(1, len(self.details))
         for k, d in enumerate(self.details):
-            rows = [r for r in step_rows(d) if r.latency_p50_ms is not None]
+            rows = [r for r in step_rows(d) if r.p50_ms is not None]
             where = self.comparison.positions[k] if self.comparison.positions else {}
             # Runs side by side around each step, so their error bars do not hide each other.
             dx = (k - (n - 1) / 2) * 0.08
             xs = [(where.get(r.index, r.index) + 1 if r.index >= 0 else 0) + dx for r in rows]
             # One point per slot; NaN where the run has no such step, drawn as a gap in its
             # line rather than a segment that jumps over the missing step.
-            at = {round(x - dx): y_of(r.latency_p50_ms) for x, r in zip(xs, rows)}
+            at = {round(x - dx): y_of(r.p50_ms) for x, r in zip(xs, rows)}
             line_x = [x + dx for x in range(len(slots) + 1)]
             line_y = [at.get(x, math.nan) for x in range(len(slots) + 1)]
             color = COLORS[k % len(COLORS)]
@@ -187,15 +175,15 @@ class CompareView(QDialog):
                     [p[1] for p in present],
                     pen=pg.mkPen(color, width=1, style=Qt.PenStyle.DotLine),
                 )
-            bars = [(x, r) for x, r in zip(xs, rows) if r.latency_low_ms is not None]
-            if bars:  # the latency's 95% interval (steps timed against the original)
-                mid = np.array([y_of(r.latency_p50_ms) for _, r in bars])
+            bars = [(x, r, iv) for x, r in zip(xs, rows) if (iv := _own_interval(r)) is not None]
+            if bars:  # the latency's 95% interval, from the same rounds as the p50
+                mid = np.array([y_of(r.p50_ms) for _, r, _ in bars])
                 w.addItem(
                     pg.ErrorBarItem(
-                        x=np.array([x for x, _ in bars]),
+                        x=np.array([x for x, _, _ in bars]),
                         y=mid,
-                        top=np.array([y_of(r.latency_high_ms) for _, r in bars]) - mid,
-                        bottom=mid - np.array([y_of(r.latency_low_ms) for _, r in bars]),
+                        top=np.array([y_of(iv[1]) for _, _, iv in bars]) - mid,
+                        bottom=mid - np.array([y_of(iv[0]) for _, _, iv in bars]),
                         beam=0.05,
                         pen=pg.mkPen(color, width=1.5),
                     )
@@ -229,10 +217,7 @@ class CompareView(QDialog):
                 pg.TextItem("no measured steps to plot", color=plot_theme.colors(self.palette())[1])
             )
             return w
-        intervals = [
-            (p[3].speedup_low, p[3].speedup_high) if p[3].speedup_low is not None else None
-            for p in rows
-        ]
+        intervals = [p[3].timing.speedup_bounds if p[3].timing else None for p in rows]
         logy = [math.log10(max(p[1], 1e-12)) for p in pts]
         w.addLegend()
         # One colour per run, named in the legend.
@@ -247,7 +232,7 @@ class CompareView(QDialog):
                     [logy[i] for i in mine],
                     size=10,
                     brush=pg.mkBrush(color),
-                    data=[f"{pts[i][2]}: {fmt_speedup(_metrics(rows[i][3]))}" for i in mine],
+                    data=[f"{pts[i][2]}: {speedup_cell(rows[i][3].timing)}" for i in mine],
                     hoverable=True,
                     tip=lambda x, y, data: data,
                     name=f"{d.run.id[:8]} {d.run.recipe_name or d.run.name}",
@@ -297,13 +282,11 @@ class CompareView(QDialog):
         return w
 
 
-def _metrics(r: Any) -> dict[str, Any]:
-    return {
-        "speedup": r.speedup,
-        "speedup_low": r.speedup_low,
-        "speedup_high": r.speedup_high,
-        "noisy": r.noisy,
-    }
+def _own_interval(r: Any) -> tuple[float, float] | None:
+    """The 95% interval of a chart row's own p50 (the step's, or the original's)."""
+    t = r.timing
+    own = None if t is None else (t.step if t.step is not None else t.reference)
+    return None if own is None else own.interval
 
 
 def fmt_metric(metric: str, v: Any) -> str:

@@ -5,10 +5,13 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from studio.tables import P50_HEADER, REF_HEADER, SPEEDUP_HEADER, own_ms, ref_ms, speedup_of
+
 NUMERIC = {
     "duration s": lambda r: r.duration_s,
-    "latency ms": lambda r: (r.final or {}).get("latency_p50_ms"),
-    "speedup [95% CI]": lambda r: (r.final or {}).get("speedup"),
+    REF_HEADER: lambda r: ref_ms(r.final),
+    P50_HEADER: lambda r: own_ms(r.final),
+    SPEEDUP_HEADER: lambda r: speedup_of(r.final),
 }
 TEXT = {
     "run": lambda r: r.id,

@@ -25,7 +25,16 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.fmt import fmt_ms, fmt_speedup
+from accel.timing.result import StepTiming
+from studio.tables import (
+    TIMING_HEADERS,
+    own_ms,
+    p50_cell,
+    ref_cell,
+    ref_ms,
+    speedup_cell,
+    speedup_of,
+)
 from studio.ui.slots import on_click
 
 if TYPE_CHECKING:
@@ -34,7 +43,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SEARCH_COLUMNS = ["search", "created", "model", "objective", "status", "trials", "best speedup"]
-TRIAL_COLUMNS = ["trial", "status", "latency ms", "speedup [95% CI]", "run"]
+TRIAL_COLUMNS = ["trial", "status", *TIMING_HEADERS, "run"]
 LIMIT = 200
 
 
@@ -137,7 +146,7 @@ class SearchesView(QWidget):
                 _Item(s.objective, s.objective),
                 _Item(s.status, s.status),
                 _Item(str(s.trials), s.trials, right=True),
-                _Item(fmt_speedup(best) if best else "-", (best or {}).get("speedup"), True),
+                _Item(speedup_cell(best) if best else "-", speedup_of(best), True),
             ]
             cells[0].setData(Qt.ItemDataRole.UserRole, s.id)
             cells[4].setToolTip(s.summary.get("reason") or s.status)
@@ -151,7 +160,7 @@ class SearchesView(QWidget):
         else:
             self._show_trials()
 
-    def _best_final(self, s: Any) -> dict[str, Any] | None:
+    def _best_final(self, s: Any) -> StepTiming | None:
         """The best trial's final speedup (with its interval where it was stored)."""
         best = s.summary.get("best")
         run_id = (s.summary.get("trial_runs") or {}).get(str(best)) if best is not None else None
@@ -192,13 +201,13 @@ class SearchesView(QWidget):
         t.clearContents()
         t.setRowCount(len(self.trials))
         for i, r in enumerate(self.trials):
-            fin = r.final or {}
-            lat = fin.get("latency_p50_ms")
+            fin = r.final
             cells = [
                 _Item(_trial_label(r.name or r.recipe_name, sid), r.created_at),
                 _Item(r.status, r.status),
-                _Item("" if lat is None else fmt_ms(lat), lat, right=True),
-                _Item(fmt_speedup(fin) if fin else "", fin.get("speedup"), right=True),
+                _Item(ref_cell(fin) if fin else "", ref_ms(fin), right=True),
+                _Item(p50_cell(fin) if fin else "", own_ms(fin), right=True),
+                _Item(speedup_cell(fin) if fin else "", speedup_of(fin), right=True),
                 _Item(r.id[:8], r.id),
             ]
             cells[0].setData(Qt.ItemDataRole.UserRole, r.id)

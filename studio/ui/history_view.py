@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.fmt import fmt_ms, fmt_speedup
+from studio.tables import P50_HEADER, REF_HEADER, SPEEDUP_HEADER, TIMING_HEADERS, timing_cells
 from studio.ui.history_columns import sort_rows
 from studio.ui.history_searches import SearchesView
 from studio.ui.serve_results import ServeResultsView
@@ -65,8 +65,7 @@ class RunTableModel(QAbstractTableModel):
         "status",
         "device",
         "duration s",
-        "latency ms",
-        "speedup [95% CI]",
+        *TIMING_HEADERS,  # the last measured step's, from one comparison
         "tags",
         "notes",
     ]
@@ -154,23 +153,19 @@ class RunTableModel(QAbstractTableModel):
                 return r.device
             if col == "duration s":
                 return "" if r.duration_s is None else f"{r.duration_s:.1f}"
-            if col == "speedup [95% CI]":
-                return fmt_speedup(r.final) if r.final else ""
-            if col == "latency ms":
-                ms = (r.final or {}).get("latency_p50_ms")
-                return "" if ms is None else fmt_ms(ms)
+            if col in TIMING_HEADERS:
+                return timing_cells(r.final)[TIMING_HEADERS.index(col)] if r.final else ""
             if col == "tags":
                 return ", ".join(r.tags)
             if col == "notes":
                 return r.notes
         if role == Qt.ItemDataRole.ToolTipRole:
-            if col == "speedup [95% CI]" and r.final:
-                return r.final.get("noise") or "the last step's median speedup [95% interval]"
-            if col == "latency ms" and (r.final or {}).get("latency_p50_ms") is not None:
-                base = r.final.get("baseline_latency_p50_ms")
-                return "the last step's median latency" + (
-                    f" (original: {fmt_ms(base)} ms)" if base is not None else ""
-                )
+            if col == SPEEDUP_HEADER and r.final:
+                return r.noise or "the last step's median speedup [95% interval]"
+            if col == P50_HEADER and r.final:
+                return "the last step's median latency, timed against the original"
+            if col == REF_HEADER and r.final:
+                return "the original's median latency in the last step's comparison"
             return r.error or r.notes or r.id
         if role == Qt.ItemDataRole.ForegroundRole and col == "status":
             from PySide6.QtGui import QColor
@@ -259,7 +254,8 @@ class HistoryView(QWidget):
         self.table.setColumnWidth(2, 150)
         self.table.setColumnWidth(3, 160)
         cols = self.model.COLUMNS
-        for name, width in (("duration s", 80), ("latency ms", 85), ("speedup [95% CI]", 150)):
+        widths = (("duration s", 80), (REF_HEADER, 85), (P50_HEADER, 85), (SPEEDUP_HEADER, 150))
+        for name, width in widths:
             self.table.setColumnWidth(cols.index(name), width)
         # One line per run (long recipe names are elided), so more runs fit a short dock.
         self.table.setWordWrap(False)

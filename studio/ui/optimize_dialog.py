@@ -37,12 +37,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.fmt import fmt_bytes, fmt_ms
+from studio.fmt import fmt_bytes
+from studio.tables import TIMING_HEADERS, timing_cells
 from studio.ui import plot_theme
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ["#", "chain", "status", "p50", "speedup", "cos drop", "size", "reused", "note"]
+COLUMNS = ["#", "chain", "status", *TIMING_HEADERS, "cos drop", "size", "reused", "note"]
+NOTE_COL = COLUMNS.index("note")
 
 
 class _Relay(QObject):
@@ -325,17 +327,14 @@ class OptimizeDialog(QDialog):
             row = self.table.rowCount()
             self.table.insertRow(row)
         m = t.metrics
-        speed = m.get("speedup")
-        speed_s = "" if speed is None else f"{speed:.2f}x"
-        if speed is not None and m.get("speedup_low") is not None:
-            speed_s += f" [{m['speedup_low']:.2f}-{m['speedup_high']:.2f}]"
         drop = m.get("cosine_drop")
+        # The original's and the trial's p50 and the speedup, from the trial's one comparison.
+        timing = timing_cells(t.timing) if t.timing is not None else ["", "", ""]
         cells = [
             str(t.number),
             t.label,
             t.status,
-            fmt_ms(m["latency_p50_ms"]) if m.get("latency_p50_ms") is not None else "",
-            speed_s,
+            *timing,
             "" if drop is None else f"{drop:.2e}",
             fmt_bytes(m["size_bytes"]) if m.get("size_bytes") else "",
             str(t.reused_steps or ""),
@@ -343,7 +342,7 @@ class OptimizeDialog(QDialog):
         ]
         for col, text in enumerate(cells):
             item = QTableWidgetItem(text)
-            if col == 8 and (t.gate or t.error):
+            if col == NOTE_COL and (t.gate or t.error):
                 item.setToolTip(t.gate or t.error)
             self.table.setItem(row, col, item)
         self.front = set(self._front())
@@ -387,12 +386,13 @@ class OptimizeDialog(QDialog):
         self.front_scatter.setData([{"pos": (s, d), "data": n} for n, s, d in front])
         lows, highs, xs, ys = [], [], [], []
         for n, s, d in pts:
-            m = self.trials[n].metrics
-            if m.get("speedup_low") is not None and m.get("speedup_high") is not None:
+            timing = self.trials[n].timing
+            if timing is not None and timing.speedup_bounds is not None:
+                lo, hi = timing.speedup_bounds
                 xs.append(s)
                 ys.append(d)
-                lows.append(s - float(m["speedup_low"]))
-                highs.append(float(m["speedup_high"]) - s)
+                lows.append(s - lo)
+                highs.append(hi - s)
         if xs:
             import numpy as np
 

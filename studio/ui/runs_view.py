@@ -34,12 +34,29 @@ from accel.events import (
     StepFinished,
     StepStarted,
 )
-from studio.fmt import fmt_bytes as _bytes
-from studio.fmt import fmt_speedup, is_noisy
+from accel.timing.result import StepTiming
+from studio.fmt import is_noisy
 from studio.report import worst_metric
-from studio.tables import event_parity_passed, step_verdict
+from studio.tables import (
+    RUN_STEP_HEADERS,
+    SPEEDUP_HEADER,
+    event_parity_passed,
+    p50_cell,
+    ref_cell,
+    run_step_cells,
+    speedup_cell,
+    step_verdict,
+    timing_note,
+)
 from studio.ui.slots import on_click
 from studio.usecases import typed_event
+
+# Columns of the step table (studio.tables.RUN_STEP_HEADERS) that get a colour or alignment.
+PARITY_COL = RUN_STEP_HEADERS.index("parity")
+SPEEDUP_COL = RUN_STEP_HEADERS.index(SPEEDUP_HEADER)
+NUMBER_COLS = {
+    i for i, h in enumerate(RUN_STEP_HEADERS) if h not in ("#", "step", "parity", "worst metric")
+}
 
 STATUS_COLOR = {
     "succeeded": "#2e9d4a",
@@ -65,6 +82,7 @@ class RunEntry:
     step_label: str = ""
     run_dir: str = ""
     baseline: dict[str, Any] = field(default_factory=dict)
+    baseline_timing: StepTiming | None = None
     steps: list[StepFinished] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
     recipe: dict[str, Any] | None = None
@@ -127,22 +145,13 @@ class RunsView(QWidget):
         )
         self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
 
-        self.table = QTableWidget(0, 8)
+        self.table = QTableWidget(0, len(RUN_STEP_HEADERS))
         self.table.setObjectName("stepTable")
-        self.table.setHorizontalHeaderLabels(
-            [
-                "#",
-                "step",
-                "p50 ms",
-                "speedup [95% CI]",
-                "size",
-                "parity",
-                "worst metric",
-                "accuracy",
-            ]
-        )
+        self.table.setHorizontalHeaderLabels(list(RUN_STEP_HEADERS))
         self.table.verticalHeader().setVisible(False)
-        self.table.horizontalHeader().setSectionResizeMode(6, QHeaderView.ResizeMode.Stretch)
+        self.table.horizontalHeader().setSectionResizeMode(
+            RUN_STEP_HEADERS.index("worst metric"), QHeaderView.ResizeMode.Stretch
+        )
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.log = QPlainTextEdit()
         self.log.setObjectName("runLog")
@@ -234,11 +243,12 @@ class RunsView(QWidget):
         match typed_event(event):
             case RunStarted() as ev:
                 e.total, e.run_dir, e.baseline = ev.num_steps, ev.run_dir, ev.baseline
+                e.baseline_timing = ev.baseline_timing
                 e.model = ev.model_source or e.model
                 e.recipe = ev.recipe or e.recipe
                 e.name = (e.recipe or {}).get("name", e.name)
-                p50 = fmt(e.baseline.get("latency_p50_ms"))
-                self._append(e, f"started on {ev.device}: baseline p50 {p50} ms")
+                p50 = p50_cell(e.baseline_timing)
+                self._append(e, f"started on {ev.device}: original p50 {p50} ms")
             case StepStarted(index=index, pass_name=pass_name, params=params):
                 e.step_label, e.step_fraction = pass_name, 0.0
                 self._append(e, f"step {index + 1}: {pass_name} {params or ''}")
@@ -343,40 +353,38 @@ class RunsView(QWidget):
         noisy: dict[int, str] = {}  # row -> why its speedup is not to be relied on
         if e is not None:
             b = e.baseline
-            if b:
+            if b or e.baseline_timing is not None:
                 rows.append(
-                    [
-                        "0",
+                    run_step_cells(
+                        0,
                         "original",
-                        fmt(b.get("latency_p50_ms")),
-                        "1.00x",
-                        _bytes(b.get("size_bytes")),
+                        e.baseline_timing,
+                        b.get("size_bytes"),
                         "reference",
                         "",
-                        fmt(b.get("accuracy")),
-                    ]
+                        b.get("accuracy"),
+                    )
                 )
             for ev in e.steps:
                 m = ev.metrics or {}
-                if is_noisy(m):
+                if is_noisy(ev.timing):
                     noisy[len(rows)] = _noise_reason(ev)
                 rows.append(
-                    [
-                        str(ev.index + 1),
+                    run_step_cells(
+                        ev.index + 1,
                         ev.pass_name,
-                        fmt(m.get("latency_p50_ms")),
-                        fmt_speedup(m),
-                        _bytes(m.get("size_bytes")),
+                        ev.timing,
+                        m.get("size_bytes"),
                         _verdict(ev),
                         worst_metric(ev.parity or {}, ", ") or (ev.error or ""),
-                        fmt(m.get("accuracy")),
-                    ]
+                        m.get("accuracy"),
+                    )
                 )
         self.table.setRowCount(len(rows))
         for r, row in enumerate(rows):
             for c, text in enumerate(row):
                 it = QTableWidgetItem(text)
-                if c == 5:
+                if c == PARITY_COL:
                     it.setForeground(
                         _color(
                             {"pass": "#2e9d4a", "FAIL": "#d03030", "error": "#d03030"}.get(
@@ -384,12 +392,12 @@ class RunsView(QWidget):
                             )
                         )
                     )
-                if c in (2, 3, 4, 7):
+                if c in NUMBER_COLS:
                     it.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-                if c == 3 and r in noisy:
+                if c == SPEEDUP_COL and r in noisy:
                     it.setForeground(_color("#d08020"))
                     it.setToolTip(f"noisy timing: {noisy[r]}")
-                elif c == 3 and r > 0:
+                elif c == SPEEDUP_COL and r > 0:
                     it.setToolTip("median speedup [95% interval] over alternating rounds")
                 self.table.setItem(r, c, it)
         self.table.resizeColumnsToContents()
@@ -444,8 +452,7 @@ def _color(hex_: str):
 
 
 def _noise_reason(ev: StepFinished) -> str:
-    timing = (ev.details or {}).get("timing") or {}
-    return timing.get("noise_reason") or "timed while the machine was busy"
+    return timing_note(ev.timing) or "timed while the machine was busy"
 
 
 def _verdict(ev: StepFinished) -> str:
@@ -454,10 +461,10 @@ def _verdict(ev: StepFinished) -> str:
 
 def _step_line(ev: StepFinished) -> str:
     """The log line of a finished step: verdict, latency, speedup, noise, error."""
-    m = ev.metrics or {}
+    t = ev.timing
     return (
         f"step {ev.index + 1} {ev.pass_name}: {_verdict(ev)}, "
-        f"p50 {fmt(m.get('latency_p50_ms'))} ms, speedup {fmt_speedup(m)}"
-        + (f" (noisy: {_noise_reason(ev)})" if is_noisy(m) else "")
+        f"p50 {p50_cell(t)} ms (original {ref_cell(t)} ms), speedup {speedup_cell(t)}"
+        + (f" (noisy: {_noise_reason(ev)})" if is_noisy(t) else "")
         + (f" — {ev.error}" if ev.error else "")
     )

@@ -7,6 +7,7 @@ with the runner's within the step's gates.
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from accel.codegen import recipe_to_script
 from accel.parity import Tolerances, compare
 from accel.recipe import load_recipe
 from accel.runner import run_recipe
+from tests.timing_rows import assert_table_agrees
 
 RESNET = "zoo:resnet(widths=(8, 16, 32), blocks=1)"
 RESNET_SPEC = "x:float32[batch,3,32,32]; batch=1..16:2"
@@ -175,7 +177,7 @@ def test_script_times_each_step_against_the_original_in_alternating_rounds(tmp_p
 
     import numpy as np
 
-    from accel.measure import ratio_interval
+    from accel.timing import ratio_interval
 
     recipe = _recipe("resnet", RESNET, RESNET_SPEC, [{"pass": "fold_batchnorm"}])
     recipe["benchmark"] = {"warmup": 1, "iters": 4, "rounds": 4, "min_time_s": 0}
@@ -194,8 +196,13 @@ def test_script_times_each_step_against_the_original_in_alternating_rounds(tmp_p
     assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = json.loads((out / "results.json").read_text())
     assert 0 < row["speedup_low"] <= row["speedup"] <= row["speedup_high"]
+    # both p50s come from the rounds of the speedup: their ratio lies inside its interval
+    ratio = row["p50_ref_ms"] / row["p50_step_ms"]
+    assert row["speedup_low"] <= ratio <= row["speedup_high"]
     line = next(ln for ln in proc.stdout.splitlines() if "fold_batchnorm" in ln)
     assert f"{row['speedup']:.2f}x [{row['speedup_low']:.2f}-{row['speedup_high']:.2f}]" in line
+    assert_table_agrees(line, 1)
+    assert "original" in proc.stdout and "1.00x" in proc.stdout
     # The script's interval is the studio's on the same rounds.
     fn = next(
         n
@@ -209,3 +216,30 @@ def test_script_times_each_step_against_the_original_in_alternating_rounds(tmp_p
     assert env["ratio_interval"](ref, cand, seed=0) == pytest.approx(
         (want.value, want.low, want.high)
     )
+
+
+def test_script_batches_tiny_models_by_the_studios_own_rule():
+    """The exported script embeds accel.timing.batching's rule (its source, its constants),
+    so a sub-millisecond model is timed in the same batches in the script and the studio."""
+    import ast
+    import inspect
+
+    from accel.timing import batching
+
+    text = recipe_to_script(_recipe("mlp", MLP, MLP_SPEC, [{"pass": "fold_batchnorm"}]))
+    assert inspect.getsource(batching.calls_per_sample).strip() in text
+    consts = (
+        f"TINY_CALL_S, TARGET_SAMPLE_S = {batching.TINY_CALL_S!r}, {batching.TARGET_SAMPLE_S!r}"
+    )
+    assert consts in text
+    fn = next(
+        n
+        for n in ast.parse(text).body
+        if isinstance(n, ast.FunctionDef) and n.name == "calls_per_sample"
+    )
+    env = {"math": math, "TINY_CALL_S": batching.TINY_CALL_S}
+    env.update(TARGET_SAMPLE_S=batching.TARGET_SAMPLE_S, MAX_BATCH=batching.MAX_BATCH)
+    exec(compile(ast.Module([fn], []), "script", "exec"), env)
+    for call_s in (2e-6, 1e-4, 4e-4, 9.99e-4, 1e-3, 0.02):
+        assert env["calls_per_sample"](call_s) == batching.calls_per_sample(call_s)
+    assert batching.calls_per_sample(4e-4) > 1  # sub-millisecond: batched

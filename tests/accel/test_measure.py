@@ -1,5 +1,6 @@
-"""Interleaved A/B timing: interval math on synthetic sequences, rounds driven by a fake
-clock (nothing here times anything real), settings validation, the noise guard."""
+"""The timing engine (accel.timing): interval math on synthetic sequences, rounds driven by
+a fake clock (nothing here times anything real), settings validation, the noise guard, the
+typed result."""
 
 from __future__ import annotations
 
@@ -11,16 +12,17 @@ import numpy as np
 import pytest
 import torch
 
-from accel import measure
-from accel.measure import (
+from accel.timing import (
     Interval,
     MeasureError,
-    NoiseMonitor,
     TimingSettings,
     compare_interleaved,
     ratio_interval,
     run_rounds,
 )
+from accel.timing import placement as measure
+from accel.timing import rounds as timing_rounds
+from accel.timing.noise import NoiseMonitor
 
 
 class FakeClock:
@@ -36,7 +38,7 @@ class FakeClock:
 @pytest.fixture
 def clock(monkeypatch):
     c = FakeClock()
-    monkeypatch.setattr(measure, "CLOCK", c)
+    monkeypatch.setattr(timing_rounds, "CLOCK", c)
     return c
 
 
@@ -167,11 +169,12 @@ def test_rounds_alternate_order_and_cancel_a_load_change(clock):
     assert rounds[1] == ["B", "B", "A", "A"]  # the order alternates: A B B A ...
     # The load really changed mid-run (the latency samples show both levels).
     assert max(res.candidate.samples_ms) == pytest.approx(3 * min(res.candidate.samples_ms))
-    m = res.metrics()
-    assert m["speedup_low"] <= m["speedup"] <= m["speedup_high"]
-    assert m["latency_low_ms"] <= m["latency_p50_ms"] <= m["latency_high_ms"]
-    assert m["latency_low_ms"] == pytest.approx(4.0) and m["latency_high_ms"] == pytest.approx(12)
-    assert m["noisy"] == 0.0
+    t = res.timing()
+    assert t.speedup_low <= t.speedup <= t.speedup_high
+    assert t.step.low_ms <= t.p50_step_ms <= t.step.high_ms
+    assert t.step.low_ms == pytest.approx(4.0) and t.step.high_ms == pytest.approx(12)
+    assert t.reference.low_ms == pytest.approx(10.0) and t.reference.high_ms == pytest.approx(30)
+    assert not t.noisy and t.consistent()
 
 
 def test_first_call_is_kept_apart_and_warmup_is_not_timed(clock):
@@ -202,7 +205,7 @@ def test_tiny_models_are_batched(clock):
     ref = fake_model(clock, 2e-6, lambda t: 1.0)
     cand = fake_model(clock, 1e-6, lambda t: 1.0)
     res = run_rounds(ref, cand, TimingSettings(rounds=3, iters=6, warmup=3, min_time_s=0))
-    assert res.reference.batch == 250 and res.candidate.batch == 500
+    assert res.reference.batch == 1000 and res.candidate.batch == 2000
     assert res.speedup.value == pytest.approx(2.0)
     assert res.reference.samples_ms[0] == pytest.approx(2e-3)  # per call, not per batch
 
@@ -253,8 +256,9 @@ def test_compare_two_torch_modules_uses_one_thread_count(monkeypatch):
     )
     assert set(seen) == {1}
     assert res.threads == 1
-    assert res.timing_details()["threads"] == 1
+    assert res.timing().threads == 1
     assert res.speedup.low <= res.speedup.value <= res.speedup.high
+    assert res.timing().consistent()
 
 
 def test_nan_model_is_rejected():
@@ -359,6 +363,6 @@ def test_comparison_says_where_it_ran(monkeypatch):
         ref, net, {"x": torch.ones(2, 8)}, TimingSettings(rounds=2, iters=2, warmup=0)
     )
     assert set(seen) == {(1, frozenset({free}))}
-    details = res.timing_details()
-    assert details["cpus"] == [free] and details["threads"] == 1
-    assert "busy with other processes" in details["placement"]
+    t = res.timing()
+    assert t.cpus == (free,) and t.threads == 1
+    assert "busy with other processes" in t.placement

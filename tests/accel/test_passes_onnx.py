@@ -357,7 +357,7 @@ def test_onnxruntime_cuda_io_binding(tmp_path):
     x = model.input_spec.sample(seed=1)
     ref = model.replace(device="cpu").forward(x)[0]
     torch.testing.assert_close(out.forward(x)[0], ref, atol=1e-4, rtol=1e-4)
-    from accel.bench import benchmark
+    from accel.timing.single import benchmark
 
     assert benchmark(out, x, device="cuda", warmup=1, iters=3).median_ms > 0  # the IOBinding path
 

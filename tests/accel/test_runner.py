@@ -68,7 +68,9 @@ def test_events_metrics_and_parity(tmp_path):
     # the bias of the last layer moved by 0.25: every logit moves by exactly 0.25
     assert second.parity["outputs"][0]["max_abs"] == pytest.approx(0.25, abs=1e-6)
     assert second.status == "gate_failed" and not second.parity["passed"]
-    assert first.metrics["latency_p50_ms"] > 0 and first.metrics["speedup"] > 0
+    assert first.timing.p50_step_ms > 0 and first.timing.speedup > 0
+    assert first.timing.p50_ref_ms > 0 and first.timing.consistent()
+    assert res.baseline_timing.p50_ref_ms > 0
     assert res.baseline["num_params"] == 2109450
     assert (tmp_path / "run" / "step_00_test_noise" / "outputs.pt").is_file()
     assert {a["kind"] for a in first.artifacts} >= {"outputs", "parity_report"}

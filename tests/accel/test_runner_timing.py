@@ -8,15 +8,17 @@ import textwrap
 import pytest
 from pydantic import Field
 
-from accel import measure
 from accel.errors import RecipeError
 from accel.passes import Pass, PassConfig, ScriptStep, register_pass
 from accel.runner import run_recipe
+from accel.timing import harness, memory, placement
+from accel.timing import rounds as measure
+from accel.timing.noise import NoiseReport
 
 MODEL = textwrap.dedent(
     """
     import torch
-    from accel import measure
+    from accel.timing import rounds as measure
 
     class Clocked(torch.nn.Module):
         def __init__(self):
@@ -84,13 +86,13 @@ class QuietMonitor:
     def tick(self) -> None:
         pass
 
-    def stop(self) -> measure.NoiseReport:
-        return measure.NoiseReport(cores=2, other_cores=self.other)
+    def stop(self) -> NoiseReport:
+        return NoiseReport(cores=2, other_cores=self.other)
 
 
 class BusyMonitor(QuietMonitor):
-    def stop(self) -> measure.NoiseReport:
-        return measure.NoiseReport(cores=2, other_cores=1.7)
+    def stop(self) -> NoiseReport:
+        return NoiseReport(cores=2, other_cores=1.7)
 
 
 @pytest.fixture
@@ -113,9 +115,9 @@ def _recipe(tmp_path, *steps, **bench):
 
 
 def test_a_load_change_halfway_through_the_timing_cancels(tmp_path, clock, monkeypatch):
-    monkeypatch.setattr(measure, "NoiseMonitor", QuietMonitor)
+    monkeypatch.setattr(harness, "NoiseMonitor", QuietMonitor)
     # as on a quiet machine: no CPU left out for other processes' use (choose_cpus)
-    monkeypatch.setattr(measure, "per_cpu_busy", lambda *a, **k: None)
+    monkeypatch.setattr(placement, "per_cpu_busy", lambda *a, **k: None)
 
     def on_event(e):
         # Halfway through the step's rounds, the machine becomes 3x slower.
@@ -127,21 +129,27 @@ def test_a_load_change_halfway_through_the_timing_cancels(tmp_path, clock, monke
     )
     assert res.status == "succeeded", res.error
     (step,) = res.steps
-    m = step.metrics
+    t = step.timing
     assert clock.load == 3.0  # the load really changed during the timing
-    assert m["speedup"] == pytest.approx(2.5)
-    assert m["speedup_low"] <= 2.5 <= m["speedup_high"]
-    assert m["noisy"] == 0.0
+    assert t.speedup == pytest.approx(2.5)
+    assert t.speedup_low <= 2.5 <= t.speedup_high
+    assert not t.noisy
     # The step's own latency samples saw both machine states.
-    assert m["latency_p90_ms"] == pytest.approx(12.0)
-    t = step.details["timing"]
-    assert t["mode"] == "interleaved" and t["rounds"] == 8 and t["iters_per_round"] == 2
-    assert t["threads"] == res.environment["threads"] >= 1
-    assert res.environment["threads"] == measure.physical_cores()
+    assert t.step.p90_ms == pytest.approx(12.0)
+    assert t.mode == "interleaved" and t.rounds == 8 and t.step.samples == 16
+    assert t.threads == res.environment["threads"] >= 1
+    # Both p50s come from the same rounds as the speedup: the row agrees with itself.
+    assert t.consistent()
+    # The original's row: timed alone with the same machinery (rounds, samples, batching).
+    base = res.baseline_timing
+    assert base.mode == "baseline" and base.step is None and base.speedup is None
+    assert base.rounds == 8 and base.reference.samples == 16 and base.reference.batch == 1
+    assert base.p50_ref_ms == pytest.approx(10.0)
+    assert res.environment["threads"] == placement.physical_cores()
 
 
 def test_busy_machine_marks_the_step_and_the_run(tmp_path, clock, monkeypatch):
-    monkeypatch.setattr(measure, "NoiseMonitor", BusyMonitor)
+    monkeypatch.setattr(harness, "NoiseMonitor", BusyMonitor)
     finished = []
     res = run_recipe(
         _recipe(tmp_path, {"cost": 0.005}, threads=1),
@@ -150,8 +158,8 @@ def test_busy_machine_marks_the_step_and_the_run(tmp_path, clock, monkeypatch):
         **TRUST,
     )
     (step,) = res.steps
-    assert step.metrics["noisy"] == 1.0
-    assert step.details["timing"]["noise_reason"] == "2 cores, 1.7 busy with other processes"
+    assert step.timing.noisy
+    assert step.timing.noise_reason == "2 cores, 1.7 busy with other processes"
     assert res.environment["threads"] == 1
     summary = finished[0].summary
     assert summary["noisy_steps"] == [0]
@@ -159,11 +167,11 @@ def test_busy_machine_marks_the_step_and_the_run(tmp_path, clock, monkeypatch):
 
 
 def test_model_returning_nan_fails_the_step_without_a_result(tmp_path, clock, monkeypatch):
-    monkeypatch.setattr(measure, "NoiseMonitor", QuietMonitor)
+    monkeypatch.setattr(harness, "NoiseMonitor", QuietMonitor)
     res = run_recipe(_recipe(tmp_path, {"poison": True}), out_dir=tmp_path / "r", **TRUST)
     assert res.status == "failed"
     (step,) = res.steps
-    assert step.status == "failed" and step.metrics == {}
+    assert step.status == "failed" and step.metrics == {} and step.timing is None
     assert "candidate model returned NaN" in step.error
 
 
@@ -178,8 +186,8 @@ def test_low_memory_times_the_original_again_right_before_the_step(tmp_path, clo
     each alone; the details and the CLI say so, and there is no interval."""
     from studio.commands._runprint import apart_line
 
-    monkeypatch.setattr(measure, "NoiseMonitor", QuietMonitor)
-    monkeypatch.setattr(measure, "free_memory_bytes", lambda device="cpu": 100)
+    monkeypatch.setattr(harness, "NoiseMonitor", QuietMonitor)
+    monkeypatch.setattr(memory, "free_memory_bytes", lambda device="cpu": 100)
     events = []
 
     def on_event(e):
@@ -194,27 +202,26 @@ def test_low_memory_times_the_original_again_right_before_the_step(tmp_path, clo
     )
     assert res.status == "succeeded", res.error
     (step,) = res.steps
-    m = step.metrics
-    assert m["speedup"] == pytest.approx(2.5)
-    assert m["speedup_low"] is None and m["speedup_high"] is None
-    assert m["baseline_latency_p50_ms"] == pytest.approx(30.0)
-    t = step.details["timing"]
-    assert t["mode"] == "sequential"
-    assert "more than half of the free RAM" in t["sequential_reason"]
-    assert "re-timed right before the step" in t["note"]
+    t = step.timing
+    assert t.speedup == pytest.approx(2.5)
+    assert t.speedup_bounds is None
+    assert t.p50_ref_ms == pytest.approx(30.0) and t.p50_step_ms == pytest.approx(12.0)
+    assert t.mode == "apart" and t.consistent()
+    assert "more than half of the free RAM" in t.note
+    assert "re-timed right before the step" in t.note
     finished = [e.to_dict() for e in events if e.kind == "step_finished"]
     assert "step(s) 1 timed apart from the original" in apart_line(finished)
 
 
 def test_enough_memory_keeps_the_interleaved_comparison(tmp_path, clock, monkeypatch):
-    monkeypatch.setattr(measure, "NoiseMonitor", QuietMonitor)
-    monkeypatch.setattr(measure, "free_memory_bytes", lambda device="cpu": 2**40)
+    monkeypatch.setattr(harness, "NoiseMonitor", QuietMonitor)
+    monkeypatch.setattr(memory, "free_memory_bytes", lambda device="cpu": 2**40)
     res = run_recipe(_recipe(tmp_path, {"cost": 0.004}), out_dir=tmp_path / "r", **TRUST)
     (step,) = res.steps
-    assert step.details["timing"]["mode"] == "interleaved"
-    assert measure.side_by_side_problem(2**30, 2**30) is None
-    monkeypatch.setattr(measure, "free_memory_bytes", lambda device="cpu": 3 * 2**30)
-    why = measure.side_by_side_problem(2**30, 2**30, "cuda:0")
+    assert step.timing.mode == "interleaved"
+    assert memory.side_by_side_problem(2**30, 2**30) is None
+    monkeypatch.setattr(memory, "free_memory_bytes", lambda device="cpu": 3 * 2**30)
+    why = memory.side_by_side_problem(2**30, 2**30, "cuda:0")
     assert why == (
         "the original (1.00 GiB) and the step's model (1.00 GiB) take more than half of the "
         "free VRAM (3.00 GiB)"

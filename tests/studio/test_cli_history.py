@@ -15,6 +15,7 @@ import pytest
 
 from studio.cli import main
 from studio.store import Repository
+from tests.timing_rows import assert_table_agrees
 
 FAULT_PASSES = str(Path(__file__).with_name("fault_passes.py"))
 
@@ -78,7 +79,7 @@ def test_history_show_compare_tag_delete(tmp_path, capsys):
     assert "bf16" in out and " 2.00x" in out and "pass" in out and "out: max_abs=0.001" in out
     assert main(["--db", str(db), "compare", fast, slow[:6]]) == 0
     out = capsys.readouterr().out
-    speed_line = next(line for line in out.splitlines() if "speedup" in line)
+    speed_line = next(line for line in out.splitlines() if "speedup" in line and "bf16" in line)
     assert speed_line.split()[-2:] == ["2.00x", "0.50x"]  # no interval stored: none shown
     assert main(["--db", str(db), "tag", fast, "+best", "--notes", "keep"]) == 0
     capsys.readouterr()
@@ -141,11 +142,15 @@ def test_run_records_and_rerun_links(tmp_path):
     out, err = p.communicate(timeout=300)
     assert p.returncode == 0, err
     assert "bf16" in out and "pass" in out
+    # The printed table: each step's two p50s agree with its speedup interval.
+    assert_table_agrees(out, 1)
     repo = Repository.open(db)
     (run,) = repo.list_runs()
     d = repo.get_run(run.id)
     assert d.status == "succeeded" and d.run.tags == ["cli"] and d.steps[1].pass_name == "bf16"
-    assert d.steps[1].metrics["latency_p50_ms"] > 0 and d.steps[1].parity_passed is True
+    t = d.steps[1].timing
+    assert t.p50_step_ms > 0 and t.consistent() and d.steps[1].parity_passed is True
+    assert d.steps[0].timing.mode == "baseline" and d.steps[0].timing.p50_ref_ms > 0
     p = _studio("--db", str(db), "rerun", run.id[:8])
     out, err = p.communicate(timeout=300)
     assert p.returncode == 0, err

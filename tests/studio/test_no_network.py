@@ -75,7 +75,6 @@ OPENVINO = {
 }
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("recipe", [RECIPE, OPENVINO], ids=["torch-onnxruntime", "openvino"])
 def test_a_recipe_through_every_runtime_makes_no_outside_connection(audited, tmp_path, recipe):
     pool, log, home = audited

@@ -11,6 +11,7 @@ import yaml
 from studio.cli import main
 from studio.store import Repository
 from studio.store.records import RunFilter
+from tests.timing_rows import assert_table_agrees
 
 
 def _free_port() -> int:
@@ -33,6 +34,9 @@ def test_optimize_writes_best_recipe_and_records_trials(tmp_path, capsys):
     text = capsys.readouterr().out
     assert code == 0, text
     assert "Pareto front" in text and "trial 2:" in text
+    # each trial row: the original's p50 and the trial's from its comparison agree with its
+    # speedup's interval (the trial table and the Pareto front)
+    assert_table_agrees(text, 2)
     best = yaml.safe_load((out / "best.yaml").read_text())
     assert best["model"]["source"] == "zoo:mlp"
     assert best["steps"][0]["pass"] == "export_onnx"
@@ -45,6 +49,8 @@ def test_optimize_writes_best_recipe_and_records_trials(tmp_path, capsys):
     runs = repo.list_runs(RunFilter(tags=("search",)))
     assert len(runs) == 3
     assert {r.status for r in runs} == {"succeeded"}
+    timed = [r.final for r in runs if r.final is not None]
+    assert timed and all(t.consistent() and t.p50_ref_ms > 0 for t in timed)
     # a later ONNX trial started from the first one's export
     assert "reused" in text
     # the search is recorded with its trials

@@ -10,8 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -37,7 +35,6 @@ def _alive(pids: list[int]) -> list[int]:
     return out
 
 
-@pytest.mark.slow
 def test_sigint_mid_trial_exits_130_with_no_traceback_and_no_orphans(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), ACCEL_STUDIO_HOME=str(tmp_path / "home"))
     args = [

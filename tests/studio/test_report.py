@@ -53,7 +53,13 @@ def test_exports_of_a_recorded_run(recorded):
     assert rows[1].verdict == "pass" and rows[1].max_abs is not None and rows[1].max_abs < 1e-4
     table = list(csv.reader(io.StringIO(runs_to_csv([d]))))
     assert table[0][:6] == ["run", "model", "recipe", "status", "step", "pass"]
-    assert table[2][5] == "channels_last" and table[2][9] == "pass"
+    col = {name: i for i, name in enumerate(table[0])}
+    assert table[2][5] == "channels_last" and table[2][col["parity"]] == "pass"
+    # the step's two p50s come from the comparison behind its speedup
+    ref, p50 = float(table[2][col["ref_p50_ms"]]), float(table[2][col["p50_ms"]])
+    low, high = float(table[2][col["speedup_low"]]), float(table[2][col["speedup_high"]])
+    assert low * 0.999 <= ref / p50 <= high * 1.001
+    assert rows[1].timing.consistent() and rows[0].timing.mode == "baseline"
     doc = json.loads(runs_to_json([d]))
     assert doc[0]["run"]["id"] == run_id
     md = runs_to_markdown([d])

@@ -96,12 +96,12 @@ def test_postgres_round_trip(pg_url, tmp_path):
     d = repo.get_run(run.id[:8])
     assert d.status == "succeeded" and d.environment == {"nan": "NaN"}
     step = d.steps[1]
-    assert math.isnan(step.metrics["acc"]) and step.metrics["speedup"] == 1.5
+    assert math.isnan(step.metrics["acc"]) and step.timing.speedup == 1.5
     assert math.isnan(step.parity[0].metrics["max_abs"])
     assert step.artifacts[0].bytes == 5_000_000_000  # BIGINT
     assert [r.id for r in repo.search("hello")] == [run.id]
     assert repo.count_runs(RunFilter(tags=("pg",))) == 1
-    assert repo.compare([run.id]).rows[(0, "p", "speedup")] == [1.5]
+    assert [t.speedup for t in repo.compare([run.id]).timings[(0, "p")]] == [1.5]
     repo.delete_run(run.id)
     assert repo.count_runs() == 0
     repo.close()

@@ -86,12 +86,13 @@ def test_run_events_are_recorded_with_steps_metrics_parity_artifacts(repo, tmp_p
     assert d.run.duration_s == pytest.approx(1.5)
     assert [s.index for s in d.steps] == [-1, 0]
     base, step = d.steps
-    assert base.pass_name == "baseline" and base.metrics == {
-        "latency_p50_ms": 4.0,
-        "size_bytes": 4000.0,
-    }
+    # Events in the flat form of runs recorded before the typed timing: still readable, the
+    # timing keys become the step's StepTiming (studio.store.timing_keys).
+    assert base.pass_name == "baseline" and base.metrics == {"size_bytes": 4000.0}
+    assert base.timing.mode == "baseline" and base.timing.p50_ref_ms == 4.0
     assert step.params == {"keep": ["fc"]} and step.duration_s == pytest.approx(0.25)
-    assert step.metrics["speedup"] == 2.0 and "note" not in step.metrics
+    assert step.timing.speedup == 2.0 and step.timing.p50_step_ms == 2.0
+    assert "speedup" not in step.metrics and "note" not in step.metrics
     assert math.isnan(step.metrics["accuracy"])  # NaN survives as a flag
     assert step.parity_passed is False
     by_name = {p.output_name: p for p in step.parity}
@@ -213,8 +214,10 @@ def test_compare_side_by_side(repo, tmp_path):
     )
     cmp = repo.compare([a.id, b.id[:8]])
     assert cmp.columns == [a.id, b.id]
-    assert cmp.rows[(0, "fp16", "speedup")] == [2.0, 0.5]
-    assert cmp.rows[(-1, "baseline", "latency_p50_ms")] == [4.0, None]
+    assert [t.speedup for t in cmp.timings[(0, "fp16")]] == [2.0, 0.5]
+    base_a, base_b = cmp.timings[(-1, "baseline")]
+    assert base_a.p50_ref_ms == 4.0 and base_b is None
+    assert cmp.rows[(-1, "baseline", "size_bytes")] == [4000.0, None]
     assert cmp.parity[(0, "fp16")] == [False, None]
     assert list(cmp.rows)[0][0] == -1  # baseline first
 
@@ -250,7 +253,7 @@ def test_export_run_is_plain_json(repo, tmp_path):
     assert doc["format"] == "accel-studio.run/1"
     assert doc["run"]["id"] == d.id and doc["run"]["tags"] == ["x"]
     step = doc["steps"][1]
-    assert step["metrics"]["accuracy"] == "NaN" and step["metrics"]["speedup"] == 2.0
+    assert step["metrics"]["accuracy"] == "NaN" and step["timing"]["speedup"] == 2.0
     assert doc["profiles"][0]["rows"][0]["name"] == "fc1"
     assert doc["recipe"]["name"] == "fp16-fast"
 

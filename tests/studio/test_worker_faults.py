@@ -42,7 +42,7 @@ def test_twenty_crashes_in_a_row_lose_nothing(tmp_path):
         # The two steps finished before the fault are kept; the third is marked as stopped.
         assert [s.status for s in d.steps[:3]] == ["succeeded"] * 3, fault  # baseline, 0, 1
         assert d.steps[3].status in ("crashed", "cancelled")
-        assert d.steps[2].metrics["speedup"] == 1.5
+        assert d.steps[2].timing.speedup == 1.5
         assert "injecting fault" in d.log_tail
         if fault == "segfault":
             assert d.signal == "SIGSEGV" and "Segmentation fault" in d.log_tail

@@ -1,5 +1,6 @@
 """Compare lines steps up by pass; History shows latency and speedup and sorts them as
-numbers; plots follow the light/dark palette. Stored runs only, no worker runs here."""
+numbers; plots follow the light/dark palette. Stored runs only (in the flat form runs had
+before the typed timing: still readable), no worker runs here."""
 
 from __future__ import annotations
 
@@ -135,9 +136,9 @@ def test_compare_lines_up_recipes_of_different_lengths_by_pass(qtbot, two_recipe
     # The metrics table has one row per pass slot with both runs' export_onnx side by side.
     table = view.findChild(QTableWidget, "compareTable")
     rows = {table.verticalHeaderItem(i).text(): i for i in range(table.rowCount())}
-    row = next(i for label, i in rows.items() if "export_onnx · latency_p50_ms" in label)
+    row = next(i for label, i in rows.items() if "export_onnx · p50 ms" in label)
     assert [table.item(row, j).text() for j in range(2)] == ["8.000", "7.000"]
-    row = next(i for label, i in rows.items() if "fold_batchnorm · latency_p50_ms" in label)
+    row = next(i for label, i in rows.items() if "fold_batchnorm · p50 ms" in label)
     assert table.item(row, 1).text() == "-"
     assert not any("e+" in table.item(i, j).text() for i in range(table.rowCount()) for j in (0, 1))
 
@@ -155,7 +156,7 @@ def test_history_shows_latency_and_speedup_and_sorts_numbers(qtbot, tmp_path):
     )
     model = RunTableModel(repo)
     model.reload(None)
-    lat, spd = model.COLUMNS.index("latency ms"), model.COLUMNS.index("speedup [95% CI]")
+    lat, spd = model.COLUMNS.index("p50 ms"), model.COLUMNS.index("speedup [95% CI]")
     recipe = model.COLUMNS.index("recipe")
 
     def column(c):

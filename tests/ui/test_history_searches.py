@@ -105,11 +105,11 @@ def test_searches_tab_lists_searches_trials_and_opens_a_trial_recipe(qtbot, sear
     table.selectRow(row)
     trials = view.findChild(QTableWidget, "trialsTable")
     assert trials.rowCount() == 3
-    assert {trials.item(i, 4).text() for i in range(3)} == {t[:8] for t in (t0, t1, t2)}
+    assert {trials.item(i, 5).text() for i in range(3)} == {t[:8] for t in (t0, t1, t2)}
     assert {trials.item(i, 0).text()[:2] for i in range(3)} == {"#0", "#1", "#2"}
     # Speedups sort as numbers (0.0001 is shown as 0.00x, still sorted below 1.00x).
-    trials.sortItems(3, Qt.SortOrder.DescendingOrder)
-    assert [trials.item(i, 3).text() for i in range(3)] == [
+    trials.sortItems(4, Qt.SortOrder.DescendingOrder)
+    assert [trials.item(i, 4).text() for i in range(3)] == [
         "2.50x [2.25-2.75]",
         "1.00x [0.90-1.10]",
         "0.00x [0.00-0.00]",

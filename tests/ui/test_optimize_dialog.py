@@ -93,3 +93,27 @@ def test_start_trial_on_scatter_open_as_recipe_cancel(dialog, wait):
     assert search.status == "cancelled" and search.trials >= len(finished)
     assert "Cancelled" in dlg.status_label.text()
     assert dlg.start_btn.isEnabled()
+
+
+def test_trial_table_shows_both_p50s_from_the_trials_comparison(dialog):
+    """A trial's row: the original's p50 and the trial's from the rounds behind its speedup
+    (the numbers that disagreed when the p50 came from one timer and the speedup from
+    another), so p50_ref / p50 lies inside the speedup's interval."""
+    from accel.search.engine import TrialRecord
+    from studio.ui.optimize_dialog import COLUMNS
+    from tests.timing_rows import row_agrees, step_timing
+
+    dlg = dialog
+    for number, (speed, low, high) in enumerate([(3.4, 3.3, 3.5), (1.2, 0.9, 1.6)]):
+        t = TrialRecord(number, ("export_onnx",), [{"pass": "export_onnx"}], "seed", "ok")
+        t.metrics = {"speedup": speed, "cosine_drop": 0.0}
+        t.timing = step_timing(speed, low, high, ref=0.372)
+        dlg._on_trial(t)
+    ref, p50, spd = (COLUMNS.index(h) for h in ("ref p50 ms", "p50 ms", "speedup [95% CI]"))
+    assert dlg.table.rowCount() == 2
+    assert dlg.table.item(0, spd).text() == "3.40x [3.30-3.50]"
+    for r in range(2):
+        text = dlg.table.item(r, spd).text()
+        lo, hi = (float(x) for x in text.split("[")[1].rstrip("]~").split("-"))
+        ref_ms, p50_ms = float(dlg.table.item(r, ref).text()), float(dlg.table.item(r, p50).text())
+        assert ref_ms == 0.372 and row_agrees(ref_ms, p50_ms, lo, hi), (ref_ms, p50_ms, text)

@@ -12,6 +12,8 @@ import pytest
 from PySide6.QtCore import QItemSelectionModel, QTimer
 
 from accel.passes import list_passes
+from studio.tables import RUN_STEP_HEADERS, TIMING_HEADERS
+from tests.timing_rows import assert_table_agrees
 
 
 @pytest.fixture(scope="module")
@@ -202,10 +204,14 @@ def test_run_shows_progress_steps_and_lands_in_history(panels, wait):
     entry = next(iter(runs.entries.values()))
     assert entry.status == "succeeded" and entry.done == 3 and entry.total == 3
     assert runs.table.rowCount() == 4  # original + 3 steps
-    assert runs.table.item(3, 1).text() == "onnxruntime" and runs.table.item(3, 5).text() in (
-        "pass",
-        "FAIL",
-    )
+    parity_col = RUN_STEP_HEADERS.index("parity")
+    assert runs.table.item(3, 1).text() == "onnxruntime"
+    assert runs.table.item(3, parity_col).text() in ("pass", "FAIL")
+    # every step row: the original's p50 and the step's from the comparison of its speedup
+    cols = [RUN_STEP_HEADERS.index(h) for h in TIMING_HEADERS]
+    for r in range(1, 4):
+        ref, p50, speed = (runs.table.item(r, c).text() for c in cols)
+        assert_table_agrees(f"{ref} {p50} {speed}", 1)
     assert "step 3 onnxruntime" in runs.log.toPlainText()
     history = views["history"]
     wait(lambda: (history.reload() or history.model.total) >= 1, 30)

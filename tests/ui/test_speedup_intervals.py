@@ -10,30 +10,11 @@ from PySide6.QtCore import QObject, Signal
 
 from studio.cli import main
 from studio.store import Repository
-
-REASON = "2 cores, 1.7 busy with other processes"
+from tests.timing_rows import REASON, finished_event, row_agrees, started_event, step_event
 
 
 def _step(index, name, speed, low, high, noisy=False, max_abs=1e-3):
-    return {
-        "event": "step_finished",
-        "index": index,
-        "pass_name": name,
-        "status": "succeeded",
-        "duration_s": 0.1,
-        "metrics": {
-            "latency_p50_ms": 10.0 / speed,
-            "latency_low_ms": 10.0 / high,
-            "latency_high_ms": 10.0 / low,
-            "speedup": speed,
-            "speedup_low": low,
-            "speedup_high": high,
-            "noisy": 1.0 if noisy else 0.0,
-        },
-        "parity": {"passed": True, "outputs": [{"name": "y", "max_abs": max_abs, "passed": True}]},
-        "artifacts": [],
-        "details": {"timing": {"noise_reason": REASON if noisy else None}},
-    }
+    return step_event(index, name, speed, low, high, noisy=noisy, max_abs=max_abs)
 
 
 def _store(db, runs):
@@ -41,37 +22,8 @@ def _store(db, runs):
     ids = []
     for steps in runs:
         r = repo.create_run(model_source="zoo:mlp", recipe={"name": "r"})
-        repo.record_event(
-            r.id,
-            {
-                "event": "run_started",
-                "run_dir": "",
-                "model_source": "zoo:mlp",
-                "model_kind": "torch",
-                "device": "cpu",
-                "recipe": {"name": "r"},
-                "environment": {"threads": 2},
-                "num_steps": len(steps),
-                "baseline": {"latency_p50_ms": 10.0},
-            },
-        )
-        for st in steps:
-            repo.record_event(r.id, st)
-        last = steps[-1]["metrics"]
-        summary = {
-            "final_speedup": last["speedup"],
-            "final_speedup_low": last["speedup_low"],
-            "final_speedup_high": last["speedup_high"],
-            "final_latency_p50_ms": last["latency_p50_ms"],
-            "baseline_latency_p50_ms": 10.0,
-            "noise": f"1 of {len(steps)} step(s) timed while the machine was busy: {REASON}"
-            if any(s["metrics"]["noisy"] for s in steps)
-            else None,
-        }
-        repo.record_event(
-            r.id,
-            {"event": "run_finished", "status": "succeeded", "duration_s": 1, "summary": summary},
-        )
+        for ev in (started_event(len(steps)), *steps, finished_event(steps)):
+            repo.record_event(r.id, ev)
         ids.append(r.id)
     return repo, ids
 
@@ -175,11 +127,15 @@ def test_history_list_and_cli_show_the_same_interval(qapp, stored, capsys):
         r for r in range(model.rowCount()) if model.data(model.index(r, col)).endswith("~")
     )
     assert REASON in model.data(model.index(noisy_row, col), 3)  # 3: tooltip role
-    # the last step's latency beside it (10 ms original / 2.31x), the original in the tooltip
-    lat = model.COLUMNS.index("latency ms")
+    # the last step's latency beside it (10 ms original / 2.31x) and the original's from the
+    # same comparison: each row agrees with its own speedup
+    lat, ref = model.COLUMNS.index("p50 ms"), model.COLUMNS.index("ref p50 ms")
     texts = {model.data(model.index(r, lat)) for r in range(model.rowCount())}
     assert texts == {"4.329", "4.237", "10.0"}
-    assert "original: 10.0 ms" in model.data(model.index(0, lat), 3)
+    for r in range(model.rowCount()):
+        cells = [model.data(model.index(r, c)) for c in (ref, lat, col)]
+        lo, hi = (float(x) for x in cells[2].split("[")[1].split("]")[0].split("-"))
+        assert row_agrees(float(cells[0]), float(cells[1]), lo, hi), cells
     assert main(["--db", str(db), "show", ids[0]]) == 0
     assert "2.31x [2.25-2.38]" in capsys.readouterr().out
 
@@ -201,26 +157,13 @@ class _Services(QObject):
 
 
 def test_runs_panel_shows_interval_and_noise(qapp):
-    from accel.events import RunStarted
     from studio.state import AppState
     from studio.ui.runs_view import RunsView
 
     services = _Services()
     view = RunsView(AppState(), services)
     services.bridge.jobStarted.emit("j1", "run_recipe")
-    services.bridge.jobEvent.emit(
-        "j1",
-        RunStarted(
-            run_dir="",
-            model_source="zoo:mlp",
-            model_kind="torch",
-            device="cpu",
-            recipe={"name": "r"},
-            environment={},
-            num_steps=2,
-            baseline={"latency_p50_ms": 10.0},
-        ).to_dict(),  # as the worker sends it
-    )
+    services.bridge.jobEvent.emit("j1", started_event(2))  # as the worker sends it
     services.bridge.jobEvent.emit("j1", _step(0, "export_onnx", 2.31, 2.25, 2.38))
     services.bridge.jobEvent.emit("j1", _step(1, "onnxruntime", 1.0, 0.5, 1.6, noisy=True))
     services.bridge.jobEvent.emit(
@@ -234,9 +177,17 @@ def test_runs_panel_shows_interval_and_noise(qapp):
     )
     view._show_selected()
     t = view.table
-    assert t.item(1, 3).text() == "2.31x [2.25-2.38]"
-    assert t.item(2, 3).text() == "1.00x [0.50-1.60]~"
-    assert REASON in t.item(2, 3).toolTip()
+    headers = [t.horizontalHeaderItem(c).text() for c in range(t.columnCount())]
+    ref, p50, spd = (headers.index(h) for h in ("ref p50 ms", "p50 ms", "speedup [95% CI]"))
+    assert t.item(0, spd).text() == "1.00x" and t.item(0, ref).text() == "10.0"
+    assert t.item(1, spd).text() == "2.31x [2.25-2.38]"
+    assert t.item(2, spd).text() == "1.00x [0.50-1.60]~"
+    assert REASON in t.item(2, spd).toolTip()
+    for r in (1, 2):  # each step row: both p50s from the comparison behind its speedup
+        lo, hi = (
+            float(x) for x in t.item(r, spd).text().split("[")[1][:9].split("]")[0].split("-")
+        )
+        assert row_agrees(float(t.item(r, ref).text()), float(t.item(r, p50).text()), lo, hi)
     log = view.log.toPlainText()
     assert "speedup 2.31x [2.25-2.38]" in log and f"noisy timing: 1 of 2: {REASON}" in log
     view.close()
@@ -261,9 +212,10 @@ def test_compare_aligns_steps_by_pass_not_by_position(qapp, tmp_path):
     try:
         cmp = repo.compare(ids)
         assert cmp.slots == ["fold_batchnorm", "channels_last", "export_onnx"]
-        assert cmp.rows[(2, "export_onnx", "speedup")] == [2.0, 2.2]
-        assert cmp.rows[(1, "channels_last", "speedup")] == [1.3, None]
-        assert not any(k[0] == 1 and k[1] == "export_onnx" for k in cmp.rows)
+        speed = {k: [t.speedup if t else None for t in v] for k, v in cmp.timings.items()}
+        assert speed[(2, "export_onnx")] == [2.0, 2.2]
+        assert speed[(1, "channels_last")] == [1.3, None]
+        assert not any(k[0] == 1 and k[1] == "export_onnx" for k in cmp.timings)
         view = CompareView(repo, ids)
         table = view.findChild(type(view._metrics_table()), "compareTable")
         labels = [table.verticalHeaderItem(i).text() for i in range(table.rowCount())]

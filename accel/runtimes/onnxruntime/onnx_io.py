@@ -157,7 +157,7 @@ def create_session(
         so.execution_mode = ort.ExecutionMode.ORT_PARALLEL
     if options.get("allow_spinning") is False:
         # Idle intra-op threads sleep instead of spinning: they would otherwise take the CPU
-        # from whatever runs next (accel.measure times models back to back).
+        # from whatever runs next (accel.timing times models back to back).
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if options.get("optimized_model_path"):
         so.optimized_model_filepath = str(options["optimized_model_path"])

@@ -14,7 +14,7 @@ from accel.errors import AccelError
 from accel.models.feed import as_positional, move_inputs
 from accel.models.runtime import TimingTarget
 
-log = logging.getLogger("accel.bench")
+log = logging.getLogger("accel.timing")
 
 
 def _is_ort_session(obj: Any) -> bool:

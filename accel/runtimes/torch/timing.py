@@ -62,7 +62,7 @@ def module_target(obj: Any, inputs: Any, device: str) -> TimingTarget | None:
     if torch is None or not isinstance(obj, torch.nn.Module):
         return None
     if obj.training:
-        logging.getLogger("accel.bench").warning(
+        logging.getLogger("accel.timing").warning(
             "benchmarking a module in training mode; call .eval() first for inference numbers"
         )
     args = as_positional(move_inputs(inputs, device))

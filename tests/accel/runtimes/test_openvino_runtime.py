@@ -7,11 +7,11 @@ import pytest
 import torch
 from runtime_models import SOURCES
 
-from accel.bench import benchmark
 from accel.errors import ModelLoadError
 from accel.models import load_model
 from accel.models.runtime import ProfileRequest, runtime_of
 from accel.parity import Tolerances, compare
+from accel.timing.single import benchmark
 
 
 def _first(out):

@@ -1,6 +1,10 @@
-"""Latency / throughput / memory harness for torch modules, ONNX Runtime sessions and callables.
+"""One model's latency / throughput / memory, for torch modules, runtimes and callables.
 
-``benchmark(model, inputs)`` times one model on one set of inputs:
+``benchmark(model, inputs)`` times one model on one set of inputs, for the benchmark job
+(latency percentiles, throughput, peak memory). It calls the model through the same
+``accel.timing.harness.prepare`` as every comparison and batches tiny models by the same rule
+(``accel.timing.batching``); speedups are never computed from it (see ``compare_interleaved``).
+
 
 * The very first call (torch.compile, ORT session creation, lazy initialisation) is timed on
   its own and reported as ``first_call_ms``; it is never part of the statistics.
@@ -30,34 +34,23 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import importlib.metadata
-import logging
 import math
-import os
-import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from accel.errors import AccelError
-from accel.models.feed import as_positional, move_inputs
+from accel.timing.batching import calls_per_sample
+from accel.timing.environment import environment_info
+from accel.timing.harness import Prepared, batch_size, prepare
+from accel.timing.stats import percentile
 
-log = logging.getLogger(__name__)
-
-# Upper bound on timed iterations when ``min_time_s`` keeps the loop going (a very fast model
+# Upper bound on timed samples when ``min_time_s`` keeps the loop going (a very fast model
 # with a long min_time_s would otherwise collect millions of samples).
 MAX_ITERS = 100_000
-
-_VERSIONED_PACKAGES = {
-    "torch": ("torch",),
-    "numpy": ("numpy",),
-    "onnx": ("onnx",),
-    "onnxruntime": ("onnxruntime", "onnxruntime-gpu"),
-    "torchao": ("torchao",),
-}
 
 
 @dataclass(frozen=True)
@@ -89,20 +82,6 @@ class BenchResult:
     def p50_ms(self) -> float:
         return self.median_ms
 
-    def metrics(self) -> dict[str, float | None]:
-        """Flat metrics, the keys the runner and the store use."""
-        return {
-            "latency_p50_ms": self.median_ms,
-            "latency_p90_ms": self.p90_ms,
-            "latency_p99_ms": self.p99_ms,
-            "latency_mean_ms": self.mean_ms,
-            "latency_std_ms": self.std_ms,
-            "throughput": self.throughput,
-            "first_call_ms": self.first_call_ms,
-            "peak_mem_bytes": None if self.peak_mem_bytes is None else float(self.peak_mem_bytes),
-            "size_bytes": None if self.size_bytes is None else float(self.size_bytes),
-        }
-
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["samples_ms"] = list(self.samples_ms)
@@ -126,121 +105,6 @@ class BenchResult:
             f"{self.throughput:.1f} samples/s (first call {self.first_call_ms:.1f} ms, "
             f"{self.iters} iters)"
         )
-
-
-# --------------------------------------------------------------------------- environment
-
-
-def _package_version(names: Sequence[str]) -> str | None:
-    for name in names:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
-
-
-def environment_info(device: str = "cpu") -> dict[str, Any]:
-    """Versions and hardware recorded next to every benchmark result.
-
-    Library versions come from package metadata (nothing heavy is imported). The GPU name is
-    looked up only when ``device`` is CUDA or CUDA is already initialised in this process, so
-    calling this never creates a CUDA context on its own.
-    """
-    env: dict[str, Any] = {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "cpu": _cpu_name(),
-        "logical_cores": os.cpu_count(),
-        "device": device,
-    }
-    for key, names in _VERSIONED_PACKAGES.items():
-        env[key] = _package_version(names)
-    env["gpu"] = None
-    torch = sys.modules.get("torch")
-    wants_cuda = str(device).startswith("cuda")
-    if torch is not None and (wants_cuda or _cuda_initialized(torch)):
-        try:
-            if torch.cuda.is_available():
-                index = torch.device(device).index if wants_cuda else None
-                index = torch.cuda.current_device() if index is None else index
-                env["gpu"] = torch.cuda.get_device_name(index)
-                env["cuda"] = torch.version.cuda
-        except Exception as exc:  # a broken driver must not break a benchmark report
-            log.debug("could not query the GPU: %s", exc)
-    return env
-
-
-def _cuda_initialized(torch: Any) -> bool:
-    try:
-        return bool(torch.cuda.is_initialized())
-    except Exception:
-        return False
-
-
-# --------------------------------------------------------------------------- model adapters
-
-
-def _is_loaded_model(obj: Any) -> bool:
-    return callable(getattr(obj, "forward", None)) and isinstance(getattr(obj, "kind", None), str)
-
-
-def _batch_size(inputs: Any) -> int:
-    values = as_positional(inputs)
-    if not values:
-        return 1
-    shape = getattr(values[0], "shape", None)
-    if shape is None or len(shape) == 0:
-        return 1
-    return max(int(shape[0]), 1)
-
-
-@dataclass
-class _Prepared:
-    """What the timing loop calls, plus what the result reports about it."""
-
-    first: Callable[[], Any]  # the first call (may create the session)
-    call: Callable[[], Any]  # every later call
-    runner: str
-    size_bytes: int | None
-    uses_torch: bool
-    threads: Callable[[], int | None] = lambda: None
-
-
-def _prepare(model: Any, inputs: Any, device: str, threads: int | None) -> _Prepared:
-    """What the timing loop calls: a LoadedModel's or a runtime's own object's (an .onnx
-    path, an ORT session, a torch module) timing target from its runtime, else the plain
-    callable on inputs moved once."""
-    from accel.models.runtime import native_timing_target, runtime_of
-
-    torch = sys.modules.get("torch")
-    if _is_loaded_model(model):
-        t = runtime_of(model).timing_target(model, inputs, device, threads)
-    else:
-        t = native_timing_target(model, inputs, device, threads)
-    if t is not None:
-        return _Prepared(t.first, t.call, t.runner, t.size_bytes, t.uses_torch, t.threads)
-    if not callable(model):
-        raise AccelError(
-            f"cannot benchmark a {type(model).__name__}: pass a torch module, a callable, "
-            "an onnxruntime.InferenceSession, a LoadedModel or a path to a .onnx file"
-        )
-    args = as_positional(move_inputs(inputs, device) if torch is not None else inputs)
-    return _Prepared(
-        lambda: model(*args), lambda: model(*args), "callable", None, uses_torch=torch is not None
-    )
 
 
 # --------------------------------------------------------------------------- memory
@@ -307,18 +171,6 @@ class _HostPeak:
 # --------------------------------------------------------------------------- benchmark
 
 
-def _percentile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (numpy's default method) of sorted values."""
-    n = len(sorted_values)
-    if n == 1:
-        return float(sorted_values[0])
-    pos = (n - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, n - 1)
-    frac = pos - lo
-    return float(sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac)
-
-
 def benchmark(
     model: Any,
     inputs: Any,
@@ -355,7 +207,7 @@ def benchmark(
                 f"device {device!r} was requested but CUDA is not available on this machine; "
                 "benchmark on device='cpu' instead"
             )
-    prepared = _prepare(model, inputs, device, threads)
+    prepared = prepare(model, inputs, device, threads)
     torch = sys.modules.get("torch") if prepared.uses_torch or on_cuda else None
     cuda_timing = on_cuda and prepared.runner != "onnxruntime"
 
@@ -394,7 +246,7 @@ class _TimedRun:
 
 
 def _timed_run(
-    prepared: _Prepared,
+    prepared: Prepared,
     device: str,
     warmup: int,
     iters: int,
@@ -422,14 +274,18 @@ def _timed_run(
         cuda_torch.cuda.synchronize(device)
     first_call_ms = (time.perf_counter() - t0) * 1000.0
 
-    for _ in range(warmup):
+    fastest = math.inf
+    for _ in range(max(warmup, 1)):  # timed one by one: the fastest decides the batching
+        t = time.perf_counter()
         prepared.call()
-    if cuda_torch is not None:
-        cuda_torch.cuda.synchronize(device)
+        if cuda_torch is not None:
+            cuda_torch.cuda.synchronize(device)
+        fastest = min(fastest, time.perf_counter() - t)
+    batch = 1 if cuda_torch is not None else calls_per_sample(fastest)
 
     gc.collect()
     gc.disable()
-    samples = _samples(prepared.call, iters, min_time_s, cuda_torch)
+    samples = _samples(prepared.call, iters, min_time_s, cuda_torch, batch)
 
     if cuda_torch is not None:
         peak_mem = int(cuda_torch.cuda.max_memory_allocated(device))
@@ -441,10 +297,15 @@ def _timed_run(
 
 
 def _samples(
-    call: Callable[[], Any], iters: int, min_time_s: float | None, cuda_torch: Any
+    call: Callable[[], Any],
+    iters: int,
+    min_time_s: float | None,
+    cuda_torch: Any,
+    batch: int = 1,
 ) -> list[float]:
-    """ms per call: at least ``iters`` calls and ``min_time_s`` seconds (capped at
-    MAX_ITERS calls); CUDA events when ``cuda_torch`` is given, else perf_counter."""
+    """ms per call: at least ``iters`` samples and ``min_time_s`` seconds (capped at
+    MAX_ITERS samples); CUDA events when ``cuda_torch`` is given, else perf_counter over
+    ``batch`` calls per sample (accel.timing.batching)."""
     samples: list[float] = []
     measured_s = 0.0
     while True:
@@ -458,10 +319,11 @@ def _samples(
             ms = float(start.elapsed_time(end))
         else:
             t = time.perf_counter()
-            call()
-            ms = (time.perf_counter() - t) * 1000.0
+            for _ in range(batch):
+                call()
+            ms = (time.perf_counter() - t) * 1000.0 / batch
         samples.append(ms)
-        measured_s += ms / 1000.0
+        measured_s += ms * batch / 1000.0
         if len(samples) >= iters and (
             min_time_s is None or measured_s >= min_time_s or len(samples) >= MAX_ITERS
         ):
@@ -469,7 +331,7 @@ def _samples(
     return samples
 
 
-def _used_threads(prepared: _Prepared, torch: Any, threads: int | None) -> int | None:
+def _used_threads(prepared: Prepared, torch: Any, threads: int | None) -> int | None:
     """The intra-op threads the timed calls ran with."""
     if prepared.runner == "onnxruntime":
         return prepared.threads()
@@ -480,7 +342,7 @@ def _used_threads(prepared: _Prepared, torch: Any, threads: int | None) -> int |
 
 def _result(
     run: _TimedRun,
-    prepared: _Prepared,
+    prepared: Prepared,
     inputs: Any,
     device: str,
     warmup: int,
@@ -489,8 +351,8 @@ def _result(
     """Latency statistics of the timed calls."""
     samples = run.samples
     ordered = sorted(samples)
-    median = _percentile(ordered, 50)
-    batch = _batch_size(inputs)
+    median = percentile(ordered, 50)
+    batch = batch_size(inputs)
     return BenchResult(
         device=device,
         iters=len(samples),
@@ -499,8 +361,8 @@ def _result(
         batch_size=batch,
         median_ms=median,
         mean_ms=statistics.fmean(samples),
-        p90_ms=_percentile(ordered, 90),
-        p99_ms=_percentile(ordered, 99),
+        p90_ms=percentile(ordered, 90),
+        p99_ms=percentile(ordered, 99),
         std_ms=statistics.stdev(samples) if len(samples) > 1 else 0.0,
         min_ms=ordered[0],
         max_ms=ordered[-1],
