@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from accel.jobs import SEARCH_TRIAL
 from accel.search import SearchConfig, SearchResult, TrialRecord, run_search, trial_recipe
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ class PoolExecutor:
     def submit(self, number: int, spec: dict[str, Any]) -> _PoolHandle:
         label = "+".join(s["pass"] for s in spec["steps"]) or "original"
         h = self.pool.submit(
-            "search_trial",
+            SEARCH_TRIAL.kind,
             spec,
             device=self.config.device,
             timeout_s=spec.get("timeout_s"),
@@ -120,7 +121,7 @@ class RecordingExecutor:
             run = self.repo.create_run(
                 model_source=self.config.model,
                 recipe=_spec_recipe(self.config, spec),
-                kind="search_trial",
+                kind=SEARCH_TRIAL.kind,
                 device=self.config.device,
                 tags=[SEARCH_TAG, search_tag(self.search_id), "ray"],
                 name=_trial_name(self.search_id, number, label),

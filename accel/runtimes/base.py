@@ -123,7 +123,7 @@ class RuntimeBase:
         for name, x in inputs.items():
             if isinstance(x, torch.Tensor):
                 x = self._move(model, x)
-                if x.dim() == 4 and model.metadata.get("channels_last_inputs"):
+                if x.dim() == 4 and model.channels_last_inputs:
                     x = x.contiguous(memory_format=torch.channels_last)
                 cast = model.input_casts.get(name)
                 if cast and x.is_floating_point() and is_floating(cast):
