@@ -27,14 +27,13 @@ def _unknown(names, where: str) -> list[str]:
     return [f"{where}: {name!r}" for name in names if name not in known]
 
 
-# Names found unknown when this test was added, left to the search's owner (issue 33: the
-# OpenVINO int8 seed is the openvino pass with its quantization, not a pass of its own).
-# Shrink only: an entry that is fixed must go (the test says so).
-PENDING_SEEDS = {"SEEDS[cnn, cpu] fold_batchnorm+openvino_int8: 'openvino_int8'"}
+# Names found unknown and not yet fixed (none: the OpenVINO int8 seed became
+# openvino + quantize_openvino). Shrink only: an entry that is fixed must go (the test says so).
+PENDING_SEEDS: set[str] = set()
 
 
 def test_search_seeds_name_registered_passes():
-    from accel.search.engine import SEEDS
+    from accel.search.seeds import SEEDS
 
     problems = []
     for (family, device), chains in sorted(SEEDS.items()):
