@@ -209,6 +209,12 @@ def bench_model(key: str, args: argparse.Namespace, work: Path) -> dict[str, Any
     def on_trial(t: Any) -> None:
         if t.status != "running":
             done_at[t.number] = time.monotonic() - t0
+            m = t.metrics
+            print(
+                f"  [{done_at[t.number]:5.0f} s] trial {t.number} {t.label}: {t.status} "
+                f"speedup {fmt(m.get('speedup'))}x cos drop {fmt(m.get('cosine_drop'), '.1e')}",
+                flush=True,
+            )
 
     res = run_search(config, InProcessExecutor(), on_trial=on_trial)
     wall = time.monotonic() - t0
