@@ -108,10 +108,17 @@ def distill_bounded(
         "seconds": clock() - t0,
         "stopped_by": "steps" if done >= steps else "time",
         "loss": loss_value,
-        "heldout_cosine_before": before_cos,
-        "heldout_cosine_after": after_cos,
-        "heldout_mse_before": before_mse,
-        "heldout_mse_after": after_mse,
+        **_agreement_facts((before_cos, before_mse), (after_cos, after_mse)),
         "kept": "distilled" if keep else "undistilled",
     }
     return (trained if keep else student), facts
+
+
+def _agreement_facts(before: tuple[float, float], after: tuple[float, float]) -> dict:
+    """Held-out cosine and MSE against the teacher, before and after training."""
+    return {
+        "heldout_cosine_before": before[0],
+        "heldout_cosine_after": after[0],
+        "heldout_mse_before": before[1],
+        "heldout_mse_after": after[1],
+    }

@@ -64,7 +64,13 @@ class DistillConfig(PassConfig):
 def _helpers() -> list[str]:
     from accel.passes import _distill_helpers as h
 
-    names = ("first_output", "same_batch", "training_batches", "output_agreement")
+    names = (
+        "first_output",
+        "same_batch",
+        "training_batches",
+        "output_agreement",
+        "_agreement_facts",
+    )
     return [inspect.getsource(getattr(h, n)) for n in (*names, "distill_bounded")]
 
 
@@ -152,28 +158,7 @@ class DistillPass(Pass):
         module.eval()
         with torch.inference_mode():
             module(*gate.values())
-        ctx.metrics.update(
-            {
-                "distill_steps": float(facts["steps"]),
-                "distill_seconds": facts["seconds"],
-                "distill_loss": facts["loss"],
-                "heldout_cosine_before": facts["heldout_cosine_before"],
-                "heldout_cosine_after": facts["heldout_cosine_after"],
-            }
-        )
-        ctx.details.update(
-            kept=facts["kept"],
-            stopped_by=facts["stopped_by"],
-            training_batches=len(train),
-            dropped_heldout_batches=dropped,
-        )
-        if facts["kept"] != "distilled":
-            ctx.warn(
-                "distillation made the model match the original worse on held-out inputs "
-                f"(cosine {facts['heldout_cosine_after']:.4f} vs "
-                f"{facts['heldout_cosine_before']:.4f}); kept the undistilled weights. Try a lower "
-                f"lr (now {config.lr:g}) or more calibration batches"
-            )
+        _report(ctx, config, facts, len(train), dropped)
         return _refresh_stats(model, module, distilled=facts["kept"] == "distilled")
 
     def to_script(self, config: DistillConfig) -> ScriptStep:
@@ -195,3 +180,30 @@ class DistillPass(Pass):
             "kept {facts['kept']}\")",
         ]
         return ScriptStep(code="\n".join(lines) + "\n", helpers=_helpers())
+
+
+def _report(ctx: PassContext, config: DistillConfig, facts: dict, train: int, dropped: int) -> None:
+    """What the distillation did, into the step's metrics and details; a warning when the
+    undistilled weights were kept."""
+    ctx.metrics.update(
+        {
+            "distill_steps": float(facts["steps"]),
+            "distill_seconds": facts["seconds"],
+            "distill_loss": facts["loss"],
+            "heldout_cosine_before": facts["heldout_cosine_before"],
+            "heldout_cosine_after": facts["heldout_cosine_after"],
+        }
+    )
+    ctx.details.update(
+        kept=facts["kept"],
+        stopped_by=facts["stopped_by"],
+        training_batches=train,
+        dropped_heldout_batches=dropped,
+    )
+    if facts["kept"] != "distilled":
+        ctx.warn(
+            "distillation made the model match the original worse on held-out inputs "
+            f"(cosine {facts['heldout_cosine_after']:.4f} vs "
+            f"{facts['heldout_cosine_before']:.4f}); kept the undistilled weights. Try a lower "
+            f"lr (now {config.lr:g}) or more calibration batches"
+        )

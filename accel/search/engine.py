@@ -461,14 +461,7 @@ def run_search(
     status, reason = loop.run(is_cancelled, t0)
     executor.close()
     trials = loop.trials
-    ok = {
-        t.number: v
-        for t in trials
-        if t.status == "ok" and (v := objective_vector(config, t.metrics))
-    }
-    # The original model is the reference, not an answer: the best is a trial with steps.
-    candidates = [n for n in ok if trials[n].chain]
-    best = min(candidates, key=lambda n: (ok[n][0], n)) if candidates else None
+    ok, best = _scores_and_best(config, trials)
     if status != "cancelled":
         status, reason = _verdict(config, trials, best, len(seeds), status, reason)
     return SearchResult(
@@ -480,11 +473,7 @@ def run_search(
         reason=reason,
         wall_s=time.monotonic() - t0,
         space={
-            "chains": len(space.chains),
-            "passes": sorted(space.passes),
-            "excluded": space.excluded,
-            "seeds": [space.chain_key(sd.chain) for sd in seeds],
-            "seed_origins": [sd.why for sd in seeds],
+            **_space_facts(space, seeds),
             "family": family,
             "size_class": size,
             **({"sensitivity": sensitivity} if sensitivity is not None else {}),
@@ -493,6 +482,32 @@ def run_search(
         cache=loop.cache_total,
         model_kind=kind,
     )
+
+
+def _scores_and_best(
+    config: SearchConfig, trials: Sequence[TrialRecord]
+) -> tuple[dict[int, Any], int | None]:
+    """The objective vector of every finished trial, and the best trial with steps (the
+    original model is the reference, not an answer)."""
+    ok = {
+        t.number: v
+        for t in trials
+        if t.status == "ok" and (v := objective_vector(config, t.metrics))
+    }
+    candidates = [n for n in ok if trials[n].chain]
+    best = min(candidates, key=lambda n: (ok[n][0], n)) if candidates else None
+    return ok, best
+
+
+def _space_facts(space: Any, seeds: Sequence[Seed]) -> dict[str, Any]:
+    """What the search space held, for the result's ``space`` summary."""
+    return {
+        "chains": len(space.chains),
+        "passes": sorted(space.passes),
+        "excluded": space.excluded,
+        "seeds": [space.chain_key(sd.chain) for sd in seeds],
+        "seed_origins": [sd.why for sd in seeds],
+    }
 
 
 def _search_space(
