@@ -210,17 +210,7 @@ def optimize(
         config, search_id, repo=repo, cluster=cluster, pool=pool
     )
     if repo is not None:
-        repo.recover_searches()
-        repo.create_search(
-            search_id=search_id,
-            model_source=config.model,
-            device=config.device,
-            objective=config.objective,
-            config=config.to_dict(),
-            runs_on=where,
-            out_dir=str(out.resolve()),
-            name=f"optimize {config.model}",
-        )
+        _record_start(repo, config, search_id, where, out)
     if on_start is not None:
         on_start(search_id, where)
 
@@ -251,16 +241,37 @@ def optimize(
     finally:
         cleanup()
     if repo is not None:
-        summary = result.to_dict()
-        summary.pop("trials")
-        summary.pop("config")
-        summary["trial_runs"] = {str(t.number): t.run_id for t in result.trials}
-        prior = prior_of(result)
-        if prior is not None:
-            summary["prior"] = prior
-        repo.finish_search(search_id, result.status, summary)
+        repo.finish_search(search_id, result.status, _summary(result))
     files = write_outputs(result, out, search_id=search_id, where=where, script=script)
     return OptimizeOutcome(search_id, result, files, where)
+
+
+def _record_start(repo: Store, config: SearchConfig, search_id: str, where: str, out: Path) -> None:
+    """The search's row, once searches an earlier process left running are marked."""
+    repo.recover_searches()
+    repo.create_search(
+        search_id=search_id,
+        model_source=config.model,
+        device=config.device,
+        objective=config.objective,
+        config=config.to_dict(),
+        runs_on=where,
+        out_dir=str(out.resolve()),
+        name=f"optimize {config.model}",
+    )
+
+
+def _summary(result: SearchResult) -> dict[str, Any]:
+    """What the store keeps of a finished search: the result without its trials and config
+    (those are runs and the row's own column), the trials' run ids, the prior it leaves."""
+    summary = result.to_dict()
+    summary.pop("trials")
+    summary.pop("config")
+    summary["trial_runs"] = {str(t.number): t.run_id for t in result.trials}
+    prior = prior_of(result)
+    if prior is not None:
+        summary["prior"] = prior
+    return summary
 
 
 def _priors(repo: Store | None) -> list[dict[str, Any]]:
