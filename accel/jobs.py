@@ -25,6 +25,7 @@ from accel.job_specs import (
     AnalyzeJob,
     BisectJob,
     ExportOnnxJob,
+    GenerateJob,
     GraphDiffJob,
     InspectJob,
     ParityJob,
@@ -203,6 +204,31 @@ def profile(job: ProfileJob, emit: Emit, cancel: CancelCheck) -> ProfileResult:
 def profile_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
     """params: ``ProfileJob``. Returns ``ProfileResult.to_dict()``."""
     return profile(ProfileJob.from_params(params), emit, cancel).to_dict()
+
+
+def generate(job: GenerateJob, emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
+    """A decoder LM generating alone (``accel.generate``): TTFT, TPOT, tokens/s with
+    intervals, weights and KV-cache memory; JSON."""
+    from accel.generate.evaluate import profile_generation
+
+    progress = _progress(emit)
+    progress(0.05, "loading the model")
+    model = job.load()
+    progress(0.3, "generating")
+    bench = job.model_dump(include={"prompt_tokens", "new_tokens", "batch", "rounds", "threads"})
+    prof = profile_generation(model, bench, seed=job.seed)
+    return {
+        "model": model_facts(model),
+        "workload": prof.settings.to_dict(),
+        "kv_cache": prof.figures.kv_cache,
+        "rounds": len(prof.figures.tokens_per_s),
+        "metrics": prof.metrics(),
+    }
+
+
+def generate_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
+    """params: ``GenerateJob``. Returns ``generate``'s JSON."""
+    return generate(GenerateJob.from_params(params), emit, cancel)
 
 
 @dataclass
@@ -529,6 +555,7 @@ def deploy_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[
 JOBS: dict[str, Job] = {
     "run_recipe": run_recipe_job,
     "profile": profile_job,
+    "generate": generate_job,
     "analyze": analyze_job,
     "inspect": inspect_job,
     "export_onnx": export_onnx_job,

@@ -19,6 +19,7 @@ from accel.job_specs import (
     AnalyzeJob,
     BisectJob,
     DeployJob,
+    GenerateJob,
     InspectJob,
     JobParams,
     ModelJob,
@@ -55,6 +56,7 @@ def _use_case(spec: JobParams) -> Callable[..., Any]:
 
     cases: dict[type[JobParams], Callable[..., Any]] = {
         ProfileJob: jobs.profile,
+        GenerateJob: jobs.generate,
         AnalyzeJob: jobs.analyze,
         InspectJob: jobs.inspect,
         ServeTestJob: serve_run,
@@ -85,6 +87,7 @@ def _result_types() -> dict[type[JobParams], Callable[[Any], Any]]:
 
     return {
         ProfileJob: jobs.ProfileResult.from_dict,
+        GenerateJob: dict,
         AnalyzeJob: jobs.AnalyzeResult.from_dict,
         InspectJob: jobs.InspectResult.from_dict,
         ServeTestJob: ServeReport.from_dict,

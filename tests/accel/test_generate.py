@@ -1,0 +1,263 @@
+"""The generation workload (issue 31): its settings and their errors, TTFT/TPOT on a fake
+clock, teacher-forced parity, and a recipe run with ``workload: generate``."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+
+from accel.errors import RecipeError
+from accel.generate.decoders import CacheDecoder, RecomputeDecoder, decoder_for
+from accel.generate.parity import (
+    compare_generation_parity,
+    first_divergence,
+    reference_continuation,
+)
+from accel.generate.settings import GenerateError, GenerateSettings, check_fits, prompt_ids
+from accel.generate.timing import compare_generation, time_alone, time_generation
+from accel.models.loaded import LoadedModel
+from accel.parity import Tolerances
+from accel.recipe import load_recipe
+
+TINY = str(Path(__file__).with_name("tiny_decoder.py"))
+from tests.accel.tiny_decoder import SPEC, gpt2, llama  # noqa: E402
+
+
+def _recipe(bench: dict, steps: list | None = None) -> dict:
+    return {
+        "model": {"source": f"{TINY}:llama", "input_spec": SPEC},
+        "steps": steps or [],
+        "benchmark": {"workload": "generate", **bench},
+    }
+
+
+# -- settings -------------------------------------------------------------------------------
+
+
+def test_defaults_are_128_64_1_and_unset_values_stay_out_of_the_stored_recipe():
+    r = load_recipe(_recipe({}))
+    assert GenerateSettings.from_bench(r.benchmark) == GenerateSettings(128, 64, 1)
+    stored = r.to_dict()["benchmark"]
+    assert stored["workload"] == "generate" and "prompt_tokens" not in stored
+    plain = load_recipe({"model": {"source": "zoo:mlp"}})
+    assert not {"workload", "new_tokens", "batch"} & set(plain.to_dict()["benchmark"])
+
+
+@pytest.mark.parametrize(
+    ("bench", "named"),
+    [
+        ({"new_tokens": 0}, "benchmark.new_tokens"),
+        ({"prompt_tokens": -3}, "benchmark.prompt_tokens"),
+        ({"batch": 0}, "benchmark.batch"),
+        ({"workload": "generate_fast"}, "benchmark.workload"),
+        ({"new_tokens": 10**18}, "benchmark.new_tokens"),
+    ],
+)
+def test_a_bad_setting_is_refused_naming_it(bench, named):
+    with pytest.raises(RecipeError) as e:
+        load_recipe(_recipe(bench))
+    assert named in str(e.value)
+
+
+def test_a_prompt_longer_than_the_context_names_the_setting():
+    config = llama().config  # 64 positions
+    with pytest.raises(
+        GenerateError, match=r"benchmark.prompt_tokens is 64, longer than the model's context of 64"
+    ):
+        check_fits(GenerateSettings(64, 1, 1), config)
+    with pytest.raises(GenerateError, match=r"prompt_tokens \+ new_tokens is 70.*at most 24"):
+        check_fits(GenerateSettings(40, 30, 1), config)
+    check_fits(GenerateSettings(40, 24, 1), config)  # exactly fits
+    with pytest.raises(GenerateError, match="benchmark.new_tokens must be at least 1"):
+        GenerateSettings(16, 0, 1)
+
+
+def test_hostile_values_cannot_reach_code_through_the_new_settings():
+    for value in ("1; import os", "__import__('os')", 1.5, True, [1]):
+        with pytest.raises(RecipeError):
+            load_recipe(_recipe({"prompt_tokens": value}))
+    with pytest.raises(RecipeError):
+        load_recipe(_recipe({"workload": "generate\nimport os"}))
+    with pytest.raises(GenerateError):
+        GenerateSettings.from_bench({"batch": "2"})
+
+
+def test_prompts_are_seeded_token_ids_in_the_vocabulary():
+    s = GenerateSettings(12, 4, 3)
+    a, b, c = prompt_ids(s, 50, seed=1), prompt_ids(s, 50, seed=1), prompt_ids(s, 50, seed=2)
+    assert a.shape == (3, 12) and a.dtype == torch.int64 and int(a.max()) < 50
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+# -- timing on a fake clock -------------------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeDecoder:
+    """Prefill costs ``prefill_s`` on the clock, each step ``step_s``; always predicts 3."""
+
+    kv_cache = "none"
+
+    def __init__(self, clock: FakeClock, prefill_s: float, step_s: float, vocab: int = 8):
+        self.clock, self.prefill_s, self.step_s, self.vocab = clock, prefill_s, step_s, vocab
+
+    def _logits(self, batch: int) -> torch.Tensor:
+        x = torch.zeros(batch, self.vocab)
+        x[:, 3] = 1.0
+        return x
+
+    def prefill(self, ids):
+        self.clock.now += self.prefill_s
+        return self._logits(ids.shape[0])
+
+    def step(self, ids):
+        self.clock.now += self.step_s
+        return self._logits(ids.shape[0])
+
+    def kv_cache_bytes(self) -> int:
+        return 0
+
+
+def test_ttft_tpot_and_tokens_per_s_on_a_fake_clock():
+    clock = FakeClock()
+    t = time_generation(
+        FakeDecoder(clock, 0.5, 0.1), torch.zeros(2, 4, dtype=torch.long), 11, clock
+    )
+    assert t.ttft_s == pytest.approx(0.5)
+    assert t.tpot_s == pytest.approx(0.1)
+    assert t.total_s == pytest.approx(1.5)
+    assert t.tokens_per_s == pytest.approx(2 * 11 / 1.5)  # both rows of the batch count
+    assert t.tokens.shape == (2, 11) and bool((t.tokens == 3).all())
+    one = time_generation(
+        FakeDecoder(clock, 0.5, 0.1), torch.zeros(1, 4, dtype=torch.long), 1, clock
+    )
+    assert one.tpot_s is None and one.tokens_per_s == pytest.approx(2.0)
+
+
+def test_alternating_rounds_give_ratios_with_intervals():
+    clock = FakeClock()
+    slow, fast = FakeDecoder(clock, 0.4, 0.2), FakeDecoder(clock, 0.1, 0.1)
+    cmp = compare_generation(slow, fast, torch.zeros(1, 4, dtype=torch.long), 5, 4, clock=clock)
+    m = cmp.metrics()
+    assert m["ttft_ms"] == pytest.approx(100.0) and m["baseline_ttft_ms"] == pytest.approx(400.0)
+    assert m["tpot_ms"] == pytest.approx(100.0) and m["baseline_tpot_ms"] == pytest.approx(200.0)
+    assert m["ttft_speedup"] == pytest.approx(4.0)
+    assert m["tokens_per_s_ratio"] == pytest.approx((0.4 + 4 * 0.2) / (0.1 + 4 * 0.1))
+    assert m["tokens_per_s_ratio_low"] <= m["tokens_per_s_ratio"] <= m["tokens_per_s_ratio_high"]
+    assert m["generation_noisy"] == 0.0 and len(cmp.candidate.ttft_s) == 4
+    alone = time_alone(fast, torch.zeros(1, 4, dtype=torch.long), 3, rounds=2, clock=clock)
+    assert alone.metrics()["tpot_ms"] == pytest.approx(100.0)
+
+
+# -- decoders and parity ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("build", [llama, gpt2])
+def test_cache_decoding_matches_the_full_forward(build):
+    model = build()
+    ids = torch.randint(0, 256, (2, 20), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        full = model(input_ids=ids).logits
+    for static in (False, True):
+        model.generation_config.cache_implementation = "static" if static else None
+        dec = CacheDecoder(model, 24)
+        assert dec.kv_cache == ("static" if static else "dynamic")
+        for _ in range(2):  # a second generation reuses (static) or renews (dynamic) the cache
+            last = dec.prefill(ids[:, :12])
+            torch.testing.assert_close(last, full[:, 11], rtol=1e-4, atol=1e-4)
+            for i in range(12, 20):
+                last = dec.step(ids[:, i : i + 1])
+            torch.testing.assert_close(last, full[:, 19], rtol=1e-4, atol=1e-4)
+        assert dec.kv_cache_bytes() > 0
+
+
+def test_recompute_decoder_agrees_with_the_cache_decoder():
+    from accel.models.inputs import InputSpec
+
+    module = llama()
+    lm = LoadedModel(source="t", kind="torch", input_spec=InputSpec.parse(SPEC), module=module)
+    prompt = prompt_ids(GenerateSettings(10, 6, 1), 256)
+    cache = decoder_for(lm, 16)
+    assert isinstance(cache, CacheDecoder)
+    a = time_generation(cache, prompt, 6).tokens
+    b = time_generation(RecomputeDecoder(lm), prompt, 6).tokens
+    assert torch.equal(a, b)
+    with pytest.raises(GenerateError, match="input_ids"):
+        RecomputeDecoder(lm.replace(input_spec=InputSpec.parse("x:float32[1,4]")))
+
+
+def test_teacher_forced_parity_is_exact_against_itself_and_catches_a_perturbed_copy():
+    model = llama()
+    prompt = prompt_ids(GenerateSettings(12, 10, 2), 256)
+    ref = CacheDecoder(model, 22)
+    tokens, logits = reference_continuation(ref, prompt, 10)
+    assert tokens.shape == (2, 10) and logits.shape == (2, 10, 256)
+    tol = Tolerances(min_cosine=0.999)
+    same = compare_generation_parity(tokens, logits, CacheDecoder(model, 22), prompt, tol)
+    assert same.passed and same.first_divergence is None
+    m = same.metrics()
+    assert m["tf_cosine_min"] == pytest.approx(1.0) and m["tf_top1"] == 1.0
+    assert m["tf_kl_max"] == pytest.approx(0.0, abs=1e-9) and m["greedy_agree_tokens"] == 10
+
+    bent = copy.deepcopy(model)
+    with torch.no_grad():
+        w = bent.model.layers[1].mlp.down_proj.weight
+        w.add_(torch.randn(w.shape, generator=torch.Generator().manual_seed(1)) * w.std() * 3)
+    diff = compare_generation_parity(tokens, logits, CacheDecoder(bent, 22), prompt, tol)
+    assert not diff.passed and "logits_teacher_forced" in (diff.report.first_failure or "")
+    dm = diff.metrics()
+    assert dm["tf_cosine_mean"] < 0.999 and dm["tf_kl_mean"] > 1e-4
+    assert len(diff.to_dict()["teacher_forced"]["cosine"]) == 10
+
+
+def test_first_divergence_is_the_first_differing_position_of_any_row():
+    a = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]])
+    assert first_divergence(a, a.clone()) is None
+    b = a.clone()
+    b[1, 2] = 0
+    assert first_divergence(a, b) == 2
+
+
+# -- a recipe run -----------------------------------------------------------------------------
+
+
+def test_a_recipe_with_workload_generate_times_and_gates_each_step(tmp_path):
+    from accel.runner import run_recipe
+
+    bench = {"prompt_tokens": 16, "new_tokens": 8, "rounds": 3, "warmup": 0, "iters": 3}
+    steps = [{"pass": "quantize_weight_only", "params": {"bits": 8}}]
+    r = _recipe(bench, steps)
+    r["gates"] = {"min_cosine": 0.99, "min_top1": 0.9}
+    result = run_recipe(r, out_dir=tmp_path, trust_recipe_code=True)
+    assert result.status == "succeeded", result.error
+    assert result.baseline["ttft_ms"] > 0 and result.baseline["kv_cache_bytes"] > 0
+    (step,) = result.steps
+    m = step.metrics
+    assert step.status == "succeeded" and step.parity["passed"]
+    assert m["tf_top1"] >= 0.9 and m["tf_cosine_min"] > 0.99
+    assert m["tokens_per_s_ratio_low"] <= m["tokens_per_s_ratio"] <= m["tokens_per_s_ratio_high"]
+    assert m["speedup"] == m["tokens_per_s_ratio"]
+    assert m["weights_bytes"] < result.baseline["weights_bytes"]
+    assert step.details.get("timing", {}).get("mode", "generate") == "generate"
+    saved = list(result.run_dir.glob("step_*/generation.json"))
+    assert len(saved) == 1 and "teacher_forced" in saved[0].read_text()
+
+
+def test_a_prompt_too_long_for_the_model_fails_the_run_naming_the_setting(tmp_path):
+    from accel.runner import run_recipe
+
+    bench = {"prompt_tokens": 60, "new_tokens": 8, "rounds": 3}
+    steps = [{"pass": "bf16"}]
+    result = run_recipe(_recipe(bench, steps), out_dir=tmp_path, trust_recipe_code=True)
+    assert result.status == "failed"
+    assert "prompt_tokens + new_tokens is 68" in (result.error or "")
