@@ -261,3 +261,66 @@ def test_a_prompt_too_long_for_the_model_fails_the_run_naming_the_setting(tmp_pa
     result = run_recipe(_recipe(bench, steps), out_dir=tmp_path, trust_recipe_code=True)
     assert result.status == "failed"
     assert "prompt_tokens + new_tokens is 68" in (result.error or "")
+
+
+# -- passes on a tiny decoder, timed generating ------------------------------------------------
+
+
+def _run_generate(tmp_path, steps, gates=None, new_tokens=6):
+    from accel.runner import run_recipe
+
+    bench = {"prompt_tokens": 12, "new_tokens": new_tokens, "rounds": 3, "warmup": 0, "iters": 3}
+    r = _recipe(bench, steps)
+    r["gates"] = gates or {"min_cosine": 0.99}
+    return run_recipe(r, out_dir=tmp_path, trust_recipe_code=True)
+
+
+def test_int4_weight_only_torch_keeps_teacher_forced_logits_close(tmp_path):
+    steps = [{"pass": "quantize_weight_only", "params": {"bits": 4, "group_size": 32}}]
+    result = _run_generate(tmp_path, steps, {"min_cosine": 0.95})
+    assert result.status == "succeeded", result.error
+    (step,) = result.steps
+    assert step.status == "succeeded", step.parity
+    m = step.metrics
+    assert 0.95 < m["tf_cosine_mean"] < 1.0  # int4 rounding is seen, and small
+    assert m["weights_bytes"] < 0.6 * result.baseline["weights_bytes"]
+
+
+def test_static_kv_cache_captures_a_fixed_shape_decode_step(tmp_path):
+    steps = [{"pass": "static_kv_cache", "params": {"backend": "eager"}}]
+    result = _run_generate(tmp_path, steps)
+    assert result.status == "succeeded", result.error
+    (step,) = result.steps
+    assert step.status == "succeeded" and step.details["cache_implementation"] == "static"
+    m = step.metrics
+    assert m["tf_cosine_min"] > 0.99999 and m["greedy_agree_tokens"] == 6
+    assert m["kv_cache_bytes"] > result.baseline["kv_cache_bytes"]  # preallocated full length
+
+
+def test_static_kv_cache_refuses_a_model_without_a_kv_cache(tmp_path):
+    from accel.runner import run_recipe
+
+    r = {
+        "model": {"source": "zoo:mlp(in_features=8, hidden=8)", "input_spec": "x:float32[2,8]"},
+        "steps": [{"pass": "static_kv_cache"}],
+    }
+    result = run_recipe(r, out_dir=tmp_path)
+    assert result.status == "failed" or result.steps[0].status in ("failed", "skipped")
+    text = (result.error or "") + " ".join(s.error or "" for s in result.steps)
+    assert "static_kv_cache needs a Hugging Face causal language model" in text
+
+
+def test_openvino_int8_weights_generate_without_a_kv_cache(tmp_path):
+    pytest.importorskip("nncf")
+    steps = [
+        {"pass": "export_onnx"},
+        {"pass": "openvino", "params": {"precision": "f32"}},
+        {"pass": "compress_weights_openvino", "params": {"mode": "int8_asym"}},
+    ]
+    result = _run_generate(tmp_path, steps, {"min_cosine": 0.99}, new_tokens=4)
+    assert result.status == "succeeded", result.error
+    _onnx, ov, compressed = result.steps
+    assert compressed.status == "succeeded", compressed.parity
+    assert compressed.details["timing"]["kv_cache"]["candidate"] == "none"
+    assert compressed.metrics["tf_top1"] >= 0.75
+    assert compressed.metrics["weights_bytes"] < 0.6 * ov.metrics["weights_bytes"]

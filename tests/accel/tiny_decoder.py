@@ -19,6 +19,7 @@ def llama():
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=64,
+        use_cache=False,  # as the corpus builds them: forward returns logits only
     )
     return LlamaForCausalLM(cfg).eval()
 
@@ -27,5 +28,7 @@ def gpt2():
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    cfg = GPT2Config(vocab_size=256, n_positions=64, n_embd=64, n_layer=2, n_head=4)
+    cfg = GPT2Config(
+        vocab_size=256, n_positions=64, n_embd=64, n_layer=2, n_head=4, use_cache=False
+    )
     return GPT2LMHeadModel(cfg).eval()
