@@ -84,3 +84,43 @@ def interval_text(metrics: Mapping[str, Any]) -> str:
         f"{label} {with_interval(metrics, key, digits)} {unit}"
         for key, label, unit, digits in FIGURES
     )
+
+
+# The Runs panel's extra columns (after its own): a step's generation figures, each cell the
+# median with its 95% interval in the tooltip; empty for a forward-workload run.
+PANEL_HEADERS = [f"{label} {unit}" for _key, label, unit, _d in FIGURES]
+
+
+def panel_cells(metrics: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """(text, tooltip) for each of PANEL_HEADERS."""
+    m = metrics or {}
+    cells = []
+    for key, label, unit, digits in FIGURES:
+        value = m.get(key)
+        text = "" if value is None else f"{value:,.{digits}f}"
+        tip = f"{label}: {with_interval(m, key, digits)} {unit} (median [95% interval])"
+        cells.append((text, tip if value is not None else ""))
+    return cells
+
+
+def compare_cells(
+    rows: Mapping[tuple[int, str, str], list[Any]], index: int, pass_name: str, metric: str
+) -> list[str] | None:
+    """``studio compare``'s cells of one generation metric row (the value with its interval
+    per run); [] for the rows shown inside another (``_low``/``_high``); None: not ours."""
+    keys = {key for key, *_ in FIGURES}
+    if metric.removesuffix("_low").removesuffix("_high") in keys and metric not in keys:
+        return []
+    if metric not in keys:
+        return None
+    digits = next(d for key, _l, _u, d in FIGURES if key == metric)
+    values = rows[(index, pass_name, metric)]
+    out = []
+    for i in range(len(values)):
+        m = {
+            k: rows[(index, pass_name, k)][i]
+            for k in (metric, metric + "_low", metric + "_high")
+            if (index, pass_name, k) in rows
+        }
+        out.append(with_interval(m, metric, digits))
+    return out

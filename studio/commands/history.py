@@ -289,6 +289,7 @@ def show(args: argparse.Namespace) -> int:
 
 def compare(args: argparse.Namespace) -> int:
     from studio.cli import CliError
+    from studio.generation_columns import compare_cells
 
     if len(args.runs) < 2:
         raise CliError("give at least two runs to compare")
@@ -329,6 +330,11 @@ def compare(args: argparse.Namespace) -> int:
         step = "original" if index < 0 else f"{index + 1} {pass_name}"
         if metric in ("speedup_low", "speedup_high", "noisy"):
             continue  # shown with the speedup
+        gen = compare_cells(cmp.rows, index, pass_name, metric)  # TTFT, TPOT, tokens/s
+        if gen is not None:
+            if gen:
+                rows.append([step, metric, *gen])
+            continue
         if metric == "speedup":
             per_run = [_step_metrics(cmp.rows, index, pass_name, i) for i in range(len(values))]
             cells = [fmt_speedup(m) for m in per_run]

@@ -36,6 +36,7 @@ from accel.events import (
 )
 from studio.fmt import fmt_bytes as _bytes
 from studio.fmt import fmt_speedup, is_noisy
+from studio.generation_columns import PANEL_HEADERS, has_generation, interval_text, panel_cells
 from studio.report import worst_metric
 from studio.tables import event_parity_passed, step_verdict
 from studio.ui.slots import on_click
@@ -127,7 +128,7 @@ class RunsView(QWidget):
         )
         self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
 
-        self.table = QTableWidget(0, 8)
+        self.table = QTableWidget(0, 8 + len(PANEL_HEADERS))
         self.table.setObjectName("stepTable")
         self.table.setHorizontalHeaderLabels(
             [
@@ -139,6 +140,7 @@ class RunsView(QWidget):
                 "parity",
                 "worst metric",
                 "accuracy",
+                *PANEL_HEADERS,  # generation workloads: TTFT, TPOT, tokens/s
             ]
         )
         self.table.verticalHeader().setVisible(False)
@@ -339,7 +341,7 @@ class RunsView(QWidget):
         self._update_buttons()
 
     def _fill_table(self, e: RunEntry | None) -> None:
-        rows: list[list[str]] = []
+        rows: list[list[Any]] = []  # cell text, or (text, tooltip) for generation cells
         noisy: dict[int, str] = {}  # row -> why its speedup is not to be relied on
         if e is not None:
             b = e.baseline
@@ -354,6 +356,7 @@ class RunsView(QWidget):
                         "reference",
                         "",
                         fmt(b.get("accuracy")),
+                        *panel_cells(b),
                     ]
                 )
             for ev in e.steps:
@@ -370,12 +373,16 @@ class RunsView(QWidget):
                         _verdict(ev),
                         worst_metric(ev.parity or {}, ", ") or (ev.error or ""),
                         fmt(m.get("accuracy")),
+                        *panel_cells(m),
                     ]
                 )
         self.table.setRowCount(len(rows))
         for r, row in enumerate(rows):
-            for c, text in enumerate(row):
+            for c, cell in enumerate(row):
+                text, tip = cell if isinstance(cell, tuple) else (cell, "")
                 it = QTableWidgetItem(text)
+                if tip:
+                    it.setToolTip(tip)
                 if c == 5:
                     it.setForeground(
                         _color(
@@ -384,7 +391,7 @@ class RunsView(QWidget):
                             )
                         )
                     )
-                if c in (2, 3, 4, 7):
+                if c in (2, 3, 4, 7) or c >= 8:
                     it.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 if c == 3 and r in noisy:
                     it.setForeground(_color("#d08020"))
@@ -458,6 +465,7 @@ def _step_line(ev: StepFinished) -> str:
     return (
         f"step {ev.index + 1} {ev.pass_name}: {_verdict(ev)}, "
         f"p50 {fmt(m.get('latency_p50_ms'))} ms, speedup {fmt_speedup(m)}"
+        + (f", {interval_text(m)}" if has_generation(m) else "")
         + (f" (noisy: {_noise_reason(ev)})" if is_noisy(m) else "")
         + (f" — {ev.error}" if ev.error else "")
     )
