@@ -42,7 +42,8 @@ def weights_bytes(model: Any) -> int:
     return sum(int(t.nbytes) for t in (*module.parameters(), *module.buffers()))
 
 
-def _rounds(bench: Any) -> int:
+def rounds_of(bench: Any) -> int:
+    """Timed rounds of a benchmark block (at least MIN_ROUNDS)."""
     return max(MIN_ROUNDS, int(setting(bench, "rounds") or MIN_ROUNDS))
 
 
@@ -84,7 +85,7 @@ def profile_generation(
     settings, prompt = prepare(model, bench, seed)
     _threads(bench)
     decoder = decoder_for(model, settings.total_tokens)
-    figures = time_alone(decoder, prompt, settings.new_tokens, _rounds(bench), clock=clock)
+    figures = time_alone(decoder, prompt, settings.new_tokens, rounds_of(bench), clock=clock)
     return GenerationProfile(settings, figures, weights_bytes(model))
 
 
@@ -100,14 +101,18 @@ class GenerationBaseline:
     metrics: dict[str, float | None] = field(default_factory=dict)
 
 
-def generation_baseline(original: Any, bench: Any, seed: int = 0) -> GenerationBaseline:
-    """The reference continuation of the original (parity) and its figures alone."""
+def generation_baseline(
+    original: Any, bench: Any, seed: int = 0, timed: bool = True
+) -> GenerationBaseline:
+    """The reference continuation of the original (parity) and, ``timed``, its figures."""
     settings, prompt = prepare(original, bench, seed)
     _threads(bench)
     decoder = decoder_for(original, settings.total_tokens)
     tokens, logits = reference_continuation(decoder, prompt, settings.new_tokens)
-    figures = time_alone(decoder, prompt, settings.new_tokens, _rounds(bench), warmup=0)
-    metrics = figures.metrics()
+    metrics: dict[str, float | None] = {}
+    if timed:
+        figures = time_alone(decoder, prompt, settings.new_tokens, rounds_of(bench), warmup=0)
+        metrics = figures.metrics()
     metrics["weights_bytes"] = float(weights_bytes(original))
     return GenerationBaseline(settings, prompt, tokens, logits, decoder, metrics)
 
@@ -135,7 +140,12 @@ def evaluate_generation(
         raise GenerateError(f"the step's model cannot generate: {exc}") from None
     parity = compare_generation_parity(base.tokens, base.logits, decoder, base.prompt, tolerances)
     cmp = compare_generation(
-        base.decoder, decoder, base.prompt, base.settings.new_tokens, _rounds(bench), cancel=cancel
+        base.decoder,
+        decoder,
+        base.prompt,
+        base.settings.new_tokens,
+        rounds_of(bench),
+        cancel=cancel,
     )
     metrics = cmp.metrics()
     metrics.update(parity.metrics())

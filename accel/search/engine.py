@@ -25,12 +25,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from accel.search.generation import GENERATION_OBJECTIVES, generation_bench, generation_exclusions
+from accel.search.generation import PRIMARY as GENERATION_PRIMARY
 from accel.search.sensitivity_space import ALLOW as SENSITIVITY
 from accel.search.space import SearchError, SearchSpace, build_space, model_layer_types, steps_for
 
 log = logging.getLogger(__name__)
 
-OBJECTIVES = ("latency", "throughput", "size")
+OBJECTIVES = ("latency", "throughput", "size", *GENERATION_OBJECTIVES)
 # Optuna objective (metric key, direction) per user objective; parity error and size follow.
 _PRIMARY = {
     # Latency as the speedup over the original timed in the same rounds: a latency measured
@@ -38,6 +40,7 @@ _PRIMARY = {
     "latency": ("speedup", "maximize"),
     "throughput": ("throughput", "maximize"),
     "size": ("size_bytes", "minimize"),
+    **GENERATION_PRIMARY,  # tokens_per_s, ttft: ratios against the original, same rounds
 }
 MAX_DUPLICATES = 40  # proposals in a row already tried: the space is exhausted
 
@@ -78,6 +81,8 @@ class SearchConfig:
     bench_min_time_s: float = 0.5
     bench_threads: int | None = None
     bench_dims: dict[str, int] = field(default_factory=dict)
+    # tokens_per_s / ttft objectives: prompt_tokens, new_tokens, batch (accel.generate)
+    generate: dict[str, int] = field(default_factory=dict)
 
     def validate(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -188,7 +193,11 @@ def trial_recipe(
         "seed": config.seed,
         "steps": [dict(s) for s in trial.steps],
         "gates": gates,
-        "benchmark": {"warmup": config.bench_warmup, "iters": config.bench_iters},
+        "benchmark": {
+            "warmup": config.bench_warmup,
+            "iters": config.bench_iters,
+            **generation_bench(config),
+        },
     }
     if config.bench_threads:
         recipe["benchmark"]["threads"] = config.bench_threads
@@ -429,6 +438,7 @@ def trial_spec(config: SearchConfig, number: int, steps: list[dict[str, Any]]) -
             "min_time_s": config.bench_min_time_s,
             "threads": config.bench_threads,
             "dims": dict(config.bench_dims),
+            **generation_bench(config),
         },
         "data": dict(config.data),
         "cache": {
@@ -527,9 +537,11 @@ def _search_space(
         layer_types=layers,
         allow=config.allow,
         include=config.passes,
-        exclude=(*config.exclude, *not_applicable),
+        exclude=(*config.exclude, *not_applicable, *generation_exclusions(config)),
         max_steps=config.max_steps,
     )
+    for name, why in generation_exclusions(config).items():
+        space.excluded[name] = why
     for name, why in not_applicable.items():
         space.excluded[name] = f"nothing to do on this model: {why}"
     sensitivity: dict[str, Any] | None = None

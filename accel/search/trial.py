@@ -20,7 +20,9 @@ from typing import Any
 
 from accel.errors import AccelError, Cancelled, PassError
 from accel.events import RunFailed, RunFinished, RunStarted, StepFinished, StepStarted
+from accel.generate.settings import is_generate
 from accel.jsonable import jsonable
+from accel.search import generation
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +112,7 @@ class _Trial:
         self.last_details: dict[str, Any] = {}
         self.last_artifacts: list[dict[str, Any]] = []
         self.t_last = time.perf_counter()
+        self.generation: Any = None  # accel.generate baseline of a generation objective
 
     # -- outcomes ----------------------------------------------------------------------------
     def failed(self, exc: BaseException) -> dict[str, Any]:
@@ -346,6 +349,11 @@ class _Trial:
         from accel.parity import Tolerances, compare, normalize_outputs
 
         gates = self.gates
+        if is_generate(self.bench):  # teacher-forced logits of a generation (accel.generate)
+            report, metrics, reason, self.generation = generation.gate(
+                self.original, self.current, self.bench, gates, self.seed
+            )
+            return report, metrics, reason
         outputs = normalize_outputs(self.current.forward(self.inputs))
         max_drop = gates.get("max_cosine_drop")
         tol = Tolerances(
@@ -381,6 +389,11 @@ class _Trial:
         from accel.measure import TimingSettings, compare_interleaved
 
         bench = self.bench
+        if is_generate(bench):
+            metrics.update(
+                generation.time_against(self.generation, self.current, bench, self.cancel)
+            )
+            return
         comparison = compare_interleaved(
             self.original,
             self.current,

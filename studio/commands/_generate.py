@@ -53,3 +53,33 @@ def run_generate(args: argparse.Namespace) -> int:
         Path(args.json).write_text(json.dumps(result, indent=1))
         print(f"\nJSON: {args.json}")
     return 0
+
+
+def add_optimize_arguments(p: argparse.ArgumentParser) -> None:
+    """The generation workload's settings for ``studio optimize --objective tokens_per_s``."""
+    p.add_argument(
+        "--prompt-tokens", type=int, metavar="N", help="tokens_per_s / ttft: prompt length (128)"
+    )
+    p.add_argument(
+        "--new-tokens", type=int, metavar="M", help="tokens_per_s / ttft: tokens generated (64)"
+    )
+    p.add_argument(
+        "--batch", type=int, metavar="B", help="tokens_per_s / ttft: prompts at once (1)"
+    )
+
+
+def generate_settings(args: argparse.Namespace) -> dict[str, int]:
+    """The set generation settings (checked: each a whole number >= 1), for SearchConfig."""
+    from accel.generate.settings import GenerateError, GenerateSettings
+    from studio.cli import CliError
+
+    given = {
+        k: getattr(args, k, None)
+        for k in ("prompt_tokens", "new_tokens", "batch")
+        if getattr(args, k, None) is not None
+    }
+    try:
+        GenerateSettings(**given)
+    except GenerateError as exc:
+        raise CliError(str(exc).replace("benchmark.", "--").replace("_", "-")) from None
+    return given

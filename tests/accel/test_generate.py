@@ -324,3 +324,39 @@ def test_openvino_int8_weights_generate_without_a_kv_cache(tmp_path):
     assert compressed.details["timing"]["kv_cache"]["candidate"] == "none"
     assert compressed.metrics["tf_top1"] >= 0.75
     assert compressed.metrics["weights_bytes"] < 0.6 * ov.metrics["weights_bytes"]
+
+
+# -- search ------------------------------------------------------------------------------------
+
+
+def test_a_tokens_per_s_search_gates_on_teacher_forced_logits(tmp_path):
+    from accel.search import InProcessExecutor, SearchConfig, run_search
+
+    cfg = SearchConfig(
+        model=f"{TINY}:llama",
+        input_spec=SPEC,
+        objective="tokens_per_s",
+        generate={"prompt_tokens": 8, "new_tokens": 4},
+        passes=("quantize_weight_only", "bf16", "export_onnx"),
+        max_cosine_drop=0.05,
+        max_trials=2,
+        budget_s=None,
+        max_steps=1,
+        bench_rounds=3,
+        out_dir=str(tmp_path),
+    )
+    res = run_search(cfg, InProcessExecutor())
+    assert (
+        "export_onnx" in res.space["excluded"]
+        and "KV cache" in res.space["excluded"]["export_onnx"]
+    )
+    done = [t for t in res.trials if t.status in ("ok", "gate_failed")]
+    assert done, [(t.label, t.status, t.error) for t in res.trials]
+    for t in done:
+        assert t.metrics["tf_top1"] is not None and t.metrics["cosine_drop"] is not None
+    ok = [t for t in done if t.status == "ok"]
+    assert all(t.metrics["tokens_per_s_ratio"] > 0 for t in ok)
+    recipe = res.recipe_for(res.best) if res.best is not None else None
+    if recipe is not None:
+        assert recipe["benchmark"]["workload"] == "generate"
+        assert recipe["benchmark"]["prompt_tokens"] == 8

@@ -62,3 +62,11 @@ def test_compare_cells_fold_the_interval_rows_into_the_value_row():
     assert compare_cells(rows, 0, "bf16", "tokens_per_s") == ["100.0 [90.0, 110.0]", "120.0"]
     assert compare_cells(rows, 0, "bf16", "tokens_per_s_low") == []
     assert compare_cells(rows, 0, "bf16", "latency_p50_ms") is None
+
+
+def test_optimize_refuses_a_bad_generation_setting_naming_the_option(tmp_path, capsys):
+    from studio.cli import main
+
+    argv = ["optimize", "zoo:mlp", "--objective", "tokens_per_s", "--new-tokens", "0"]
+    assert main([*argv, "--out", str(tmp_path / "s")]) == 2
+    assert "--new-tokens must be at least 1, got 0" in capsys.readouterr().err
