@@ -69,9 +69,8 @@ def add_optimize_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def generate_settings(args: argparse.Namespace) -> dict[str, int]:
-    """The set generation settings (checked: each a whole number >= 1), for SearchConfig."""
+    """The set generation settings, for SearchConfig; GenerateError naming the option."""
     from accel.generate.settings import GenerateError, GenerateSettings
-    from studio.cli import CliError
 
     given = {
         k: getattr(args, k, None)
@@ -81,5 +80,5 @@ def generate_settings(args: argparse.Namespace) -> dict[str, int]:
     try:
         GenerateSettings(**given)
     except GenerateError as exc:
-        raise CliError(str(exc).replace("benchmark.", "--").replace("_", "-")) from None
+        raise GenerateError(str(exc).replace("benchmark.", "--").replace("_", "-")) from None
     return given

@@ -158,8 +158,18 @@ def build_config(args: argparse.Namespace) -> Any:
         trial_timeout_s=args.trial_timeout,
         bench_iters=args.iters,
         bench_threads=args.threads,
-        generate=generate_settings(args),
+        generate=_generate_settings(args),
     )
+
+
+def _generate_settings(args: argparse.Namespace) -> dict[str, int]:
+    from accel.generate.settings import GenerateError
+    from studio.cli import CliError
+
+    try:
+        return generate_settings(args)
+    except GenerateError as exc:
+        raise CliError(str(exc)) from None
 
 
 def trial_row(t: Any) -> list[Any]:
