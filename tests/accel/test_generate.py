@@ -360,3 +360,42 @@ def test_a_tokens_per_s_search_gates_on_teacher_forced_logits(tmp_path):
     if recipe is not None:
         assert recipe["benchmark"]["workload"] == "generate"
         assert recipe["benchmark"]["prompt_tokens"] == 8
+
+
+# -- script export ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_exported_script_generates_and_reports_the_same_figures(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from accel.codegen import recipe_to_script
+    from accel.runner import run_recipe
+
+    bench = {"prompt_tokens": 10, "new_tokens": 5, "rounds": 3, "warmup": 0, "iters": 3}
+    steps = [
+        {"pass": "quantize_weight_only", "params": {"bits": 8}},
+        {"pass": "static_kv_cache", "params": {"backend": "eager"}},
+    ]
+    recipe = _recipe(bench, steps)
+    res = run_recipe(recipe, out_dir=tmp_path / "run", trust_recipe_code=True)
+    assert res.ok, res.error
+    script = tmp_path / "recipe.py"
+    script.write_text(recipe_to_script(recipe))
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("generate: TTFT") == 2, proc.stdout
+    rows = json.loads((out / "results.json").read_text())
+    for row, step in zip(rows, res.steps, strict=True):
+        for key in ("ttft_ms", "tpot_ms", "tokens_per_s", "tokens_per_s_ratio"):
+            assert row[key] > 0 and step.metrics[key] > 0
+        assert row["tf_top1"] == pytest.approx(step.metrics["tf_top1"])
+        assert row["tf_cosine_mean"] == pytest.approx(step.metrics["tf_cosine_mean"], abs=1e-6)
