@@ -25,7 +25,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from accel.search.generation import GENERATION_OBJECTIVES, generation_bench, generation_exclusions
+from accel.search.generation import (
+    GENERATION_OBJECTIVES,
+    generation_bench,
+    generation_exclusions,
+    generation_seeds,
+)
 from accel.search.generation import PRIMARY as GENERATION_PRIMARY
 from accel.search.sensitivity_space import ALLOW as SENSITIVITY
 from accel.search.space import SearchError, SearchSpace, build_space, model_layer_types, steps_for
@@ -330,12 +335,15 @@ SEEDS: dict[tuple[str, str], list[tuple[str, ...]]] = {
 }
 
 
-def seed_chains(space: SearchSpace, family: str) -> list[tuple[str, ...]]:
-    """The original model, then the family's known-good stacks present in the space."""
+def seed_chains(
+    space: SearchSpace, family: str, first: tuple[tuple[str, ...], ...] = ()
+) -> list[tuple[str, ...]]:
+    """The original model, then ``first`` (the objective's own stacks), then the family's
+    known-good stacks, those present in the space."""
     fam = "cuda" if space.device.startswith("cuda") else "cpu"
     valid = set(space.chains)
     out: list[tuple[str, ...]] = [()]
-    for chain in SEEDS.get((family, fam), []):
+    for chain in (*first, *SEEDS.get((family, fam), [])):
         if chain in valid and chain not in out:
             out.append(chain)
     return out
@@ -561,7 +569,11 @@ def _study(
     directions[0] = _PRIMARY[config.objective][1]
     sampler = optuna.samplers.TPESampler(seed=config.seed, n_startup_trials=4)
     study = optuna.create_study(directions=directions, sampler=sampler)
-    seeds = seed_chains(space, model_family(layers)) if config.use_seeds else [()]
+    seeds = (
+        seed_chains(space, model_family(layers), generation_seeds(config))
+        if config.use_seeds
+        else [()]
+    )
     for chain in seeds:
         study.enqueue_trial(_seed_params(space, chain), skip_if_exists=True)
     return study, seeds

@@ -21,6 +21,19 @@ NO_KV_CACHE = (
 )
 
 
+# Stacks tried first for a generation objective: the decode step compiled with a static KV
+# cache, on float or on int8 weights, and the weights alone.
+SEEDS = (
+    ("static_kv_cache",),
+    ("quantize_weight_only", "static_kv_cache"),
+    ("quantize_weight_only",),
+)
+
+
+def generation_seeds(config: Any) -> tuple[tuple[str, ...], ...]:
+    return SEEDS if config.objective in GENERATION_OBJECTIVES else ()
+
+
 def generation_bench(config: Any) -> dict[str, Any]:
     """The trial's (and the best recipe's) benchmark entries for a generation objective."""
     if config.objective not in GENERATION_OBJECTIVES:
