@@ -70,3 +70,20 @@ def test_optimize_refuses_a_bad_generation_setting_naming_the_option(tmp_path, c
     argv = ["optimize", "zoo:mlp", "--objective", "tokens_per_s", "--new-tokens", "0"]
     assert main([*argv, "--out", str(tmp_path / "s")]) == 2
     assert "--new-tokens must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_profile_generate_prints_the_figures_and_names_a_bad_setting(capsys):
+    from pathlib import Path
+
+    from studio.cli import main
+
+    tiny = str(Path(__file__).parents[1] / "accel" / "tiny_decoder.py") + ":llama"
+    spec = "input_ids:int64[batch,seq]{0..256}; batch=1..8:1; seq=1..64:16"
+    base = ["profile", tiny, "--input", spec, "--generate", "--rounds", "2"]
+    assert main([*base, "--prompt-tokens", "8", "--new-tokens", "4"]) == 0
+    out = capsys.readouterr().out
+    for label in ("TTFT", "TPOT", "tokens/s", "weights", "KV cache", "peak (weights + KV)"):
+        assert f"\n{label} " in out, out
+    assert "prompt 8 tokens, 4 new, batch 1" in out and "KV cache dynamic" in out
+    assert main([*base, "--prompt-tokens", "60", "--new-tokens", "8"]) == 2
+    assert "prompt_tokens + new_tokens is 68" in capsys.readouterr().err
