@@ -399,3 +399,18 @@ def test_the_exported_script_generates_and_reports_the_same_figures(tmp_path):
             assert row[key] > 0 and step.metrics[key] > 0
         assert row["tf_top1"] == pytest.approx(step.metrics["tf_top1"])
         assert row["tf_cosine_mean"] == pytest.approx(step.metrics["tf_cosine_mean"], abs=1e-6)
+
+
+def test_the_corpus_decoders_fit_the_default_workload():
+    import transformers
+
+    from accel.models.corpus import CORPUS
+    from accel.models.corpus_decoders import DECODERS
+
+    for d in DECODERS:
+        entry = CORPUS[d.name]
+        assert entry.task == "causal-lm" and f"{{0..{d.vocab}}}" in entry.input_spec
+        config = getattr(transformers, d.config_cls)(vocab_size=d.vocab, **d.config)
+        check_fits(GenerateSettings(), config)  # prompt 128 + 64 new fits every context
+    llama = next(d for d in DECODERS if d.name == "hf:tinyllama_1b")
+    assert llama.config["num_hidden_layers"] == 22 and llama.config["hidden_size"] == 2048
