@@ -310,6 +310,7 @@ def test_static_kv_cache_refuses_a_model_without_a_kv_cache(tmp_path):
     assert "static_kv_cache needs a Hugging Face causal language model" in text
 
 
+@pytest.mark.slow
 def test_openvino_int8_weights_generate_without_a_kv_cache(tmp_path):
     pytest.importorskip("nncf")
     steps = [
@@ -329,6 +330,7 @@ def test_openvino_int8_weights_generate_without_a_kv_cache(tmp_path):
 # -- search ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_tokens_per_s_search_gates_on_teacher_forced_logits(tmp_path):
     from accel.search import InProcessExecutor, SearchConfig, run_search
 
