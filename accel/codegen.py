@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from accel.errors import RecipeError
+from accel.generate import script as generate_script
+from accel.generate.settings import is_generate
 from accel.literals import doc_text
 from accel.models.inputs import InputSpec, is_floating
 from accel.models.runtime import runtime_for_file
@@ -563,8 +565,12 @@ def recipe_to_script(recipe: Recipe | dict[str, Any] | str) -> str:
     if train:  # training steps (qat) use train_batches() when the script defines it
         helpers.append(train.strip())
     dims = dict(recipe.benchmark.dims)
+    generation = is_generate(recipe.benchmark)  # each step also generates (accel.generate)
+    if generation:
+        helpers.append(generate_script.HELPERS.strip())
     parts = [
         *_script_header(recipe, spec, imports),
+        *(generate_script.script_constants(recipe.benchmark) if generation else []),
         "",
         "",
         _spec_code(spec),
@@ -606,6 +612,7 @@ def recipe_to_script(recipe: Recipe | dict[str, Any] | str) -> str:
         "baseline_ms = statistics.median(time_rounds(original)[1][0])",
         "print(f\"     {'':<22} {'ref ms':>9} {'p50 ms':>9}  speedup [95% CI]\")",
         "print(f\"  0  {'original':<22} {baseline_ms:>9.3f} {baseline_ms:>9.3f}   1.00x\")",
+        *(generate_script.baseline_lines() if generation else []),
         "torch.manual_seed(SEED)",
         "",
         "\n".join(steps_code),

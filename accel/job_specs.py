@@ -171,6 +171,18 @@ class ProfileJob(ModelJob):
         return self
 
 
+class GenerateJob(ModelJob):
+    """Time a decoder language model generating (``studio profile --generate``)."""
+
+    kind: ClassVar[str] = "generate"
+    prompt_tokens: int = Field(128, ge=1, le=1 << 20, description="prompt length in tokens")
+    new_tokens: int = Field(64, ge=1, le=1 << 20, description="tokens generated")
+    batch: int = Field(1, ge=1, le=4096, description="prompts generated together")
+    rounds: int = Field(5, ge=1, le=10_000, description="timed generations")
+    threads: int | None = Field(None, ge=1, le=4096, description="CPU threads (default: cores)")
+    seed: int = Field(0, ge=0, le=2**63 - 1, description="seed of the prompt's token ids")
+
+
 class AnalyzeJob(ModelJob):
     """Per-layer quantization sensitivity and, with a gate, the layers to keep in float."""
 

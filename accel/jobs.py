@@ -50,6 +50,7 @@ from accel.job_specs import (
     BisectJob,
     DeployJob,
     ExportOnnxJob,
+    GenerateJob,
     GraphDiffJob,
     InspectJob,
     ParityJob,
@@ -158,6 +159,27 @@ def profile(job: ProfileJob, emit: Emit, cancel: CancelCheck) -> ProfileResult:
             cancel=cancel,
         )
     return result
+
+
+@declare_job(GenerateJob, warm=True)
+def generate(job: GenerateJob, emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
+    """A decoder LM generating alone (``accel.generate``): TTFT, TPOT, tokens/s with
+    intervals, weights and KV-cache memory; JSON."""
+    from accel.generate.evaluate import profile_generation
+
+    progress = _progress(emit)
+    progress(0.05, "loading the model")
+    model = job.load()
+    progress(0.3, "generating")
+    bench = job.model_dump(include={"prompt_tokens", "new_tokens", "batch", "rounds", "threads"})
+    prof = profile_generation(model, bench, seed=job.seed)
+    return {
+        "model": model_facts(model),
+        "workload": prof.settings.to_dict(),
+        "kv_cache": prof.figures.kv_cache,
+        "rounds": len(prof.figures.tokens_per_s),
+        "metrics": prof.metrics(),
+    }
 
 
 @declare_job(AnalyzeJob, result=AnalyzeResult.from_dict, warm=True)

@@ -27,6 +27,7 @@ SCHEMA_VERSION = 2
 MAX_TOLERANCE = 1e6
 MAX_DIM = 1_000_000
 MAX_BATCHES = 100_000
+MAX_CONTEXT = 1 << 20  # tokens: generation's prompt_tokens / new_tokens
 MAX_STEPS = 1000
 # Recipe files are small; a larger one is refused before parsing.
 MAX_RECIPE_BYTES = 1 << 20
@@ -97,6 +98,34 @@ class BenchSettings(TimingSettings):
         max_length=64,
         description="symbolic dim values for benchmarking, e.g. {batch: 8}; names of the "
         "input spec's dims only",
+    )
+    # Generation (a decoder language model generating tokens; accel.generate). None means the
+    # default, so recipes that never mention generation keep their stored form.
+    workload: Literal["forward", "generate"] | None = Field(
+        None,
+        description="what is timed: forward (one call on the input spec's sample, default) or "
+        "generate (a decoder LM: time to first token, time per output token, tokens/s)",
+    )
+    prompt_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_CONTEXT,
+        strict=True,
+        description="generate: prompt length in tokens (default 128)",
+    )
+    new_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_CONTEXT,
+        strict=True,
+        description="generate: tokens generated (default 64)",
+    )
+    batch: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        strict=True,
+        description="generate: prompts generated together (default 1)",
     )
 
 

@@ -496,6 +496,25 @@ CORPUS: dict[str, CorpusEntry] = {
 }
 
 
+def _decoder_entries() -> dict[str, CorpusEntry]:
+    from accel.models.corpus_decoders import DECODERS
+
+    return {
+        d.name: CorpusEntry(
+            d.name,
+            d.description,
+            _hf(d.config_cls, d.model_cls, vocab_size=d.vocab, **d.config),
+            _ids(d.vocab),
+            _ids(d.vocab, seq=16),
+            task="causal-lm",
+        )
+        for d in DECODERS
+    }
+
+
+CORPUS.update(_decoder_entries())
+
+
 def corpus_names() -> list[str]:
     return list(CORPUS)
 

@@ -20,6 +20,7 @@ from pydantic import Field
 from accel.errors import PassError
 from accel.layer_patterns import PATTERN_HELP
 from accel.models.calls import bind_dynamic_shapes, bind_inputs
+from accel.passes._openvino_helpers import finish_ov_step
 from accel.passes.base import (
     KEEP_FLOAT,
     STAGE_LOWER,
@@ -160,46 +161,6 @@ def _convert(model: LoadedModel, ctx: PassContext) -> Any:
         raise PassError(
             f"OpenVINO cannot convert the model{what}: {type(exc).__name__}: {first}.{hint}"
         ) from None
-
-
-def finish_ov_step(
-    model: LoadedModel,
-    ov_model: Any,
-    ctx: PassContext,
-    options: dict[str, Any],
-    fmt: str,
-) -> LoadedModel:
-    """Save ``ov_model`` as the step's IR, compile it once (compile time and the precision
-    that really runs go to the step's metrics/details) and return the new model."""
-    from accel.runtimes.openvino.ir import ov_stats, save_ir
-
-    path = save_ir(ov_model, ctx.work_dir / "model.xml")
-    ctx.add_artifact(path, "model")
-    ctx.add_artifact(path.with_suffix(".bin"), "weights")
-    n, size, digest = ov_stats(ov_model, [path, path.with_suffix(".bin")])
-    new = model.replace(
-        kind="openvino",
-        module=None,
-        onnx_path=None,
-        runtime_file=path,
-        providers=None,
-        input_casts={},
-        num_params=n,
-        size_bytes=size,
-        content_hash=digest,
-        format=fmt,
-        session_options=options,
-        channels_last_inputs=False,  # the IR takes its inputs contiguous
-    )
-    t0 = time.perf_counter()
-    compiled, _ = new.session()
-    ctx.metrics["compile_time_s"] = time.perf_counter() - t0
-    hint = compiled.get_property("INFERENCE_PRECISION_HINT")
-    ran = hint.get_type_name() if hasattr(hint, "get_type_name") else str(hint)
-    ctx.details["precision_ran"] = ran
-    ctx.details["threads"] = int(compiled.get_property("INFERENCE_NUM_THREADS"))
-    ctx.details["compile"] = dict(options)
-    return new
 
 
 def _auto_precision(device: str, ctx: PassContext) -> str:

@@ -337,6 +337,11 @@ class WeightOnlyConfig(PassConfig):
 @register_pass
 class QuantizeWeightOnly(Pass):
     name = "quantize_weight_only"
+    # int8 / int4 weights: what decoding (memory-bound) gains from; the generation
+    # objectives seed it (accel.search.generation)
+    search = SearchSpec(
+        stage=STAGE_NUMERIC, params={"bits": Choice((8, 4))}, when=("linear",), exportable=False
+    )
     summary = "Int8 or int4 weights, float activations (torchao); shrinks Linear weights, helps memory-bound inference."
     category = "quantize"
     Config = WeightOnlyConfig

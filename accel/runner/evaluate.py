@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from accel.generate.settings import is_generate
 from accel.parity import ParityReport, Tolerances, compare, normalize_outputs
 from accel.recipe import Recipe, Step
 from accel.runner.artifacts import write_json
@@ -129,6 +130,7 @@ class Baseline:
     metrics: dict[str, float | None]  # size, parameters, accuracy
     timing: StepTiming
     accuracy: float | None = None
+    generation: Any = None  # accel.generate.evaluate.GenerationBaseline (workload: generate)
 
 
 def evaluate_baseline(
@@ -151,12 +153,21 @@ def evaluate_baseline(
     if cancelled():
         return None
     progress(0.5, "benchmarking the original model")
-    timing = measure(original, inputs, recipe, device)
-    metrics = _sizes(original)
+    generation = None
+    if is_generate(recipe.benchmark):
+        from accel.generate.evaluate import generation_baseline
+
+        progress(0.5, "generating with the original model")
+        generation = generation_baseline(original, recipe.benchmark, recipe.seed)
+        timing = generation.timing
+        metrics = {**generation.metrics, **_sizes(original)}
+    else:
+        timing = measure(original, inputs, recipe, device)
+        metrics = _sizes(original)
     acc = accuracy(original, data, recipe)
     if acc is not None:
         metrics["accuracy"] = acc
-    return Baseline(reference, metrics, timing, acc)
+    return Baseline(reference, metrics, timing, acc, generation)
 
 
 @dataclass
@@ -202,9 +213,21 @@ def evaluate_step(
     torch.save(outputs, step_dir / "outputs.pt")
     gates = recipe.gates_for(step)
     report = compare(baseline.reference, outputs, tolerances(gates))
+    generation = None
+    if baseline.generation is not None:  # gated on teacher-forced logits, timed generating
+        from accel.generate.evaluate import evaluate_generation
+
+        progress(0.92, "generating against the original")
+        generation = evaluate_generation(
+            baseline.generation, model, tolerances(gates), recipe.benchmark, cancel
+        )
+        report = generation.parity.report
+        write_json(step_dir / "generation.json", generation.parity.to_dict())
     write_json(step_dir / "parity.json", report.to_dict())
     progress(0.92, "timing against the original")
-    if original_alone is not None:  # too big for both side by side: timed apart
+    if generation is not None:
+        timing = generation.timing
+    elif original_alone is not None:  # too big for both side by side: timed apart
         timing = measure_apart(original_alone, model, inputs, recipe, device, cancel)
     else:
         # The original and this step's model, timed in alternating rounds in this process:
@@ -220,6 +243,8 @@ def evaluate_step(
         )
     metrics = _sizes(model)
     metrics.update(pass_metrics)
+    if generation is not None:
+        metrics.update(generation.metrics)
     ev = StepEvaluation("succeeded" if report.passed else "gate_failed", metrics, report, timing)
     if data.get("eval") is not None:
         acc = accuracy(model, data, recipe)

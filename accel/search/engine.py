@@ -25,6 +25,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from accel.search.generation import (
+    GENERATION_OBJECTIVES,
+    generation_bench,
+    generation_exclusions,
+    generation_seeds,
+)
+from accel.search.generation import PRIMARY as GENERATION_PRIMARY
 from accel.search.runtime_settings import add_runtime_settings
 from accel.search.seeds import Seed, model_family, plan_seeds, size_class
 from accel.search.sensitivity_space import ALLOW as SENSITIVITY
@@ -33,7 +40,7 @@ from accel.timing.result import StepTiming
 
 log = logging.getLogger(__name__)
 
-OBJECTIVES = ("latency", "throughput", "size")
+OBJECTIVES = ("latency", "throughput", "size", *GENERATION_OBJECTIVES)
 # Optuna objective (metric key, direction) per user objective; parity error and size follow.
 _PRIMARY = {
     # Latency as the speedup over the original timed in the same rounds: a latency measured
@@ -41,6 +48,7 @@ _PRIMARY = {
     "latency": ("speedup", "maximize"),
     "throughput": ("throughput", "maximize"),
     "size": ("size_bytes", "minimize"),
+    **GENERATION_PRIMARY,  # tokens_per_s, ttft: ratios against the original, same rounds
 }
 MAX_DUPLICATES = 40  # proposals in a row already tried: the space is exhausted
 
@@ -81,6 +89,8 @@ class SearchConfig:
     bench_min_time_s: float = 0.5
     bench_threads: int | None = None
     bench_dims: dict[str, int] = field(default_factory=dict)
+    # tokens_per_s / ttft objectives: prompt_tokens, new_tokens, batch (accel.generate)
+    generate: dict[str, int] = field(default_factory=dict)
 
     def validate(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -207,7 +217,11 @@ def trial_recipe(
         "seed": config.seed,
         "steps": [dict(s) for s in trial.steps],
         "gates": gates,
-        "benchmark": {"warmup": config.bench_warmup, "iters": config.bench_iters},
+        "benchmark": {
+            "warmup": config.bench_warmup,
+            "iters": config.bench_iters,
+            **generation_bench(config),
+        },
     }
     if config.bench_threads:
         recipe["benchmark"]["threads"] = config.bench_threads
@@ -396,6 +410,7 @@ def trial_spec(config: SearchConfig, number: int, steps: list[dict[str, Any]]) -
             "threads": config.bench_threads,
             "dims": dict(config.bench_dims),
             "concurrent": config.objective == "throughput",
+            **generation_bench(config),
         },
         "data": dict(config.data),
         "cache": {
@@ -452,7 +467,11 @@ def run_search(
     size = size_class(info[3] if len(info) > 3 else None)
     family = model_family(layers)
     seeds = (
-        plan_seeds(space, family, priors=priors, size=size, objective=config.objective)
+        _objective_first(
+            space,
+            plan_seeds(space, family, priors=priors, size=size, objective=config.objective),
+            generation_seeds(config),
+        )
         if config.use_seeds
         else [Seed(())]
     )
@@ -482,6 +501,16 @@ def run_search(
         cache=loop.cache_total,
         model_kind=kind,
     )
+
+
+def _objective_first(
+    space: SearchSpace, seeds: list[Seed], first: tuple[tuple[str, ...], ...]
+) -> list[Seed]:
+    """The objective's own stacks (generation's) right after the original, then the rest."""
+    valid = set(space.chains)
+    known = {s.chain for s in seeds}
+    extra = [Seed(c, {}, "objective") for c in first if c in valid and c not in known]
+    return [*seeds[:1], *extra, *seeds[1:]]
 
 
 def _scores_and_best(
@@ -526,11 +555,13 @@ def _search_space(
         layer_types=layers,
         allow=config.allow,
         include=config.passes,
-        exclude=(*config.exclude, *not_applicable),
+        exclude=(*config.exclude, *not_applicable, *generation_exclusions(config)),
         # the weight-changing steps the user allowed (prune, distill) come on top of
         # max_steps, so they stack onto the best full-length chains
         max_steps=config.max_steps + len({"prune", "distill"} & set(config.allow)),
     )
+    for name, why in generation_exclusions(config).items():
+        space.excluded[name] = why
     for name, why in not_applicable.items():
         space.excluded[name] = f"nothing to do on this model: {why}"
     sensitivity: dict[str, Any] | None = None

@@ -20,7 +20,9 @@ from typing import Any
 
 from accel.errors import AccelError, Cancelled, PassError
 from accel.events import RunFailed, RunFinished, RunStarted, StepFinished, StepStarted
+from accel.generate.settings import is_generate
 from accel.jsonable import jsonable
+from accel.search import generation
 from accel.timing.result import StepTiming
 
 log = logging.getLogger(__name__)
@@ -112,6 +114,7 @@ class _Trial:
         self.timing: StepTiming | None = None  # the last step against the original
         self.last_artifacts: list[dict[str, Any]] = []
         self.t_last = time.perf_counter()
+        self.generation: Any = None  # accel.generate baseline of a generation objective
 
     # -- outcomes ----------------------------------------------------------------------------
     def failed(self, exc: BaseException) -> dict[str, Any]:
@@ -348,6 +351,11 @@ class _Trial:
         from accel.parity import Tolerances, compare, normalize_outputs
 
         gates = self.gates
+        if is_generate(self.bench):  # teacher-forced logits of a generation (accel.generate)
+            report, metrics, reason, self.generation = generation.gate(
+                self.original, self.current, self.bench, gates, self.seed
+            )
+            return report, metrics, reason
         outputs = normalize_outputs(self.current.forward(self.inputs))
         max_drop = gates.get("max_cosine_drop")
         tol = Tolerances(
@@ -382,6 +390,13 @@ class _Trial:
         StepTiming, and the objectives derived from it (speedup, throughput)."""
         from accel.timing import TimingSettings, batch_size, compare_interleaved
 
+        if is_generate(self.bench):
+            found, self.timing = generation.time_against(
+                self.generation, self.current, self.bench, self.cancel
+            )
+            metrics.update(found)
+            metrics["speedup"] = self.timing.speedup
+            return
         comparison = compare_interleaved(
             self.original,
             self.current,

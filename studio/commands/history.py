@@ -277,6 +277,7 @@ def show(args: argparse.Namespace) -> int:
 
 def compare(args: argparse.Namespace) -> int:
     from studio.errors import UserError
+    from studio.generation_columns import compare_cells
 
     if len(args.runs) < 2:
         raise UserError("give at least two runs to compare")
@@ -306,6 +307,11 @@ def compare(args: argparse.Namespace) -> int:
         rows.append([step, "speedup", *cells])
     for (index, pass_name, metric), values in cmp.rows.items():
         step = "original" if index < 0 else f"{index + 1} {pass_name}"
+        gen = compare_cells(cmp.rows, index, pass_name, metric)  # TTFT, TPOT, tokens/s
+        if gen is not None:
+            if gen:
+                rows.append([step, metric, *gen])
+            continue
         rows.append([step, metric, *[fmt_num(v) for v in values]])
     for (index, pass_name), values in cmp.parity.items():
         step = f"{index + 1} {pass_name}"

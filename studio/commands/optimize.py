@@ -15,6 +15,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from studio.commands._generate import add_optimize_arguments, generate_settings
 from studio.tables import TIMING_HEADERS, timing_cells
 
 if TYPE_CHECKING:
@@ -50,7 +51,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="calibration data for static quantization (default: synthetic)",
     )
-    p.add_argument("--objective", default="latency", choices=["latency", "throughput", "size"])
+    p.add_argument(
+        "--objective",
+        default="latency",
+        choices=["latency", "throughput", "size", "tokens_per_s", "ttft"],
+        help="latency/throughput/size of a forward call, or for decoder LMs generating: "
+        "tokens_per_s or ttft (time to first token), gated on teacher-forced logits cosine",
+    )
+    add_optimize_arguments(p)
     p.add_argument("--budget", default="15m", help="wall-time budget: 90s, 15m, 1h (default 15m)")
     p.add_argument("--trials", type=int, default=None, help="stop after N trials")
     p.add_argument(
@@ -155,7 +163,18 @@ def build_config(args: argparse.Namespace) -> Any:
         trial_timeout_s=args.trial_timeout,
         bench_iters=args.iters,
         bench_threads=args.threads,
+        generate=_generate_settings(args),
     )
+
+
+def _generate_settings(args: argparse.Namespace) -> dict[str, int]:
+    from accel.generate.settings import GenerateError
+    from studio.errors import UserError
+
+    try:
+        return generate_settings(args)
+    except GenerateError as exc:
+        raise UserError(str(exc)) from None
 
 
 def trial_row(t: Any) -> list[Any]:

@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from studio.commands._generate import add_arguments as add_generate_arguments
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -46,6 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="allow full unpickling of .pt files (runs code from the file: only for files you trust)",
     )
+    add_generate_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -123,6 +126,10 @@ def run(args: argparse.Namespace) -> int:
     from studio.usecases import model_job, run_boxed
 
     _check(args)
+    if args.generate:
+        from studio.commands._generate import run_generate
+
+        return run_generate(args)
     # The same spec and use case as the studio's Profile action (accel.jobs.profile), plus
     # the benchmark; storing needs the per-layer profile, as the studio stores it.
     spec = model_job(

@@ -97,7 +97,14 @@ class OptimizeDialog(QDialog):
         self.cosine_spin.setValue(0.001)
         self.cosine_spin.setToolTip("parity budget: 1 - the smallest cosine similarity allowed")
         self.objective_combo = QComboBox()
-        self.objective_combo.addItems(["latency", "throughput", "size"])
+        from accel.search.engine import OBJECTIVES  # tokens_per_s, ttft: decoder LMs generating
+
+        self.objective_combo.addItems(list(OBJECTIVES))
+        self.objective_combo.setToolTip(
+            "latency / throughput / size of one forward call; tokens_per_s / ttft: a decoder "
+            "language model generating (prompt 128, 64 new tokens), gated on teacher-forced "
+            "logits cosine"
+        )
         self.budget_spin = QDoubleSpinBox()
         self.budget_spin.setRange(0.1, 24 * 60)
         self.budget_spin.setValue(15.0)

@@ -36,6 +36,7 @@ from accel.events import (
 )
 from accel.timing.result import StepTiming
 from studio.fmt import is_noisy
+from studio.generation_columns import PANEL_HEADERS, has_generation, interval_text, panel_cells
 from studio.report import worst_metric
 from studio.tables import (
     RUN_STEP_HEADERS,
@@ -145,9 +146,10 @@ class RunsView(QWidget):
         )
         self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
 
-        self.table = QTableWidget(0, len(RUN_STEP_HEADERS))
+        headers = [*RUN_STEP_HEADERS, *PANEL_HEADERS]  # generation: TTFT, TPOT, tokens/s
+        self.table = QTableWidget(0, len(headers))
         self.table.setObjectName("stepTable")
-        self.table.setHorizontalHeaderLabels(list(RUN_STEP_HEADERS))
+        self.table.setHorizontalHeaderLabels(headers)
         self.table.verticalHeader().setVisible(False)
         self.table.horizontalHeader().setSectionResizeMode(
             RUN_STEP_HEADERS.index("worst metric"), QHeaderView.ResizeMode.Stretch
@@ -349,7 +351,7 @@ class RunsView(QWidget):
         self._update_buttons()
 
     def _fill_table(self, e: RunEntry | None) -> None:
-        rows: list[list[str]] = []
+        rows: list[list[Any]] = []  # cell text, or (text, tooltip) for generation cells
         noisy: dict[int, str] = {}  # row -> why its speedup is not to be relied on
         if e is not None:
             b = e.baseline
@@ -364,6 +366,7 @@ class RunsView(QWidget):
                         "",
                         b.get("accuracy"),
                     )
+                    + panel_cells(b)
                 )
             for ev in e.steps:
                 m = ev.metrics or {}
@@ -379,11 +382,15 @@ class RunsView(QWidget):
                         worst_metric(ev.parity or {}, ", ") or (ev.error or ""),
                         m.get("accuracy"),
                     )
+                    + panel_cells(m)
                 )
         self.table.setRowCount(len(rows))
         for r, row in enumerate(rows):
-            for c, text in enumerate(row):
+            for c, cell in enumerate(row):
+                text, tip = cell if isinstance(cell, tuple) else (cell, "")
                 it = QTableWidgetItem(text)
+                if tip:
+                    it.setToolTip(tip)
                 if c == PARITY_COL:
                     it.setForeground(
                         _color(
@@ -392,7 +399,7 @@ class RunsView(QWidget):
                             )
                         )
                     )
-                if c in NUMBER_COLS:
+                if c in NUMBER_COLS or c >= len(RUN_STEP_HEADERS):
                     it.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 if c == SPEEDUP_COL and r in noisy:
                     it.setForeground(_color("#d08020"))
@@ -465,6 +472,7 @@ def _step_line(ev: StepFinished) -> str:
     return (
         f"step {ev.index + 1} {ev.pass_name}: {_verdict(ev)}, "
         f"p50 {p50_cell(t)} ms (original {ref_cell(t)} ms), speedup {speedup_cell(t)}"
+        + (f", {interval_text(ev.metrics or {})}" if has_generation(ev.metrics or {}) else "")
         + (f" (noisy: {_noise_reason(ev)})" if is_noisy(t) else "")
         + (f" — {ev.error}" if ev.error else "")
     )

@@ -1,0 +1,56 @@
+"""Generation figures as the one typed timing result (``accel.timing.StepTiming``).
+
+A generating row's latency is milliseconds per generated token over the whole generation
+(prefill included, i.e. 1000 / tokens/s per round); its speedup is the tokens/s ratio, the
+median of the paired alternating rounds. Like every comparison's, the interval holds the
+ratio of the two p50s, so a row cannot contradict itself.
+"""
+
+from __future__ import annotations
+
+from accel.generate.timing import GenerationComparison, GenerationFigures, median_interval
+from accel.timing.result import BASELINE, INTERLEAVED, Latency, StepTiming
+
+NOTE = (
+    "generation: ms per generated token over the whole generation (prefill included); "
+    "speedup = tokens/s ratio, median of paired alternating rounds"
+)
+
+
+def token_latency(figures: GenerationFigures) -> Latency | None:
+    """Milliseconds per generated token, per round: their median with its interval."""
+    ms = [1000.0 / t for t in figures.tokens_per_s if t > 0]
+    if not ms:
+        return None
+    iv = median_interval(ms)
+    return Latency(p50_ms=iv.value, low_ms=iv.low, high_ms=iv.high, samples=len(ms))
+
+
+def baseline_timing(figures: GenerationFigures) -> StepTiming | None:
+    """The original's own generating row."""
+    latency = token_latency(figures)
+    if latency is None:
+        return None
+    rounds = len(figures.tokens_per_s)
+    return StepTiming(BASELINE, latency, rounds=rounds, noisy=figures.noisy, note=NOTE)
+
+
+def comparison_timing(cmp: GenerationComparison) -> StepTiming:
+    """A step generating against the original in alternating rounds."""
+    ref, step = token_latency(cmp.reference), token_latency(cmp.candidate)
+    iv = cmp.ratio("tokens_per_s")
+    low, high = iv.low, iv.high
+    if ref is not None and step is not None and step.p50_ms > 0:
+        ratio = ref.p50_ms / step.p50_ms
+        low, high = min(low, ratio), max(high, ratio)
+    return StepTiming(
+        INTERLEAVED,
+        ref,
+        step,
+        speedup=iv.value,
+        speedup_low=low,
+        speedup_high=high,
+        rounds=len(cmp.candidate.tokens_per_s),
+        noisy=cmp.noisy,
+        note=NOTE,
+    )

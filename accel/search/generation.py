@@ -1,0 +1,107 @@
+"""The search's generation objectives (``tokens_per_s``, ``ttft``): what a trial gates on
+(teacher-forced logits cosine against the original's continuation, accel.generate) and what
+it times (both models generating in alternating rounds). Passes that leave torch are not
+searched for these objectives: their models run here without a KV cache (no stateful
+export), recomputing the whole sequence for every token."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accel.parity import ParityReport, Tolerances
+from accel.timing.result import StepTiming
+
+GENERATION_OBJECTIVES = ("tokens_per_s", "ttft")
+PRIMARY = {
+    "tokens_per_s": ("tokens_per_s_ratio", "maximize"),
+    "ttft": ("ttft_speedup", "maximize"),
+}
+NO_KV_CACHE = (
+    "leaves torch: the exported model runs without a KV cache here (each token recomputes the "
+    "sequence), so it cannot win a generation objective"
+)
+
+
+# Stacks tried first for a generation objective: the decode step compiled with a static KV
+# cache, on float or on int8 weights, and the weights alone.
+SEEDS = (
+    ("static_kv_cache",),
+    ("quantize_weight_only", "static_kv_cache"),
+    ("quantize_weight_only",),
+)
+
+
+def generation_seeds(config: Any) -> tuple[tuple[str, ...], ...]:
+    return SEEDS if config.objective in GENERATION_OBJECTIVES else ()
+
+
+def generation_bench(config: Any) -> dict[str, Any]:
+    """The trial's (and the best recipe's) benchmark entries for a generation objective."""
+    if config.objective not in GENERATION_OBJECTIVES:
+        return {}
+    return {"workload": "generate", **dict(getattr(config, "generate", None) or {})}
+
+
+def generation_exclusions(config: Any) -> dict[str, str]:
+    """Pass name -> why it is not searched for a generation objective."""
+    if config.objective not in GENERATION_OBJECTIVES:
+        return {}
+    from accel.passes import list_passes
+
+    return {
+        cls.name: NO_KV_CACHE
+        for cls in list_passes(include_test=True)
+        if cls.search is not None and cls.output_kind is not None  # moves it to another runtime
+    }
+
+
+def gate(
+    original: Any, current: Any, bench: dict[str, Any], gates: dict[str, Any], seed: int
+) -> tuple[ParityReport, dict[str, float | None], str | None, Any]:
+    """Teacher-forced parity of ``current`` on the original's greedy continuation; returns
+    the report, the metrics (``cosine_drop`` from the teacher-forced logits), the gate's
+    reason to fail (None: passed) and the baseline to time with."""
+    from accel.generate.decoders import decoder_for
+    from accel.generate.evaluate import generation_baseline, weights_bytes
+    from accel.generate.parity import compare_generation_parity
+
+    base = generation_baseline(original, {**bench, "rounds": 1}, seed, timed=False)
+    max_drop = gates.get("max_cosine_drop")
+    tol = Tolerances(
+        rtol=float(gates.get("rtol", 1e-3)),
+        atol=float(gates.get("atol", 1e-4)),
+        min_cosine=None if max_drop is None else 1.0 - float(max_drop),
+    )
+    decoder = decoder_for(current, base.settings.total_tokens)
+    parity = compare_generation_parity(base.tokens, base.logits, decoder, base.prompt, tol)
+    cos = parity.report.worst().get("min_cosine")
+    metrics: dict[str, float | None] = {
+        **parity.metrics(),
+        "cosine_drop": None if cos is None else max(0.0, 1.0 - float(cos)),
+        "max_abs": parity.report.worst().get("max_abs"),
+        "size_bytes": float(weights_bytes(current)),
+    }
+    reason = None if parity.passed else f"parity: {parity.report.first_failure}"
+    return parity.report, metrics, reason, base
+
+
+def time_against(
+    base: Any, current: Any, bench: dict[str, Any], cancel: Any
+) -> tuple[dict[str, float | None], StepTiming]:
+    """Both models generating in alternating rounds: TTFT, TPOT, tokens/s and the ratios,
+    and the row's StepTiming (speedup: the tokens/s ratio)."""
+    from accel.generate.decoders import decoder_for
+    from accel.generate.evaluate import rounds_of
+    from accel.generate.step_timing import comparison_timing
+    from accel.generate.timing import compare_generation
+
+    decoder = decoder_for(current, base.settings.total_tokens)
+    cmp = compare_generation(
+        base.decoder,
+        decoder,
+        base.prompt,
+        base.settings.new_tokens,
+        rounds_of(bench),
+        cancel=cancel,
+    )
+    return cmp.metrics(), comparison_timing(cmp)
