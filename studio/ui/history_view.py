@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, QTimer
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QCheckBox,
     QComboBox,
     QFileDialog,
     QHBoxLayout,
@@ -29,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.fmt import fmt_ms, fmt_speedup
+from studio.ui.delete_dialog import confirm_delete_box
 from studio.ui.history_columns import sort_rows
 from studio.ui.history_searches import SearchesView
 from studio.ui.serve_results import ServeResultsView
@@ -126,8 +126,13 @@ class RunTableModel(QAbstractTableModel):
         return len(self.COLUMNS)
 
     def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
-        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
+        if orientation != Qt.Orientation.Horizontal:
+            return None
+        if role == Qt.ItemDataRole.DisplayRole:
             return self.COLUMNS[section]
+        if role == Qt.ItemDataRole.InitialSortOrderRole:  # a first click: the best first
+            best_high = self.COLUMNS[section] in ("speedup [95% CI]", "created")
+            return Qt.SortOrder.DescendingOrder if best_high else Qt.SortOrder.AscendingOrder
         return None
 
     def flags(self, index):
@@ -392,6 +397,20 @@ class HistoryView(QWidget):
             else:
                 self.repo.update_run(rid, add_tags=[tag])
         self.reload()
+        self.select_runs(ids)  # the tagged runs stay selected
+
+    def select_runs(self, run_ids: list[str]) -> None:
+        """Select the rows of ``run_ids`` (those loaded), as after a click on each."""
+        from PySide6.QtCore import QItemSelection, QItemSelectionModel
+
+        wanted = set(run_ids)
+        selection = QItemSelection()
+        for row, r in enumerate(self.model.rows):
+            if r.id in wanted:
+                selection.select(self.model.index(row, 0), self.model.index(row, 0))
+        flags = QItemSelectionModel.SelectionFlag.ClearAndSelect
+        flags |= QItemSelectionModel.SelectionFlag.Rows
+        self.table.selectionModel().select(selection, flags)
 
     def delete_selected(self, confirm: bool = True, delete_files: bool | None = None) -> None:
         """Delete the selected runs after asking (naming them; Cancel is the default, so a
@@ -400,50 +419,19 @@ class HistoryView(QWidget):
         if not ids:
             return
         if confirm:
-            box, files = self._confirm_delete_box(ids)
-            if box.exec() != QMessageBox.StandardButton.Yes:
+            box, files = confirm_delete_box(self, ids, self.model.rows)
+            answer = box.exec()
+            delete_files = files.isChecked()
+            box.deleteLater()
+            if answer != QMessageBox.StandardButton.Yes:
                 self.state.status.emit("nothing deleted")
                 return
-            delete_files = files.isChecked()
         for rid in ids:
             self.repo.delete_run(rid, delete_files=bool(delete_files))
         what = "and their files " if delete_files else ""
         self.state.status.emit(f"deleted {len(ids)} run(s) {what}from the history")
         self.state.runsDeleted.emit(list(ids))
         self.reload()
-
-    def _confirm_delete_box(self, ids: list[str]) -> tuple[QMessageBox, QCheckBox]:
-        rows = {r.id: r for r in self.model.rows}
-        names = []
-        for rid in ids[:8]:
-            r = rows.get(rid)
-            label = (getattr(r, "name", "") or getattr(r, "model_source", "") or "") if r else ""
-            names.append(f"{rid[:8]} {label}".strip())
-        more = f"\n… and {len(ids) - 8} more" if len(ids) > 8 else ""
-        box = QMessageBox(
-            QMessageBox.Icon.Warning,
-            "Delete runs",
-            f"Delete {len(ids)} run(s) from the history?\n\n" + "\n".join(names) + more,
-            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
-            self,
-        )
-        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
-        box.setEscapeButton(QMessageBox.StandardButton.Cancel)
-        box.button(QMessageBox.StandardButton.Yes).setText(f"Delete {len(ids)} run(s)")
-        files = QCheckBox("also delete their artifact files (models, ONNX files, reports)")
-        box.setCheckBox(files)
-
-        def explain(on: bool) -> None:
-            box.setInformativeText(
-                "Their run folders (models, ONNX files, reports) are deleted from disk too; "
-                "this cannot be undone."
-                if on
-                else "Only the history entries go; the run folders stay on disk."
-            )
-
-        files.toggled.connect(explain)
-        explain(False)
-        return box, files
 
     def export_selected(self, fmt_: str, path: str | None = None) -> str | None:
         ids = self.selected_ids()

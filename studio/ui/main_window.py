@@ -172,6 +172,7 @@ class MainWindow(WindowActions, WindowStatus, WindowModels, WindowRecipe, QMainW
         self._make_menus()
         self._make_toolbar()
         self._make_status_bar()
+        self._wire_run_action()
 
         state.status.connect(lambda msg: self.statusBar().showMessage(msg, 8000))
         from studio.ui.slots import report_slot_errors

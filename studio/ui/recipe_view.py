@@ -58,6 +58,7 @@ class RecipeView(RecipeEditsMixin, QWidget):
     """Build a recipe by clicking passes; edit, reorder, save, export, run."""
 
     runRequested = Signal()
+    runnableChanged = Signal(bool, str)  # can the recipe run now; the Run button's tooltip
 
     def __init__(self, state, services, parent: QWidget | None = None):
         super().__init__(parent)
@@ -320,6 +321,7 @@ class RecipeView(RecipeEditsMixin, QWidget):
         else:
             tip = "add at least one step to run"
         self.btn_run.setToolTip(tip)
+        self.runnableChanged.emit(self.btn_run.isEnabled(), tip)
 
     def _start_form(self) -> str | None:
         """The loaded model's form (accel.plan.start_form: from its source or kind)."""
@@ -413,18 +415,20 @@ class RecipeView(RecipeEditsMixin, QWidget):
         recipe = self.state.recipe
         return placement(recipe.steps, name, self._start_form(), recipe.device).index
 
-    def run(self) -> None:
+    def run(self) -> bool:
+        """Run the recipe when it can run (the Run button's check); False: not run, the
+        status bar says why."""
         # Ctrl+R does not move the focus: commit what is typed in the forms first.
         for form in (self._form, self.gates_form, self.bench_form):
             if form is not None:
                 form.commit()
         self._update_run_button()
         if not self.btn_run.isEnabled():
-            if self.problem.text():
-                self.state.status.emit("not run: " + self.problem.text().splitlines()[0])
-            return
+            self.state.status.emit("not run: " + self.btn_run.toolTip().removeprefix("fix first: "))
+            return False
         self.runRequested.emit()
         self.services.run_recipe(self.state.recipe)
+        return True
 
 
 def _scroll(w: QWidget) -> QScrollArea:

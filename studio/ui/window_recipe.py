@@ -16,12 +16,30 @@ class WindowRecipe:
             self.docks["profile"].raise_()
 
     def run_recipe(self) -> None:
-        if not self.state.recipe.steps:
-            self.statusBar().showMessage(
-                "the recipe has no steps: add some in the Recipe panel", 8000
-            )
-        self.services.run_recipe()
-        self.docks["runs"].raise_()
+        """Run through the Recipe panel, whose check (accel.plan's pre-flight problems, the
+        forms' errors, an empty recipe) refuses what cannot run, saying why."""
+        panel = self.panels.get("recipe")
+        if hasattr(panel, "run"):
+            if panel.run():
+                self.docks["runs"].raise_()
+            return
+        self.statusBar().showMessage("not run: the Recipe panel could not be loaded", 8000)
+
+    def _wire_run_action(self) -> None:
+        """Recipe ▸ Run, the toolbar's Run and Ctrl+R are enabled when the panel's Run
+        button is; disabled, their tooltip and status tip say why."""
+        panel = self.panels.get("recipe")
+        if not hasattr(panel, "runnableChanged"):
+            self._run_state(False, "the Recipe panel could not be loaded")
+            return
+        panel.runnableChanged.connect(self._run_state)
+        self._run_state(panel.btn_run.isEnabled(), panel.btn_run.toolTip())
+
+    def _run_state(self, ok: bool, why: str) -> None:
+        self.act_run.setEnabled(ok)
+        tip = "Run the recipe in a worker (Ctrl+R)" if ok else f"Cannot run: {why}"
+        self.act_run.setToolTip(tip)
+        self.act_run.setStatusTip(tip)
 
     def confirm_recipe_code(self, refs: list[str]) -> bool:
         """Ask before a recipe's code is imported and called (SECURITY.md): a recipe file

@@ -1,0 +1,142 @@
+"""Issue 28, the window as a new user tried it: what the offscreen platform can check
+(the crash on Delete itself only shows on a real display: tests/display)."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import QItemSelectionModel, QSettings, Qt, QTimer
+from PySide6.QtWidgets import QApplication, QInputDialog, QMessageBox
+
+
+@pytest.fixture
+def history(qtbot, tmp_path):
+    from studio.state import AppState
+    from studio.store import Repository
+    from studio.ui.history_view import HistoryView
+
+    repo = Repository.open(str(tmp_path / "h.db"))
+    for i in range(3):
+        repo.create_run(model_source="zoo:mlp", name=f"run-{i}", status="succeeded")
+
+    class S:
+        pass
+
+    services = S()
+    services.repo = repo
+    state = AppState()
+    view = HistoryView(state, services)
+    qtbot.addWidget(view)
+    view.resize(1000, 400)
+    view.show()
+    view.reload()
+    view.table.selectionModel().select(
+        view.model.index(0, 0),
+        QItemSelectionModel.SelectionFlag.Select | QItemSelectionModel.SelectionFlag.Rows,
+    )
+    yield state, repo, view
+    repo.close()
+
+
+# -- 1: the check box of the delete question was deleted by Python under the dialog --------
+def test_the_delete_questions_check_box_belongs_to_the_dialog(history):
+    from shiboken6 import Shiboken
+
+    from studio.ui.delete_dialog import confirm_delete_box
+
+    _, _, view = history
+    box, files = confirm_delete_box(view, view.selected_ids(), view.model.rows)
+    assert files.parent() is box
+    assert not Shiboken.ownedByPython(files)  # Python would delete it when its name goes
+    box.deleteLater()
+
+
+# -- 13: Enter never deletes; speedup sorts fastest first; tagging keeps the selection --------
+def test_enter_on_the_focused_delete_button_deletes_nothing(history, qtbot):
+    from PySide6.QtTest import QTest
+
+    _, repo, view = history
+    seen = []
+
+    def press_enter_on_delete():
+        box = QApplication.activeModalWidget()
+        if not isinstance(box, QMessageBox):
+            QTimer.singleShot(20, press_enter_on_delete)
+            return
+        delete = box.button(QMessageBox.StandardButton.Yes)
+        delete.setFocus()
+        seen.append(delete.text())
+        QTest.keyClick(delete, Qt.Key.Key_Return)
+        if box.isVisible():  # Enter did nothing at all: close it so the test ends
+            seen.append("still open")
+            box.reject()
+
+    QTimer.singleShot(0, press_enter_on_delete)
+    qtbot.mouseClick(view.btn_delete, Qt.MouseButton.LeftButton)
+    assert seen == ["Delete 1 run(s)"]  # Enter closed the dialog, with Cancel
+    assert repo.count_runs() == 3
+
+
+def test_the_first_click_on_speedup_sorts_the_fastest_first(history, qtbot):
+    _, _, view = history
+    header = view.table.horizontalHeader()
+    col = view.model.COLUMNS.index("speedup [95% CI]")
+    view.table.scrollTo(view.model.index(0, col))
+    x = header.sectionViewportPosition(col) + header.sectionSize(col) // 2
+    qtbot.mouseClick(header.viewport(), Qt.MouseButton.LeftButton, pos=_point(x, 5))
+    assert view.model.sorted_by == ("speedup [95% CI]", True)  # descending: highest first
+    col = view.model.COLUMNS.index("latency ms")
+    x = header.sectionViewportPosition(col) + header.sectionSize(col) // 2
+    qtbot.mouseClick(header.viewport(), Qt.MouseButton.LeftButton, pos=_point(x, 5))
+    assert view.model.sorted_by == ("latency ms", False)  # ascending: lowest first
+
+
+def _point(x: int, y: int):
+    from PySide6.QtCore import QPoint
+
+    return QPoint(x, y)
+
+
+def test_tagging_keeps_the_selection(history, qtbot, monkeypatch):
+    _, repo, view = history
+    view.table.selectionModel().select(
+        view.model.index(2, 0),
+        QItemSelectionModel.SelectionFlag.Select | QItemSelectionModel.SelectionFlag.Rows,
+    )
+    chosen = view.selected_ids()
+    assert len(chosen) == 2
+    monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("fast", True))
+    qtbot.mouseClick(view.btn_tag, Qt.MouseButton.LeftButton)
+    assert all("fast" in repo.get_run(r).run.tags for r in chosen)
+    assert view.selected_ids() == chosen and view.btn_delete.isEnabled()
+
+
+# -- 4: Run on an empty recipe is disabled, saying why ------------------------------------------
+@pytest.fixture
+def window(qtbot, tmp_path):
+    from studio.services import Services
+    from studio.state import AppState
+    from studio.ui.main_window import MainWindow
+    from tests.ui.test_window_parts import FakePool
+
+    state = AppState()
+    pool = FakePool()
+    services = Services(state, pool=pool, open_store=False)
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    win = MainWindow(state, services, settings=settings)
+    qtbot.addWidget(win)
+    win.pool = pool
+    yield win
+    win.netron_view.release()
+
+
+def test_run_action_on_an_empty_recipe_is_disabled_and_says_why(window, qtbot):
+    assert not window.state.recipe.steps
+    assert not window.act_run.isEnabled()
+    assert "add at least one step" in window.act_run.toolTip()
+    assert "add at least one step" in window.act_run.statusTip()
+    window.run_recipe()  # even called directly: refused, said in the status bar
+    assert window.pool.submitted == []
+    assert "add at least one step" in window.statusBar().currentMessage()
+    window.state.add_step("bf16")
+    assert window.act_run.isEnabled()
+    assert window.act_run.toolTip().startswith("Run the recipe")
