@@ -126,7 +126,9 @@ class RecipeView(RecipeEditsMixin, QWidget):
         steps_box = QWidget()
         sv = QVBoxLayout(steps_box)
         sv.setContentsMargins(0, 0, 0, 0)
-        sv.addWidget(QLabel("<b>Steps</b> (checked = enabled, drag to reorder)"))
+        steps_label = QLabel("<b>Steps</b> (checked = enabled, drag to reorder)")
+        steps_label.setWordWrap(True)  # a narrow dock wraps it, never widens for it
+        sv.addWidget(steps_label)
         sv.addWidget(self.steps, 1)
         sv.addLayout(btns)
 
@@ -180,12 +182,13 @@ class RecipeView(RecipeEditsMixin, QWidget):
 
         # -- toolbar ---------------------------------------------------------------------
         bar = QHBoxLayout()
-        self.btn_open = QPushButton("Open…")
-        on_click(self.btn_open.clicked, self.open_recipe)
-        self.btn_save = QPushButton("Save…")
-        on_click(self.btn_save.clicked, self.save_recipe)
-        self.btn_script = QPushButton("Export script…")
-        on_click(self.btn_script.clicked, self.export_script)
+        # Compact buttons (no 80 px minimum each): the bar fits a 1024 px wide window.
+        self.btn_new = self._tool("New", "Start a new, empty recipe for this model", self.new)
+        self.btn_open = self._tool("Open…", "Open a recipe file", self.open_recipe)
+        self.btn_save = self._tool("Save…", "Save the recipe as a file", self.save_recipe)
+        self.btn_script = self._tool(
+            "Export script…", "Export the recipe as a Python script", self.export_script
+        )
         self.btn_run = QPushButton("Run")
         self.btn_run.setObjectName("runButton")
         self.btn_run.setToolTip("Run the recipe in a worker (Ctrl+R)")
@@ -198,7 +201,7 @@ class RecipeView(RecipeEditsMixin, QWidget):
         self.problem = QLabel()
         self.problem.setStyleSheet("color: #d03030;")
         self.problem.setWordWrap(True)
-        for b in (self.btn_open, self.btn_save, self.btn_script):
+        for b in (self.btn_new, self.btn_open, self.btn_save, self.btn_script):
             bar.addWidget(b)
         bar.addStretch(1)
         bar.addWidget(self.btn_run)
@@ -209,7 +212,7 @@ class RecipeView(RecipeEditsMixin, QWidget):
             (self.palette.fontMetrics().horizontalAdvance(n) for n in self._passes), default=0
         )
         self.palette.setMinimumWidth(max(170, widest + 56))
-        self.steps.setMinimumWidth(170)
+        self.steps.setMinimumWidth(140)
         top = QSplitter()
         top.addWidget(pal_box)
         top.addWidget(steps_box)
@@ -414,6 +417,14 @@ class RecipeView(RecipeEditsMixin, QWidget):
         """Where accel.plan puts a new ``name`` step: None appends (see ``placement``)."""
         recipe = self.state.recipe
         return placement(recipe.steps, name, self._start_form(), recipe.device).index
+
+    def new(self) -> None:
+        """A new, empty recipe for the open model (the steps' panel buttons stay put)."""
+        from studio.state import default_recipe
+
+        fresh = default_recipe(self.state.recipe.model.source)
+        self.state.set_recipe(fresh.model_copy(update={"model": self.state.recipe.model}))
+        self.state.status.emit("new recipe: add steps from the pass palette")
 
     def run(self) -> bool:
         """Run the recipe when it can run (the Run button's check); False: not run, the

@@ -119,3 +119,21 @@ def test_deleting_a_run_from_history_keeps_the_app_alive(xserver, tmp_path):
     assert played.names() == ["started", "delete-asked", "run-deleted", "before-close", "closed"]
     assert played.returncode == 0 and not any(s in played.stderr for s in CRASH_SIGNS), played.why()
     assert played.step("run-deleted")["runs"] == 2
+
+
+@pytest.mark.parametrize(
+    "size", [(1024, 700), (1366, 768), (1920, 1080)], ids="{0[0]}x{0[1]}".format
+)
+def test_the_first_window_fits_the_screen_and_shows_run(xserver, tmp_path, size):
+    server = xserver(*size)
+    played = play(server, "layout", tmp_path / "layout")
+    got = played.step("layout")
+    sx, sy, sw, sh = got["screen"]
+    fx, fy, fw, fh = got["frame"]
+    assert fx >= sx and fy >= sy and fx + fw <= sx + sw and fy + fh <= sy + sh, got
+    bx, by, bw, bh = got["run_button"]
+    assert got["run_shown"] and got["run_visible"] == [bw, bh], got  # not clipped
+    assert sx <= bx and bx + bw <= sx + sw and sy <= by and by + bh <= sy + sh, got
+    assert got["elided"] == [], got
+    if size[1] >= 768:
+        assert got["palette_rows"] >= 8, got

@@ -140,3 +140,17 @@ def test_run_action_on_an_empty_recipe_is_disabled_and_says_why(window, qtbot):
     window.state.add_step("bf16")
     assert window.act_run.isEnabled()
     assert window.act_run.toolTip().startswith("Run the recipe")
+
+
+# -- 2: the first window and a remembered one fit the screen ------------------------------------
+def test_first_size_and_remembered_geometry_fit_the_screen():
+    from PySide6.QtCore import QRect, QSize
+
+    from studio.ui.window_geometry import clamped, first_size
+
+    laptop = QRect(0, 0, 1366, 768)
+    assert first_size(laptop) == QSize(1366, 768)
+    assert first_size(QRect(0, 0, 1920, 1080)) == QSize(1400, 900)
+    # remembered on a big monitor at (500, 200), opened on the laptop with a 30 px title bar
+    got = clamped(QRect(500, 200, 1400, 930), laptop, QSize(0, 30))
+    assert got == QRect(0, 0, 1366, 738)
