@@ -154,3 +154,57 @@ def test_first_size_and_remembered_geometry_fit_the_screen():
     # remembered on a big monitor at (500, 200), opened on the laptop with a 30 px title bar
     got = clamped(QRect(500, 200, 1400, 930), laptop, QSize(0, 30))
     assert got == QRect(0, 0, 1366, 738)
+
+
+# -- 6, 8: greyed-out passes say why on click; deleting a step moves no button; New recipe ------
+@pytest.fixture
+def recipe_view(qtbot):
+    from studio.state import AppState
+    from studio.ui.recipe_view import RecipeView
+
+    state = AppState()
+    state.set_model("zoo:mlp", {"kind": "torch", "input_spec": "x:float32[batch,1024]"})
+
+    class S:
+        pool = None
+
+    view = RecipeView(state, S())
+    qtbot.addWidget(view)
+    view.resize(480, 640)
+    view.show()
+    messages: list[str] = []
+    state.status.connect(messages.append)
+    yield state, view, messages
+
+
+def test_a_click_on_a_greyed_out_pass_says_why(recipe_view, qtbot):
+    state, view, messages = recipe_view
+    item = view._palette_items["onnxruntime"]
+    assert item.isDisabled()
+    view.palette.scrollToItem(item)
+    pos = view.palette.visualItemRect(item).center()
+    qtbot.mouseClick(view.palette.viewport(), Qt.MouseButton.LeftButton, pos=pos)
+    reason = item.data(0, Qt.ItemDataRole.UserRole + 1)
+    assert reason and reason in view.palette_hint.text()
+    assert messages and reason in messages[-1] and "onnxruntime" in messages[-1]
+    assert reason in item.toolTip(0)
+
+
+def test_deleting_a_step_leaves_the_step_buttons_in_place(recipe_view, qtbot):
+    state, view, _ = recipe_view
+    for name in ("export_onnx", "onnxruntime"):
+        view._add_from_palette(view._palette_items[name])
+    qtbot.wait(50)
+    before = view.btn_remove.mapTo(view, view.btn_remove.rect().topLeft())
+    view.steps.setCurrentRow(0)
+    qtbot.mouseClick(view.btn_remove, Qt.MouseButton.LeftButton)  # onnxruntime now lacks ONNX
+    qtbot.wait(50)
+    assert view.problem.isVisible()  # the banner came
+    assert view.btn_remove.mapTo(view, view.btn_remove.rect().topLeft()) == before
+
+
+def test_new_recipe_starts_empty_for_the_same_model(recipe_view, qtbot):
+    state, view, _ = recipe_view
+    view._add_from_palette(view._palette_items["bf16"])
+    qtbot.mouseClick(view.btn_new, Qt.MouseButton.LeftButton)
+    assert state.recipe.steps == [] and state.recipe.model.source == "zoo:mlp"
