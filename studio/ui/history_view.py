@@ -7,11 +7,10 @@ import datetime as dt
 import logging
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, QTimer
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
-    QFileDialog,
     QHBoxLayout,
     QHeaderView,
     QInputDialog,
@@ -30,6 +29,7 @@ from PySide6.QtWidgets import (
 from studio.fmt import fmt_ms, fmt_speedup
 from studio.ui.delete_dialog import confirm_delete_box
 from studio.ui.history_columns import sort_rows
+from studio.ui.history_export import export_runs
 from studio.ui.history_searches import SearchesView
 from studio.ui.serve_results import ServeResultsView
 from studio.ui.serve_test_dialog import ServeTestButton
@@ -213,6 +213,8 @@ class RunTableModel(QAbstractTableModel):
 class HistoryView(QWidget):
     """All runs, newest first."""
 
+    deployRequested = Signal(str)  # run id: the window asks for the folder and deploys
+
     def __init__(self, state, services, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
@@ -220,6 +222,18 @@ class HistoryView(QWidget):
         self.repo: Store | None = getattr(services, "repo", None)
         self.model = RunTableModel(self.repo, self)
 
+        filters = self._make_filters()
+        self._make_table()
+        actions = self._make_actions_bar(services)
+        self._assemble(state, filters, actions)
+        if self.repo is None:
+            self.count_label.setText("no database: history is unavailable")
+        state.runsChanged.connect(self._debounce.start)
+        self.reload()
+
+    # -- building ----------------------------------------------------------------------------
+    def _make_filters(self) -> QHBoxLayout:
+        """Search text, model, pass, status and period, applied 250 ms after the last edit."""
         self.search = QLineEdit()
         self.search.setPlaceholderText("search names, tags, notes, models, recipes…")
         self.search.setClearButtonEnabled(True)
@@ -246,7 +260,9 @@ class HistoryView(QWidget):
         filters.addWidget(self.pass_edit, 1)
         filters.addWidget(self.status_combo)
         filters.addWidget(self.period_combo)
+        return filters
 
+    def _make_table(self) -> None:
         self.table = QTableView()
         self.table.setObjectName("historyTable")
         self.table.setModel(self.model)
@@ -277,6 +293,8 @@ class HistoryView(QWidget):
         self.table.selectionModel().selectionChanged.connect(lambda *_: self._selection_changed())
         self.table.doubleClicked.connect(self._open_run)
 
+    def _make_actions_bar(self, services) -> QHBoxLayout:
+        """Compare, Tag, Delete, Export, Deploy, Serve test and the run count."""
         self.btn_compare = QPushButton("Compare")
         self.btn_compare.setToolTip("select two or more runs")
         on_click(self.btn_compare.clicked, self.compare_selected)
@@ -284,6 +302,9 @@ class HistoryView(QWidget):
         on_click(self.btn_tag.clicked, self.tag_selected)
         self.btn_delete = QPushButton("Delete…")
         on_click(self.btn_delete.clicked, self.delete_selected)
+        self.btn_deploy = QPushButton("Deploy…")
+        self.btn_deploy.setObjectName("historyDeploy")
+        on_click(self.btn_deploy.clicked, lambda: self.deployRequested.emit(self.selected_ids()[0]))
         self.btn_export = QPushButton("Export…")
         export_menu = QMenu(self)
         for label, fmt_ in (("CSV", "csv"), ("JSON", "json"), ("Markdown report", "md")):
@@ -295,10 +316,13 @@ class HistoryView(QWidget):
         self.serve_test = ServeTestButton(services, self.serve_view, self)
         for b in (self.btn_compare, self.btn_tag, self.btn_delete, self.btn_export):
             actions.addWidget(b)
+        actions.addWidget(self.btn_deploy)
         actions.addWidget(self.serve_test.button)
         actions.addStretch(1)
         actions.addWidget(self.count_label)
+        return actions
 
+    def _assemble(self, state, filters: QHBoxLayout, actions: QHBoxLayout) -> None:
         runs_page = QWidget()
         root = QVBoxLayout(runs_page)
         root.setContentsMargins(2, 2, 2, 2)
@@ -321,10 +345,6 @@ class HistoryView(QWidget):
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         outer.addWidget(self.tabs)
-        if self.repo is None:
-            self.count_label.setText("no database: history is unavailable")
-        state.runsChanged.connect(self._debounce.start)
-        self.reload()
 
     # -- data ------------------------------------------------------------------------------
     def current_filter(self):
@@ -357,16 +377,29 @@ class HistoryView(QWidget):
         return self.model.run_ids(rows)
 
     def _selection_changed(self) -> None:
-        self._update_buttons()
         ids = self.selected_ids()
+        current = getattr(self.state, "current_run_id", None)
+        if len(ids) == 1 and ids[0] != current and hasattr(self.state, "currentRunChanged"):
+            # One run picked: it is the current run (Recipe ▸ Deploy / Serve test follow).
+            self.state.current_run_id = ids[0]
+            self.state.currentRunChanged.emit(ids[0])
+        self._update_buttons()
         self.serve_view.show_run(ids[0] if len(ids) == 1 else None)
         self.serve_test.set_runs(ids)
 
     def _update_buttons(self) -> None:
-        n = len(self.selected_ids())
+        from studio.serve_test import deploy_unavailable_reason
+
+        ids = self.selected_ids()
+        n = len(ids)
         self.btn_compare.setEnabled(n >= 2)
         for b in (self.btn_tag, self.btn_delete, self.btn_export):
             b.setEnabled(n >= 1)
+        why = deploy_unavailable_reason(self.repo, ids[0] if n == 1 else None)
+        self.btn_deploy.setEnabled(why is None)
+        self.btn_deploy.setToolTip(
+            why or "write a Triton model repository for this run's final model"
+        )
 
     # -- actions ---------------------------------------------------------------------------
     def compare_selected(self) -> None:
@@ -435,26 +468,9 @@ class HistoryView(QWidget):
 
     def export_selected(self, fmt_: str, path: str | None = None) -> str | None:
         ids = self.selected_ids()
-        if not ids:
-            return None
-        from studio import report
-
-        details = [self.repo.get_run(r) for r in ids]
-        text = {
-            "csv": report.runs_to_csv,
-            "json": report.runs_to_json,
-            "md": report.runs_to_markdown,
-        }[fmt_](details)
-        if path is None:
-            filters = {"csv": "CSV (*.csv)", "json": "JSON (*.json)", "md": "Markdown (*.md)"}
-            path, _ = QFileDialog.getSaveFileName(
-                self, "Export runs", f"runs.{fmt_}", filters[fmt_]
-            )
-        if not path:
-            return None
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        self.state.status.emit(f"exported {len(ids)} run(s) to {path}")
+        path = export_runs(self, self.repo, ids, fmt_, path) if ids else None
+        if path:
+            self.state.status.emit(f"exported {len(ids)} run(s) to {path}")
         return path
 
     def _open_run(self, index) -> None:

@@ -28,12 +28,37 @@ class WindowRecipe:
     def _wire_run_action(self) -> None:
         """Recipe ▸ Run, the toolbar's Run and Ctrl+R are enabled when the panel's Run
         button is; disabled, their tooltip and status tip say why."""
+        history = self.panels.get("history")
+        if hasattr(history, "deployRequested"):
+            history.deployRequested.connect(lambda _run_id: self.deploy_run())
         panel = self.panels.get("recipe")
         if not hasattr(panel, "runnableChanged"):
             self._run_state(False, "the Recipe panel could not be loaded")
             return
         panel.runnableChanged.connect(self._run_state)
         self._run_state(panel.btn_run.isEnabled(), panel.btn_run.toolTip())
+
+    def _sync_run_actions(self, run_id: str) -> None:
+        """Deploy and Serve test follow the current run (a History selection too): enabled
+        when it can be deployed / served here, else their tooltip and status tip say why."""
+        from studio.serve_test import deploy_unavailable_reason, unavailable_reason
+
+        repo = getattr(self.services, "repo", None)
+        for act, why, tip in (
+            (
+                self.act_deploy,
+                deploy_unavailable_reason(repo, run_id),
+                "Write a Triton model repository for the selected run's final model",
+            ),
+            (
+                self.act_serve_test,
+                unavailable_reason(repo, run_id),
+                "Serve the selected run's model with Triton on 127.0.0.1 under concurrent clients",
+            ),
+        ):
+            act.setEnabled(why is None)
+            act.setToolTip(tip if why is None else f"Unavailable: {why}")
+            act.setStatusTip(tip if why is None else f"Unavailable: {why}")
 
     def _run_state(self, ok: bool, why: str) -> None:
         self.act_run.setEnabled(ok)

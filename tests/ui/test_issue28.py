@@ -208,3 +208,54 @@ def test_new_recipe_starts_empty_for_the_same_model(recipe_view, qtbot):
     view._add_from_palette(view._palette_items["bf16"])
     qtbot.mouseClick(view.btn_new, Qt.MouseButton.LeftButton)
     assert state.recipe.steps == [] and state.recipe.model.source == "zoo:mlp"
+
+
+# -- 7: Deploy / Serve test follow a History selection after a restart; History has Deploy -------
+@pytest.fixture
+def restarted(qtbot, tmp_path):
+    """A window opened on a database that already holds a deployable run and a failed one."""
+    from studio.services import Services
+    from studio.state import AppState
+    from studio.store import Repository
+    from studio.ui.main_window import MainWindow
+    from tests.ui.test_serve_test_dialog import _record_run
+
+    repo = Repository.open(str(tmp_path / "studio.db"))
+    good = _record_run(repo, tmp_path, "exported", "onnx", "export_onnx", tmp_path / "m.onnx")
+    bad = repo.create_run(model_source="zoo:mlp", name="broke", status="failed").id
+    repo.close()
+    state = AppState()
+    services = Services(state, db=str(tmp_path / "studio.db"))
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    win = MainWindow(state, services, settings=settings)
+    qtbot.addWidget(win)
+    yield win, good, bad
+    services.shutdown()
+    win.netron_view.release()
+
+
+def _click_run(qtbot, history, run_id):
+    row = next(i for i, r in enumerate(history.model.rows) if r.id == run_id)
+    rect = history.table.visualRect(history.model.index(row, 2))
+    qtbot.mouseClick(history.table.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+
+
+def test_deploy_follows_the_history_selection_and_says_why(restarted, qtbot, monkeypatch):
+    win, good, bad = restarted
+    history = win.panels["history"]
+    win.show()
+    assert not win.act_deploy.isEnabled() and "select one succeeded run" in win.act_deploy.toolTip()
+    _click_run(qtbot, history, bad)
+    assert not win.act_deploy.isEnabled() and "failed" in win.act_deploy.statusTip()
+    assert not history.btn_deploy.isEnabled() and "failed" in history.btn_deploy.toolTip()
+    _click_run(qtbot, history, good)
+    assert win.state.current_run_id == good
+    assert win.act_deploy.isEnabled() and history.btn_deploy.isEnabled()
+    deployed = []
+    monkeypatch.setattr(win.services, "deploy_triton", lambda rid, out, force: deployed.append(rid))
+    import studio.ui.window_recipe as wr
+
+    out = str(win.services.runs_root())  # any folder; the deploy itself is recorded only
+    monkeypatch.setattr(wr.QFileDialog, "getExistingDirectory", lambda *a, **k: out + "/triton")
+    qtbot.mouseClick(history.btn_deploy, Qt.MouseButton.LeftButton)
+    assert deployed == [good]
