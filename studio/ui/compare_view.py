@@ -67,6 +67,22 @@ class CompareView(QDialog):
         for w in getattr(self, "plots", ()):
             plot_theme.style_plot(w, self.palette())
 
+    def _step_numbers(self, place: int) -> str:
+        """Each run's own number of the step at aligned ``place`` ("2 | 1": run A's step 2
+        and run B's step 1; "–": that run has no step there); one number when all agree."""
+        placed = self.comparison.positions
+        if not placed or place < 0:  # the original model (the baseline) is step 0 of all
+            numbers = [str(place + 1)]
+        else:
+            numbers = []
+            for run in placed:
+                own = [index for index, p in run.items() if p == place]
+                numbers.append(str(own[0] + 1) if own else "–")
+        text = numbers[0] if len(set(numbers)) == 1 else " | ".join(numbers)
+        self._place = getattr(self, "_place", {})
+        self._place[text] = place
+        return text
+
     def _metrics_table(self) -> QTableWidget:
         keys = [
             "latency_p50_ms",
@@ -89,19 +105,22 @@ class CompareView(QDialog):
                         if (index, pass_name, k) in cmp:
                             m[k] = cmp[(index, pass_name, k)][i]
                     cells.append(fmt_speedup(m))
-                rows.append((f"{index + 1}. {pass_name} · speedup [95% CI]", cells))
+                rows.append((f"{self._step_numbers(index)}. {pass_name} · speedup [95% CI]", cells))
                 continue
             rows.append(
-                (f"{index + 1}. {pass_name} · {metric}", [fmt_metric(metric, v) for v in values])
+                (
+                    f"{self._step_numbers(index)}. {pass_name} · {metric}",
+                    [fmt_metric(metric, v) for v in values],
+                )
             )
         for (index, pass_name), verdicts in self.comparison.parity.items():
             rows.append(
                 (
-                    f"{index + 1}. {pass_name} · parity",
+                    f"{self._step_numbers(index)}. {pass_name} · parity",
                     [parity_verdict(v) for v in verdicts],
                 )
             )
-        rows.sort(key=lambda r: (int(r[0].split(".", 1)[0]), r[0]))  # 2. before 10.
+        rows.sort(key=lambda r: (self._place[r[0].split(".", 1)[0]], r[0]))  # aligned order
         t = QTableWidget(len(rows), len(self.details))
         t.setObjectName("compareTable")
         t.setHorizontalHeaderLabels([d.run.id[:8] for d in self.details])
@@ -152,7 +171,9 @@ class CompareView(QDialog):
         # Whole-number ticks named after the passes; steps are aligned by pass (a recipe
         # without a step leaves a gap there instead of shifting the rest).
         slots = self.comparison.slots
-        ticks = [(0, "original")] + [(x + 1, f"{x + 1}. {name}") for x, name in enumerate(slots)]
+        ticks = [(0, "original")] + [
+            (x + 1, f"{self._step_numbers(x)}. {name}") for x, name in enumerate(slots)
+        ]
         w.getAxis("bottom").setTicks([ticks])
         # Room left and right, or the axis drops the first and last step names.
         w.setXRange(-0.4, len(slots) + 0.4, padding=0)

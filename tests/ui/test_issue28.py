@@ -259,3 +259,39 @@ def test_deploy_follows_the_history_selection_and_says_why(restarted, qtbot, mon
     monkeypatch.setattr(wr.QFileDialog, "getExistingDirectory", lambda *a, **k: out + "/triton")
     qtbot.mouseClick(history.btn_deploy, Qt.MouseButton.LeftButton)
     assert deployed == [good]
+
+
+# -- 9: Compare keeps each run's own step numbers -----------------------------------------------
+def test_compare_shows_each_runs_own_step_numbers(qtbot, tmp_path):
+    import pyqtgraph as pg
+    from PySide6.QtWidgets import QTableWidget
+
+    from studio.ui.compare_view import CompareView
+    from tests.ui.test_compare_history_theme import _step, _store
+
+    # A: fold_batchnorm → export_onnx → onnxruntime; B: export_onnx → quantize_onnx_dynamic
+    a = [
+        _step(0, "fold_batchnorm", 9.0),
+        _step(1, "export_onnx", 8.0),
+        _step(2, "onnxruntime", 5.0),
+    ]
+    b = [_step(0, "export_onnx", 7.0), _step(1, "quantize_onnx_dynamic", 3.0)]
+    repo, ids = _store(tmp_path / "c.db", [("a", a), ("b", b)])
+    view = CompareView(repo, ids)
+    qtbot.addWidget(view)
+    table = view.findChild(QTableWidget, "compareTable")
+    labels = [table.verticalHeaderItem(i).text() for i in range(table.rowCount())]
+    heads = {label.split(" · ")[0] for label in labels} - {"0. baseline"}
+    assert heads == {
+        "1 | –. fold_batchnorm",
+        "2 | 1. export_onnx",  # A's step 2 beside B's step 1, on one row
+        "3 | –. onnxruntime",
+        "– | 2. quantize_onnx_dynamic",  # B's second step keeps its number 2
+    }
+    assert labels.index(next(x for x in labels if "fold" in x)) == 1  # after the baseline
+    chart = view.findChild(pg.PlotWidget, "latencyChart")
+    ticks = [label for _, label in chart.getAxis("bottom")._tickLevels[0]]
+    assert ticks == ["original"] + sorted(
+        heads, key=lambda h: labels.index(next(x for x in labels if x.startswith(h)))
+    )
+    repo.close()
