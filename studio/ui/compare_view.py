@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -255,8 +256,41 @@ class CompareView(QDialog):
             for p in rows
         ]
         logy = [math.log10(max(p[1], 1e-12)) for p in pts]
-        w.addLegend()
-        # One colour per run, named in the legend.
+        _legend_below(w)
+        self._pareto_runs(w, rows, logy, intervals)
+        # A speedup only beats another when its interval lies wholly above the other's.
+        front = pareto_front([(p[0], p[1]) for p in pts], intervals)
+        self.front = [pts[i] for i in front]
+        w.plot(
+            [pts[i][0] for i in front],
+            [logy[i] for i in front],
+            pen=pg.mkPen("#d62728", width=2, style=Qt.PenStyle.DashLine),
+            symbol="s",
+            symbolBrush="#d62728",
+            symbolSize=12,
+            name="Pareto front",
+        )
+        xs = [iv[0] if iv else p[0] for p, iv in zip(pts, intervals)]
+        xe = [iv[1] if iv else p[0] for p, iv in zip(pts, intervals)]
+        w.setXRange(min(xs) * 0.9, max(xe) * 1.05, padding=0.05)
+        for i in front:
+            label = pg.TextItem(pts[i][2], color="#d62728", anchor=(1, 1))
+            label.setPos(pts[i][0], logy[i])
+            w.addItem(label)
+        # Two runs whose intervals overlap are a tie: no winner is crowned.
+        best = fastest([p[0] for p in pts], intervals)
+        self.fastest = [pts[i][2] for i in best]
+        if len(best) > 1:
+            self.verdict = f"tie for fastest: {', '.join(self.fastest)} (95% intervals overlap)"
+        else:
+            self.verdict = f"fastest: {self.fastest[0]}"
+        # Above the plot, not on it: it covered points (issue 28, 3).
+        w.setTitle(html.escape(self.verdict), color="#d62728")
+        return w
+
+    def _pareto_runs(self, w: pg.PlotWidget, rows: list, logy: list, intervals: list) -> None:
+        """One colour per run, named in the legend: its points and their 95% whiskers."""
+        pts = [(p[0], p[1], p[2]) for p in rows]
         for k, d in enumerate(self.details):
             mine = [i for i, p in enumerate(pts) if p[2].startswith(d.run.id[:8])]
             if not mine:
@@ -286,36 +320,16 @@ class CompareView(QDialog):
                         pen=pg.mkPen(color, width=1.5),
                     )
                 )
-        # A speedup only beats another when its interval lies wholly above the other's.
-        front = pareto_front([(p[0], p[1]) for p in pts], intervals)
-        self.front = [pts[i] for i in front]
-        w.plot(
-            [pts[i][0] for i in front],
-            [logy[i] for i in front],
-            pen=pg.mkPen("#d62728", width=2, style=Qt.PenStyle.DashLine),
-            symbol="s",
-            symbolBrush="#d62728",
-            symbolSize=12,
-            name="Pareto front",
-        )
-        xs = [iv[0] if iv else p[0] for p, iv in zip(pts, intervals)]
-        xe = [iv[1] if iv else p[0] for p, iv in zip(pts, intervals)]
-        w.setXRange(min(xs) * 0.9, max(xe) * 1.05, padding=0.05)
-        for i in front:
-            label = pg.TextItem(pts[i][2], color="#d62728", anchor=(1, 1))
-            label.setPos(pts[i][0], logy[i])
-            w.addItem(label)
-        # Two runs whose intervals overlap are a tie: no winner is crowned.
-        best = fastest([p[0] for p in pts], intervals)
-        self.fastest = [pts[i][2] for i in best]
-        if len(best) > 1:
-            self.verdict = f"tie for fastest: {', '.join(self.fastest)} (95% intervals overlap)"
-        else:
-            self.verdict = f"fastest: {self.fastest[0]}"
-        verdict = pg.TextItem(self.verdict, color="#d62728", anchor=(0, 0))
-        verdict.setPos(min(xs) * 0.9, max(logy) + 0.3)
-        w.addItem(verdict)
-        return w
+
+
+def _legend_below(w: pg.PlotWidget) -> pg.LegendItem:
+    """A legend under the bottom axis, outside the points (pyqtgraph's own sits on them);
+    items named later join it as with ``addLegend``."""
+    item = w.getPlotItem()
+    legend = pg.LegendItem(colCount=3)
+    item.layout.addItem(legend, 4, 1)
+    item.legend = legend
+    return legend
 
 
 def _metrics(r: Any) -> dict[str, Any]:

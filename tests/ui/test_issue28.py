@@ -295,3 +295,27 @@ def test_compare_shows_each_runs_own_step_numbers(qtbot, tmp_path):
         heads, key=lambda h: labels.index(next(x for x in labels if x.startswith(h)))
     )
     repo.close()
+
+
+# -- 3: the Pareto legend and the "fastest" verdict are off the points ----------------------------
+def test_pareto_legend_and_verdict_do_not_cover_the_points(qtbot, tmp_path):
+    import pyqtgraph as pg
+
+    from studio.ui.compare_view import CompareView
+    from tests.ui.test_compare_history_theme import _step, _store
+
+    a = [_step(0, "bf16", 6.0), _step(1, "compile", 4.0)]
+    b = [_step(0, "bf16", 5.0), _step(1, "compile", 3.0)]
+    repo, ids = _store(tmp_path / "c.db", [("a", a), ("b", b)])
+    view = CompareView(repo, ids)
+    qtbot.addWidget(view)
+    view.show()
+    qtbot.wait(50)
+    plot = view.findChild(pg.PlotWidget, "paretoChart").getPlotItem()
+    legend_box = plot.legend.sceneBoundingRect()
+    assert len(plot.legend.items) == 3  # two runs and the front
+    assert not legend_box.intersects(plot.getViewBox().sceneBoundingRect())
+    texts = [i for i in plot.items if isinstance(i, pg.TextItem)]
+    assert not any("fastest" in t.toPlainText() for t in texts)
+    assert "fastest" in plot.titleLabel.text
+    repo.close()
