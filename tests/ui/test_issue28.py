@@ -319,3 +319,24 @@ def test_pareto_legend_and_verdict_do_not_cover_the_points(qtbot, tmp_path):
     assert not any("fastest" in t.toPlainText() for t in texts)
     assert "fastest" in plot.titleLabel.text
     repo.close()
+
+
+# -- 5: an opset the exporter cannot write is refused while typing, said once ---------------------
+def test_an_impossible_opset_is_refused_in_the_form_and_said_once(recipe_view, qtbot):
+    state, view, _ = recipe_view
+    view._add_from_palette(view._palette_items["export_onnx"])
+    view.steps.setCurrentRow(0)
+    editor = view._form.fields["opset"].editor
+    toggle = view._form.fields["opset"].toggle
+    if toggle is not None and not toggle.isChecked():
+        toggle.setChecked(True)
+    editor.setFocus()
+    editor.selectAll() if hasattr(editor, "selectAll") else None
+    qtbot.keyClicks(editor.lineEdit() if hasattr(editor, "lineEdit") else editor, "17")
+    qtbot.keyClick(editor, Qt.Key.Key_Return)
+    error = view._form.fields["opset"].error
+    assert not error.isHidden() and "writes opsets 18 to 23" in error.text()
+    assert state.recipe.steps[0].params.get("opset") is None  # never stored
+    assert not view.btn_run.isEnabled()
+    assert view.problem.text().count("writes opsets 18 to 23") == 1
+    assert "writes opsets 18 to 23" in view.btn_run.toolTip()
