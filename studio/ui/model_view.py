@@ -7,6 +7,7 @@ you type (the error shows inline) and Apply reopens the model with it.
 from __future__ import annotations
 
 import html
+from typing import Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
@@ -121,6 +122,8 @@ class ModelView(QWidget):
         state.profileChanged.connect(self._on_profile)
         if services is not None:
             services.jobFailed.connect(self._on_job_failed)
+            if hasattr(services, "runFinished"):
+                services.runFinished.connect(self._on_run_finished)
         self._on_model()
 
     # -- state -> view --------------------------------------------------------------------
@@ -129,8 +132,22 @@ class ModelView(QWidget):
         self.profile_btn.setEnabled(False)
 
     def _on_failed(self, message: str) -> None:
-        self.status.setText(f"<span style='color:#e03131'>{html.escape(message)}</span>")
+        # The first line, wrapped; the whole message on hover. It goes with the next action
+        # that succeeds (a model opened, a profile, a run), see _clear_error.
+        first = message.strip().splitlines()[0] if message.strip() else message
+        self.status.setText(f"<span style='color:#e03131'>{html.escape(first)}</span>")
+        self.status.setToolTip(message)
         self.profile_btn.setEnabled(bool(self.state.model_source))
+
+    def _clear_error(self, *_: Any) -> None:
+        """A later success replaces a stale error (it stayed, clipped, after good runs)."""
+        if self.status.toolTip():
+            self.status.setText("")
+            self.status.setToolTip("")
+
+    def _on_run_finished(self, _job_id: str, outcome: Any) -> None:
+        if getattr(outcome, "ok", False):
+            self._clear_error()
 
     def _on_job_failed(self, kind: str, message: str) -> None:
         if kind == "profile":
@@ -161,6 +178,7 @@ class ModelView(QWidget):
         self._validate(self.spec.text())
         self.apply_btn.setEnabled(False)
         self.profile_btn.setEnabled(True)
+        self._clear_error()
         self.status.setText("")
         self._on_graph()
 
@@ -180,6 +198,7 @@ class ModelView(QWidget):
         prof = self.state.profile
         self.profile_btn.setEnabled(bool(self.state.model_source))
         if prof is not None:
+            self._clear_error()
             self.status.setText(
                 f"Profiled: <b>{prof.total_ms:.3f} ms</b> per forward on {prof.device}"
             )

@@ -340,3 +340,29 @@ def test_an_impossible_opset_is_refused_in_the_form_and_said_once(recipe_view, q
     assert not view.btn_run.isEnabled()
     assert view.problem.text().count("writes opsets 18 to 23") == 1
     assert "writes opsets 18 to 23" in view.btn_run.toolTip()
+
+
+# -- 11: the bad-file error goes with the next success ----------------------------------------------
+def test_a_bad_file_error_is_cleared_by_a_later_successful_run(qtbot):
+    from PySide6.QtCore import QObject, Signal
+
+    from studio.state import AppState
+    from studio.ui.model_view import ModelView
+
+    class FakeServices(QObject):
+        jobFailed = Signal(str, str)
+        runFinished = Signal(str, object)
+
+    class Outcome:
+        ok = True
+
+    state = AppState()
+    services = FakeServices()
+    state.set_model("zoo:mlp", {"kind": "torch", "input_spec": "x:float32[batch,1024]"})
+    view = ModelView(state, services)
+    qtbot.addWidget(view)
+    state.modelFailed.emit("cannot read /tmp/bad.onnx: not an ONNX file\nprotobuf: truncated")
+    assert "not an ONNX file" in view.status.text() and "protobuf" not in view.status.text()
+    assert "protobuf" in view.status.toolTip()  # the whole message on hover
+    services.runFinished.emit("job1", Outcome())
+    assert view.status.text() == "" and view.status.toolTip() == ""
