@@ -366,3 +366,33 @@ def test_a_bad_file_error_is_cleared_by_a_later_successful_run(qtbot):
     assert "protobuf" in view.status.toolTip()  # the whole message on hover
     services.runFinished.emit("job1", Outcome())
     assert view.status.text() == "" and view.status.toolTip() == ""
+
+
+# -- 10: the Serve test dialog keeps its fields' size while a test runs ---------------------------
+def test_serve_test_dialog_is_not_squashed_while_it_runs(qtbot):
+    from PySide6.QtCore import QObject, Signal
+
+    from studio.state import AppState
+    from studio.ui.serve_test_dialog import ServeTestDialog
+
+    class FakeServices(QObject):
+        jobProgress = Signal(str, str, float, str)
+        serveTestFinished = Signal(str, str, object, str)
+        repo = None
+        state = AppState()
+
+    services = FakeServices()
+    dlg = ServeTestDialog(services, "abcdef123456")
+    qtbot.addWidget(dlg)
+    dlg.show()
+    qtbot.wait(20)
+    before = [w.height() for w in (dlg.clients, dlg.batches, dlg.duration, dlg.btn_start)]
+    dlg.job_id = "job1"  # as start() leaves it
+    dlg.progress.setVisible(True)
+    dlg.refresh()
+    services.jobProgress.emit("job1", "serve_test", 0.3, "load test: 16 clients, " * 20)
+    qtbot.wait(20)
+    after = [w.height() for w in (dlg.clients, dlg.batches, dlg.duration, dlg.btn_start)]
+    assert after == before
+    assert all(w.height() >= w.sizeHint().height() for w in (dlg.clients, dlg.duration))
+    assert "16 clients" in dlg.status.toolTip()
