@@ -37,7 +37,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.fmt import fmt_bytes, fmt_ms
+from studio.fmt import fmt_bytes, fmt_ms, fmt_speedup
 from studio.ui import plot_theme
 
 log = logging.getLogger(__name__)
@@ -382,9 +382,14 @@ class OptimizeDialog(QDialog):
         normal = [p for p in pts if p[0] not in self.front]
         front = [p for p in pts if p[0] in self.front]
         self.scatter.setData(
-            [{"pos": (s, d), "data": n} for n, s, d in normal], brush=pg.mkBrush(70, 130, 200)
+            [{"pos": (s, d), "data": n} for n, s, d in normal],
+            brush=pg.mkBrush(70, 130, 200),
+            hoverable=True,
+            tip=self.point_tip,
         )
-        self.front_scatter.setData([{"pos": (s, d), "data": n} for n, s, d in front])
+        self.front_scatter.setData(
+            [{"pos": (s, d), "data": n} for n, s, d in front], hoverable=True, tip=self.point_tip
+        )
         lows, highs, xs, ys = [], [], [], []
         for n, s, d in pts:
             m = self.trials[n].metrics
@@ -402,6 +407,14 @@ class OptimizeDialog(QDialog):
             self.whiskers.setVisible(True)
         else:
             self.whiskers.setVisible(False)
+
+    def point_tip(self, x: float, y: float, data: Any) -> str:
+        """The hover label of a plotted trial: its number, chain, speedup and parity."""
+        t = self.trials.get(int(data))
+        chain = t.label if t is not None else "?"
+        speed = fmt_speedup(t.metrics) if t is not None else f"{x:.2f}×"
+        front = " · on the Pareto front" if int(data) in self.front else ""
+        return f"trial {int(data)}: {chain}\nspeedup {speed}, cosine drop {y:.2g}{front}"
 
     def _on_point_clicked(self, _item: Any, points: Any, *_: Any) -> None:
         if len(points):

@@ -396,3 +396,30 @@ def test_serve_test_dialog_is_not_squashed_while_it_runs(qtbot):
     assert after == before
     assert all(w.height() >= w.sizeHint().height() for w in (dlg.clients, dlg.duration))
     assert "16 clients" in dlg.status.toolTip()
+
+
+# -- 12: Optimize plot points have a hover label -----------------------------------------------------
+def test_optimize_points_have_a_hover_label(qtbot):
+    from accel.search.engine import TrialRecord
+    from studio.services import Services
+    from studio.state import AppState
+    from studio.ui.optimize_dialog import OptimizeDialog
+    from tests.ui.test_window_parts import FakePool
+
+    state = AppState()
+    state.set_model("zoo:mlp", {"kind": "torch", "input_spec": "x:float32[batch,1024]"})
+    dlg = OptimizeDialog(state, Services(state, pool=FakePool(), open_store=False))
+    qtbot.addWidget(dlg)
+    for n, (chain, speed, drop) in enumerate(
+        [(("bf16",), 1.5, 0.0002), (("export_onnx", "onnxruntime"), 2.5, 0.00001)]
+    ):
+        t = TrialRecord(number=n, chain=chain, steps=[], origin="seed", status="ok")
+        t.metrics = {"speedup": speed, "cosine_drop": drop}
+        dlg._on_trial(t)
+    for item in (dlg.scatter, dlg.front_scatter):
+        assert item.opts["hoverable"]
+        for point in item.points():
+            tip = item.opts["tip"](x=point.pos().x(), y=point.pos().y(), data=point.data())
+            trial = dlg.trials[int(point.data())]
+            assert f"trial {trial.number}: {trial.label}" in tip and "speedup" in tip
+    assert len(dlg.scatter.points()) + len(dlg.front_scatter.points()) == 2
