@@ -423,3 +423,59 @@ def test_optimize_points_have_a_hover_label(qtbot):
             trial = dlg.trials[int(point.data())]
             assert f"trial {trial.number}: {trial.label}" in tip and "speedup" in tip
     assert len(dlg.scatter.points()) + len(dlg.front_scatter.points()) == 2
+
+
+# -- 12: Fit fits the whole graph, a tall one too ------------------------------------------------------
+def test_fit_shows_a_tall_graph_whole(qtbot):
+    from accel.graph.synthetic import synthetic_graph
+    from studio.state import AppState
+    from studio.ui.graph_view import GraphView
+    from studio.ui.graph_view.style import READABLE_SCALE
+
+    state = AppState()
+    gv = GraphView(state, None)
+    qtbot.addWidget(gv)
+    gv.resize(760, 420)
+    gv.show()
+    with qtbot.waitSignal(gv.layoutReady, timeout=60000):
+        state.set_graph(synthetic_graph(300, blocks=9))
+    with qtbot.waitSignal(gv.layoutReady, timeout=60000):
+        gv.expand_level()  # Expand: one more level open, too tall to read fitted
+    qtbot.keyClick(gv.canvas, Qt.Key.Key_F)  # the F key, as a person fits it
+    canvas = gv.canvas
+    visible = canvas.mapToScene(canvas.viewport().rect()).boundingRect()
+    items = gv.scene.itemsBoundingRect()
+    assert len(gv._items) > 20 and items.height() * READABLE_SCALE > canvas.viewport().height()
+    assert visible.contains(items)
+
+
+# -- 12: node details break lines between words, never inside one --------------------------------
+def _breaks_inside_words(browser) -> list[str]:
+    doc = browser.document()
+    found = []
+    block = doc.begin()
+    while block.isValid():
+        text, layout = block.text(), block.layout()
+        for i in range(1, layout.lineCount()):
+            at = layout.lineAt(i).textStart()
+            if 0 < at < len(text) and text[at - 1].isalnum() and text[at].isalnum():
+                found.append(text[max(0, at - 8) : at] + "|" + text[at : at + 8])
+        block = block.next()
+    return found
+
+
+def test_node_details_never_break_a_word(qtbot):
+    from studio.state import AppState
+    from studio.ui.graph_view import GraphView
+
+    gv = GraphView(AppState(), None)
+    qtbot.addWidget(gv)
+    gv.resize(760, 420)
+    gv.show()
+    gv.details.setHtml(
+        "<h3>fc1 Linear</h3><table cellspacing=4><tr><td>Parameters</td><td>1,049,600</td></tr>"
+        "<tr><td>Shape</td><td>float32[batch, 1024] → float32[batch, 1024]</td></tr></table>"
+    )
+    gv.details.setFixedWidth(120)
+    qtbot.wait(20)
+    assert _breaks_inside_words(gv.details) == []
