@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.fmt import fmt_ms, fmt_speedup
+from studio.ui.availability import set_available
 from studio.ui.delete_dialog import confirm_delete_box
 from studio.ui.history_columns import sort_rows
 from studio.ui.history_export import export_runs
@@ -392,13 +393,19 @@ class HistoryView(QWidget):
 
         ids = self.selected_ids()
         n = len(ids)
-        self.btn_compare.setEnabled(n >= 2)
-        for b in (self.btn_tag, self.btn_delete, self.btn_export):
-            b.setEnabled(n >= 1)
-        why = deploy_unavailable_reason(self.repo, ids[0] if n == 1 else None)
-        self.btn_deploy.setEnabled(why is None)
-        self.btn_deploy.setToolTip(
-            why or "write a Triton model repository for this run's final model"
+        set_available(
+            self.btn_compare, None if n >= 2 else "select two or more runs", "compare them"
+        )
+        for b, tip in (
+            (self.btn_tag, "add a tag (or -tag to remove one)"),
+            (self.btn_delete, "delete them from the history (asks first)"),
+            (self.btn_export, "export them as CSV, JSON or a Markdown report"),
+        ):
+            set_available(b, None if n >= 1 else "select one or more runs", tip)
+        set_available(
+            self.btn_deploy,
+            deploy_unavailable_reason(self.repo, ids[0] if n == 1 else None),
+            "write a Triton model repository for this run's final model",
         )
 
     # -- actions ---------------------------------------------------------------------------

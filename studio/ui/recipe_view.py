@@ -345,6 +345,7 @@ class RecipeView(RecipeEditsMixin, QWidget):
         else:
             tip = "add at least one step to run"
         self.btn_run.setToolTip(tip)
+        self.btn_run.setStatusTip(tip)
         self.runnableChanged.emit(self.btn_run.isEnabled(), tip)
 
     def _start_form(self) -> str | None:

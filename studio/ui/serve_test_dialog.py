@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.serve_test import DEFAULT_CLIENTS, parse_counts, unavailable_reason
+from studio.ui.availability import set_available
 from studio.ui.slots import on_click
 
 
@@ -185,9 +186,10 @@ class ServeTestButton(QObject):
         self.run_id = run_ids[0] if len(run_ids) == 1 else None
         repo = getattr(self.services, "repo", None)
         why = unavailable_reason(repo, self.run_id)
-        self.button.setEnabled(why is None)
-        self.button.setToolTip(
-            why or "serve this run's model with Triton on 127.0.0.1 under concurrent clients"
+        set_available(
+            self.button,
+            why,
+            "serve this run's model with Triton on 127.0.0.1 under concurrent clients",
         )
 
     def open(self) -> ServeTestDialog | None:

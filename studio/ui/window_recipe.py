@@ -6,6 +6,8 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
+from studio.ui.availability import set_available
+
 
 class WindowRecipe:
     """Profile, run, deploy, optimize and recipe files (mixin of MainWindow)."""
@@ -56,15 +58,10 @@ class WindowRecipe:
                 "Serve the selected run's model with Triton on 127.0.0.1 under concurrent clients",
             ),
         ):
-            act.setEnabled(why is None)
-            act.setToolTip(tip if why is None else f"Unavailable: {why}")
-            act.setStatusTip(tip if why is None else f"Unavailable: {why}")
+            set_available(act, why, tip)
 
     def _run_state(self, ok: bool, why: str) -> None:
-        self.act_run.setEnabled(ok)
-        tip = "Run the recipe in a worker (Ctrl+R)" if ok else f"Cannot run: {why}"
-        self.act_run.setToolTip(tip)
-        self.act_run.setStatusTip(tip)
+        set_available(self.act_run, None if ok else why, "Run the recipe in a worker (Ctrl+R)")
 
     def confirm_recipe_code(self, refs: list[str]) -> bool:
         """Ask before a recipe's code is imported and called (SECURITY.md): a recipe file

@@ -479,3 +479,22 @@ def test_node_details_never_break_a_word(qtbot):
     gv.details.setFixedWidth(120)
     qtbot.wait(20)
     assert _breaks_inside_words(gv.details) == []
+
+
+# -- every disabled action says why (tooltip and status tip) -------------------------------------
+def test_every_disabled_button_and_action_of_a_fresh_window_says_why(window, qtbot):
+    from PySide6.QtGui import QAction
+    from PySide6.QtWidgets import QAbstractButton
+
+    window.show()
+    qtbot.wait(20)
+    silent = []
+    for b in window.findChildren(QAbstractButton):
+        if b.objectName() in ("ScrollLeftButton", "ScrollRightButton"):  # a tab bar's arrows
+            continue
+        if not b.isEnabled() and b.text() and not (b.toolTip() and b.statusTip()):
+            silent.append(b.text())
+    for a in window.findChildren(QAction):
+        if a.text() and not a.isEnabled() and not (a.toolTip() and a.statusTip()):
+            silent.append(a.text())
+    assert silent == [], silent
