@@ -149,7 +149,14 @@ def layout(d: Driver) -> None:
         elided=elided,
         palette_rows=_visible_palette_rows(rv),
     )
-    QApplication.instance().quit()
+    w.set_theme("dark")
+    d.step("layout-dark")
+    # A long error in the Model panel must not make the window grow (it did by 52 px).
+    w.state.modelFailed.emit("cannot read /tmp/x.onnx: " + "not an ONNX protobuf, " * 30)
+    frame = w.frameGeometry()
+    d.step("after-error", frame=[frame.x(), frame.y(), frame.width(), frame.height()])
+    w.set_theme("light")
+    w.close()  # saves the geometry, as quitting does
 
 
 def _visible_palette_rows(rv: Any) -> int:

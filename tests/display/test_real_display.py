@@ -137,3 +137,18 @@ def test_the_first_window_fits_the_screen_and_shows_run(xserver, tmp_path, size)
     assert got["elided"] == [], got
     if size[1] >= 768:
         assert got["palette_rows"] >= 8, got
+    assert played.step("after-error")["frame"] == got["frame"]  # nothing made it grow
+    assert played.returncode == 0, played.why()
+
+
+def test_a_remembered_big_window_is_clamped_to_a_small_screen(xserver, tmp_path):
+    """Saved on a 1920x1080 monitor, opened on a 1024x700 laptop."""
+    big = play(xserver(1920, 1080), "layout", tmp_path / "big")
+    assert big.step("layout")["frame"][2:] == [1400, 900]
+    small = tmp_path / "small"
+    small.mkdir()
+    (small / "studio.ini").write_bytes((tmp_path / "big" / "studio.ini").read_bytes())
+    played = play(xserver(1024, 700), "layout", small)
+    sx, sy, sw, sh = played.step("layout")["screen"]
+    fx, fy, fw, fh = played.step("layout")["frame"]
+    assert fx >= sx and fy >= sy and fx + fw <= sx + sw and fy + fh <= sy + sh, played.steps
