@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QApplication, QDialogButtonBox, QMessageBox, QPushButton
+from PySide6.QtWidgets import QDialogButtonBox, QMessageBox, QPushButton
 
 from tests.display.driver import Driver
 
