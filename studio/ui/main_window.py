@@ -263,7 +263,10 @@ class MainWindow(WindowActions, WindowStatus, WindowModels, WindowRecipe, QMainW
                 [max(230, int(w * 0.17)), max(420, int(w * 0.33))],
                 Qt.Orientation.Horizontal,
             )
-        self.resizeDocks([self.docks["profile"]], [max(200, int(h * 0.3))], Qt.Orientation.Vertical)
+        # Tall enough for History's buttons under its table at 768 px (they were cut off).
+        self.resizeDocks(
+            [self.docks["profile"]], [max(250, int(h * 0.34))], Qt.Orientation.Vertical
+        )
 
     def restore_layout(self) -> None:
         geo = self.settings.value("window/geometry")

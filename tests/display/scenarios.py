@@ -149,8 +149,12 @@ def layout(d: Driver) -> None:
         elided=elided,
         palette_rows=_visible_palette_rows(rv),
     )
+    d.dock_tab("History")
+    d.settle(0.3)
+    hv = w.panels["history"]
+    shown = [b.text() for b in (hv.btn_compare, hv.btn_tag, hv.btn_delete) if _whole(b)]
     w.set_theme("dark")
-    d.step("layout-dark")
+    d.step("layout-dark", history_buttons=shown)
     # A long error in the Model panel must not make the window grow (it did by 52 px).
     w.state.modelFailed.emit("cannot read /tmp/x.onnx: " + "not an ONNX protobuf, " * 30)
     frame = w.frameGeometry()
@@ -172,3 +176,9 @@ def delete(d: Driver) -> None:
     delete_run(d)
     d.step("before-close")
     d.key(Qt.Key.Key_Q, CTRL)
+
+
+def _whole(widget: Any) -> bool:
+    """The widget is shown and not clipped by its scroll area or dock."""
+    region = widget.visibleRegion().boundingRect()
+    return widget.isVisible() and region.size() == widget.size()

@@ -138,6 +138,7 @@ def test_the_first_window_fits_the_screen_and_shows_run(xserver, tmp_path, size)
     if size[1] >= 768:
         assert got["palette_rows"] >= 8, got
     assert played.step("after-error")["frame"] == got["frame"]  # nothing made it grow
+    assert played.step("layout-dark")["history_buttons"] == ["Compare", "Tag…", "Delete…"]
     assert played.returncode == 0, played.why()
 
 
