@@ -246,9 +246,16 @@ class CompareView(QDialog):
         self.front, self.fastest, self.verdict = [], [], ""
         rows = self._pareto_rows()
         pts = [(p[0], p[1], p[2]) for p in rows]
-        if not pts:
+        if not pts:  # a message, not empty axes from -400 to 400
+            w.showGrid(x=False, y=False)
+            for side in ("left", "bottom"):
+                w.getPlotItem().hideAxis(side)
             w.addItem(
-                pg.TextItem("no measured steps to plot", color=plot_theme.colors(self.palette())[1])
+                pg.TextItem(
+                    "no step has both a speedup and a parity error to plot",
+                    color=plot_theme.colors(self.palette())[1],
+                    anchor=(0.5, 0.5),
+                )
             )
             return w
         intervals = [

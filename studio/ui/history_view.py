@@ -394,7 +394,9 @@ class HistoryView(QWidget):
         ids = self.selected_ids()
         n = len(ids)
         set_available(
-            self.btn_compare, None if n >= 2 else "select two or more runs", "compare them"
+            self.btn_compare,
+            None if n >= 2 else "select two or more runs",
+            "compare the selected runs side by side",
         )
         for b, tip in (
             (self.btn_tag, "add a tag (or -tag to remove one)"),

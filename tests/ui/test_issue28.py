@@ -498,3 +498,20 @@ def test_every_disabled_button_and_action_of_a_fresh_window_says_why(window, qtb
         if a.text() and not a.isEnabled() and not (a.toolTip() and a.statusTip()):
             silent.append(a.text())
     assert silent == [], silent
+
+
+def test_pareto_without_points_shows_a_message_not_empty_axes(qtbot, tmp_path):
+    import pyqtgraph as pg
+
+    from studio.store import Repository
+    from studio.ui.compare_view import CompareView
+
+    repo = Repository.open(str(tmp_path / "c.db"))
+    ids = [repo.create_run(model_source="zoo:mlp", name=f"r{i}").id for i in range(2)]
+    view = CompareView(repo, ids)
+    qtbot.addWidget(view)
+    plot = view.findChild(pg.PlotWidget, "paretoChart").getPlotItem()
+    assert not plot.getAxis("left").isVisible() and not plot.getAxis("bottom").isVisible()
+    texts = [i.toPlainText() for i in plot.items if isinstance(i, pg.TextItem)]
+    assert any("no step has both" in t for t in texts)
+    repo.close()
