@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QDialogButtonBox, QMessageBox, QPushButton
+from PySide6.QtWidgets import QDialogButtonBox, QLineEdit, QMessageBox, QPushButton
 
 from tests.display.driver import Driver
 
@@ -110,12 +110,34 @@ def optimize_and_cancel(d: Driver) -> None:
     d.click(dlg.close_btn)
 
 
+def deploy_run(d: Driver) -> None:
+    """History ▸ Runs: the run just made, Deploy…, the folder typed into the dialog."""
+    d.dock_tab("History")
+    hv = d.window.panels["history"]
+    _click_row(d, hv.table, 0)  # the newest: the run just made
+    d.step("deploy-ready", enabled=hv.btn_deploy.isEnabled(), tip=hv.btn_deploy.toolTip())
+    folder = d.out / "triton"
+    folder.mkdir()
+    done: list[str] = []
+    d.window.services.deployFinished.connect(lambda _rid, _res, error: done.append(error))
+
+    def choose(dlg: Any) -> None:
+        edit = dlg.findChild(QLineEdit, "fileNameEdit")
+        d.type_text(edit, str(folder))  # Enter accepts the folder
+
+    d.when_modal(choose)
+    d.click(hv.btn_deploy)
+    d.wait(lambda: done, "the deployment", 120)
+    d.step("deployed", error=done[0], files=sorted(p.name for p in folder.iterdir()))
+
+
 def walk(d: Driver) -> None:
     """The issue 28 walk: open, build, run, delete, compare, optimize, close."""
     d.step("started")
     open_model(d)
     build_recipe(d)
     run_recipe(d)
+    deploy_run(d)
     delete_run(d)
     compare_runs(d)
     optimize_and_cancel(d)

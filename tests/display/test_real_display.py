@@ -24,6 +24,8 @@ WALK = [
     "recipe-built",
     "run-started",
     "run-finished",
+    "deploy-ready",
+    "deployed",
     "delete-asked",
     "run-deleted",
     "compared",
@@ -97,6 +99,8 @@ def test_the_walk_survives_every_action_and_keeps_the_recipe(xserver, tmp_path):
     assert played.returncode == 0, played.why()
     assert not any(sign in played.stderr for sign in CRASH_SIGNS), played.stderr[-2500:]
     assert played.step("run-finished")["ok"], "the recipe run failed"
+    assert played.step("deploy-ready")["enabled"], played.step("deploy-ready")["tip"]
+    assert played.step("deployed")["error"] == "" and played.step("deployed")["files"]
     assert played.step("delete-asked")["default"] == "Cancel"
     assert played.step("run-deleted")["runs"] == 2  # 2 seeded + 1 run, one deleted
     built = played.step("recipe-built")["recipe"]
