@@ -157,3 +157,13 @@ def test_a_remembered_big_window_is_clamped_to_a_small_screen(xserver, tmp_path)
     sx, sy, sw, sh = played.step("layout")["screen"]
     fx, fy, fw, fh = played.step("layout")["frame"]
     assert fx >= sx and fy >= sy and fx + fw <= sx + sw and fy + fh <= sy + sh, played.steps
+
+
+def test_no_usable_display_is_a_reason_to_skip_not_a_failure(tmp_path):
+    """What the fixture says when Qt's xcb platform cannot start (no server here)."""
+    from tests.display.conftest import XServer, _xcb_problem
+
+    server = XServer.__new__(XServer)
+    server.display = ":987"  # no X server listens there
+    problem = _xcb_problem(server, tmp_path)
+    assert problem is not None and problem.startswith("Qt's xcb platform cannot start here")
