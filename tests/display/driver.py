@@ -132,12 +132,13 @@ class Driver:
 def main(argv: list[str]) -> None:
     scenario, out = argv[1], Path(argv[2])
     out.mkdir(parents=True, exist_ok=True)
-    from studio.app import create_window, make_qapp
+    from studio.app import create_window, make_qapp, settle_garbage_collector
 
     app = make_qapp()
     settings = QSettings(str(out / "studio.ini"), QSettings.Format.IniFormat)
     window = create_window(os.environ.get("STUDIO_DB"), settings=settings)
     window.show()
+    settle_garbage_collector()
     driver = Driver(out, window)
     from tests.display import scenarios
 
