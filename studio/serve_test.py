@@ -88,6 +88,20 @@ def unavailable_reason(repo: Any, run_id: str | None) -> str | None:
     return None
 
 
+def deploy_unavailable_reason(repo: Any, run_id: str | None) -> str | None:
+    """None when run ``run_id`` can be deployed to a Triton repository; else the reason (the
+    same checks as ``studio deploy``, without the serve test's PyTriton)."""
+    if not run_id:
+        return "select one succeeded run in History or Runs"
+    if repo is None:
+        return "no database: the run cannot be looked up"
+    try:
+        servable_run(repo, run_id)
+    except Exception as exc:  # noqa: BLE001 - CliError / store errors: their text is the reason
+        return str(exc)
+    return None
+
+
 def parse_counts(text: str, what: str) -> list[int]:
     """``"1,4,16"`` -> [1, 4, 16]; ValueError saying what to type otherwise."""
     try:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from accel.models import calls
 from accel.models.calls import bind_dynamic_shapes, bind_inputs, call_module
@@ -66,6 +66,30 @@ class ExportOnnxConfig(PassConfig):
         None,
         description="store weights in model.onnx.data next to the .onnx file "
         "(default: only when the weights are over 1.8 GB, the protobuf limit)",
+    )
+
+    @field_validator("opset")
+    @classmethod
+    def _opset_the_exporter_writes(cls, opset: int | None, info: ValidationInfo) -> int | None:
+        """An opset the chosen exporter cannot write is refused where it is typed (the GUI's
+        form, a recipe file), not when the run reaches the step."""
+        if opset is not None:
+            problem = opset_problem(info.data.get("exporter", "dynamo"), opset)
+            if problem:
+                raise ValueError(problem)
+        return opset
+
+
+def opset_problem(exporter: str, opset: int) -> str | None:
+    """Why ``exporter`` cannot write ``opset`` (None: it can), naming both ranges."""
+    lo, hi = opset_range(exporter)
+    if lo <= opset <= hi:
+        return None
+    other = "torchscript" if exporter == "dynamo" else "dynamo"
+    olo, ohi = opset_range(other)
+    return (
+        f"opset {opset} is not possible with the {exporter} exporter: it writes opsets "
+        f"{lo} to {hi} (the {other} exporter: {olo} to {ohi}). Set opset in that range."
     )
 
 
@@ -291,14 +315,9 @@ def _checked_opset(config: ExportOnnxConfig) -> int:
     from accel.errors import PassError
 
     opset = config.opset or DEFAULT_OPSET[config.exporter]
-    lo, hi = opset_range(config.exporter)
-    if not lo <= opset <= hi:
-        other = "torchscript" if config.exporter == "dynamo" else "dynamo"
-        olo, ohi = opset_range(other)
-        raise PassError(
-            f"opset {opset} is not possible with the {config.exporter} exporter: it writes opsets "
-            f"{lo} to {hi} (the {other} exporter: {olo} to {ohi}). Set opset in that range."
-        )
+    problem = opset_problem(config.exporter, opset)  # a config built without validation
+    if problem:
+        raise PassError(problem)
     return opset
 
 

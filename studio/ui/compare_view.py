@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -67,29 +68,48 @@ class CompareView(QDialog):
         for w in getattr(self, "plots", ()):
             plot_theme.style_plot(w, self.palette())
 
+    def _step_numbers(self, place: int) -> str:
+        """Each run's own number of the step at aligned ``place`` ("2 | 1": run A's step 2
+        and run B's step 1; "–": that run has no step there); one number when all agree."""
+        placed = self.comparison.positions
+        if not placed or place < 0:  # the original model (the baseline) is step 0 of all
+            numbers = [str(place + 1)]
+        else:
+            numbers = []
+            for run in placed:
+                own = [index for index, p in run.items() if p == place]
+                numbers.append(str(own[0] + 1) if own else "–")
+        text = numbers[0] if len(set(numbers)) == 1 else " | ".join(numbers)
+        self._place = getattr(self, "_place", {})
+        self._place[text] = place
+        return text
+
     def _metrics_table(self) -> QTableWidget:
         keys = ["size_bytes", "num_params", "accuracy"]
         rows: list[tuple[str, list[str]]] = []
         # Each step's timing cells from its own comparison (studio.tables), so a run's
         # p50s and its speedup agree.
         for (index, pass_name), per_run in self.comparison.timings.items():
-            name = f"{index + 1}. {pass_name}"  # "0. baseline": the original's row
+            name = f"{self._step_numbers(index)}. {pass_name}"  # "0. baseline": the original
             for header, cell in zip(TIMING_HEADERS, (ref_cell, p50_cell, speedup_cell)):
                 rows.append((f"{name} · {header}", [cell(t) for t in per_run]))
         for (index, pass_name, metric), values in self.comparison.rows.items():
             if metric not in keys:
                 continue
             rows.append(
-                (f"{index + 1}. {pass_name} · {metric}", [fmt_metric(metric, v) for v in values])
+                (
+                    f"{self._step_numbers(index)}. {pass_name} · {metric}",
+                    [fmt_metric(metric, v) for v in values],
+                )
             )
         for (index, pass_name), verdicts in self.comparison.parity.items():
             rows.append(
                 (
-                    f"{index + 1}. {pass_name} · parity",
+                    f"{self._step_numbers(index)}. {pass_name} · parity",
                     [parity_verdict(v) for v in verdicts],
                 )
             )
-        rows.sort(key=lambda r: (int(r[0].split(".", 1)[0]), r[0]))  # 2. before 10.
+        rows.sort(key=lambda r: (self._place[r[0].split(".", 1)[0]], r[0]))  # aligned order
         t = QTableWidget(len(rows), len(self.details))
         t.setObjectName("compareTable")
         t.setHorizontalHeaderLabels([d.run.id[:8] for d in self.details])
@@ -140,7 +160,9 @@ class CompareView(QDialog):
         # Whole-number ticks named after the passes; steps are aligned by pass (a recipe
         # without a step leaves a gap there instead of shifting the rest).
         slots = self.comparison.slots
-        ticks = [(0, "original")] + [(x + 1, f"{x + 1}. {name}") for x, name in enumerate(slots)]
+        ticks = [(0, "original")] + [
+            (x + 1, f"{self._step_numbers(x)}. {name}") for x, name in enumerate(slots)
+        ]
         w.getAxis("bottom").setTicks([ticks])
         # Room left and right, or the axis drops the first and last step names.
         w.setXRange(-0.4, len(slots) + 0.4, padding=0)
@@ -212,15 +234,55 @@ class CompareView(QDialog):
         self.front, self.fastest, self.verdict = [], [], ""
         rows = self._pareto_rows()
         pts = [(p[0], p[1], p[2]) for p in rows]
-        if not pts:
+        if not pts:  # a message, not empty axes from -400 to 400
+            w.showGrid(x=False, y=False)
+            for side in ("left", "bottom"):
+                w.getPlotItem().hideAxis(side)
             w.addItem(
-                pg.TextItem("no measured steps to plot", color=plot_theme.colors(self.palette())[1])
+                pg.TextItem(
+                    "no step has both a speedup and a parity error to plot",
+                    color=plot_theme.colors(self.palette())[1],
+                    anchor=(0.5, 0.5),
+                )
             )
             return w
         intervals = [p[3].timing.speedup_bounds if p[3].timing else None for p in rows]
         logy = [math.log10(max(p[1], 1e-12)) for p in pts]
-        w.addLegend()
-        # One colour per run, named in the legend.
+        _legend_below(w)
+        self._pareto_runs(w, rows, logy, intervals)
+        # A speedup only beats another when its interval lies wholly above the other's.
+        front = pareto_front([(p[0], p[1]) for p in pts], intervals)
+        self.front = [pts[i] for i in front]
+        w.plot(
+            [pts[i][0] for i in front],
+            [logy[i] for i in front],
+            pen=pg.mkPen("#d62728", width=2, style=Qt.PenStyle.DashLine),
+            symbol="s",
+            symbolBrush="#d62728",
+            symbolSize=12,
+            name="Pareto front",
+        )
+        xs = [iv[0] if iv else p[0] for p, iv in zip(pts, intervals)]
+        xe = [iv[1] if iv else p[0] for p, iv in zip(pts, intervals)]
+        w.setXRange(min(xs) * 0.9, max(xe) * 1.05, padding=0.05)
+        for i in front:
+            label = pg.TextItem(pts[i][2], color="#d62728", anchor=(1, 1))
+            label.setPos(pts[i][0], logy[i])
+            w.addItem(label)
+        # Two runs whose intervals overlap are a tie: no winner is crowned.
+        best = fastest([p[0] for p in pts], intervals)
+        self.fastest = [pts[i][2] for i in best]
+        if len(best) > 1:
+            self.verdict = f"tie for fastest: {', '.join(self.fastest)} (95% intervals overlap)"
+        else:
+            self.verdict = f"fastest: {self.fastest[0]}"
+        # Above the plot, not on it: it covered points (issue 28, 3).
+        w.setTitle(html.escape(self.verdict), color="#d62728")
+        return w
+
+    def _pareto_runs(self, w: pg.PlotWidget, rows: list, logy: list, intervals: list) -> None:
+        """One colour per run, named in the legend: its points and their 95% whiskers."""
+        pts = [(p[0], p[1], p[2]) for p in rows]
         for k, d in enumerate(self.details):
             mine = [i for i, p in enumerate(pts) if p[2].startswith(d.run.id[:8])]
             if not mine:
@@ -250,36 +312,16 @@ class CompareView(QDialog):
                         pen=pg.mkPen(color, width=1.5),
                     )
                 )
-        # A speedup only beats another when its interval lies wholly above the other's.
-        front = pareto_front([(p[0], p[1]) for p in pts], intervals)
-        self.front = [pts[i] for i in front]
-        w.plot(
-            [pts[i][0] for i in front],
-            [logy[i] for i in front],
-            pen=pg.mkPen("#d62728", width=2, style=Qt.PenStyle.DashLine),
-            symbol="s",
-            symbolBrush="#d62728",
-            symbolSize=12,
-            name="Pareto front",
-        )
-        xs = [iv[0] if iv else p[0] for p, iv in zip(pts, intervals)]
-        xe = [iv[1] if iv else p[0] for p, iv in zip(pts, intervals)]
-        w.setXRange(min(xs) * 0.9, max(xe) * 1.05, padding=0.05)
-        for i in front:
-            label = pg.TextItem(pts[i][2], color="#d62728", anchor=(1, 1))
-            label.setPos(pts[i][0], logy[i])
-            w.addItem(label)
-        # Two runs whose intervals overlap are a tie: no winner is crowned.
-        best = fastest([p[0] for p in pts], intervals)
-        self.fastest = [pts[i][2] for i in best]
-        if len(best) > 1:
-            self.verdict = f"tie for fastest: {', '.join(self.fastest)} (95% intervals overlap)"
-        else:
-            self.verdict = f"fastest: {self.fastest[0]}"
-        verdict = pg.TextItem(self.verdict, color="#d62728", anchor=(0, 0))
-        verdict.setPos(min(xs) * 0.9, max(logy) + 0.3)
-        w.addItem(verdict)
-        return w
+
+
+def _legend_below(w: pg.PlotWidget) -> pg.LegendItem:
+    """A legend under the bottom axis, outside the points (pyqtgraph's own sits on them);
+    items named later join it as with ``addLegend``."""
+    item = w.getPlotItem()
+    legend = pg.LegendItem(colCount=3)
+    item.layout.addItem(legend, 4, 1)
+    item.legend = legend
+    return legend
 
 
 def _own_interval(r: Any) -> tuple[float, float] | None:

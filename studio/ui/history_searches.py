@@ -35,6 +35,7 @@ from studio.tables import (
     speedup_cell,
     speedup_of,
 )
+from studio.ui.availability import set_available
 from studio.ui.slots import on_click
 
 if TYPE_CHECKING:
@@ -228,7 +229,11 @@ class SearchesView(QWidget):
         return item.data(Qt.ItemDataRole.UserRole) if item else None
 
     def _sync_buttons(self) -> None:
-        self.open_btn.setEnabled(self.selected_trial() is not None)
+        set_available(
+            self.open_btn,
+            None if self.selected_trial() is not None else "select a finished trial",
+            "load the selected trial's recipe into the Recipe panel",
+        )
 
     def open_selected(self) -> bool:
         """Load the selected trial's stored recipe into the Recipe panel."""

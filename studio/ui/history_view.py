@@ -7,12 +7,10 @@ import datetime as dt
 import logging
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, QTimer
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QCheckBox,
     QComboBox,
-    QFileDialog,
     QHBoxLayout,
     QHeaderView,
     QInputDialog,
@@ -29,7 +27,10 @@ from PySide6.QtWidgets import (
 )
 
 from studio.tables import P50_HEADER, REF_HEADER, SPEEDUP_HEADER, TIMING_HEADERS, timing_cells
+from studio.ui.availability import set_available
+from studio.ui.delete_dialog import confirm_delete_box
 from studio.ui.history_columns import sort_rows
+from studio.ui.history_export import export_runs
 from studio.ui.history_searches import SearchesView
 from studio.ui.serve_results import ServeResultsView
 from studio.ui.serve_test_dialog import ServeTestButton
@@ -125,8 +126,13 @@ class RunTableModel(QAbstractTableModel):
         return len(self.COLUMNS)
 
     def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
-        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
+        if orientation != Qt.Orientation.Horizontal:
+            return None
+        if role == Qt.ItemDataRole.DisplayRole:
             return self.COLUMNS[section]
+        if role == Qt.ItemDataRole.InitialSortOrderRole:  # a first click: the best first
+            best_high = self.COLUMNS[section] in ("speedup [95% CI]", "created")
+            return Qt.SortOrder.DescendingOrder if best_high else Qt.SortOrder.AscendingOrder
         return None
 
     def flags(self, index):
@@ -203,6 +209,8 @@ class RunTableModel(QAbstractTableModel):
 class HistoryView(QWidget):
     """All runs, newest first."""
 
+    deployRequested = Signal(str)  # run id: the window asks for the folder and deploys
+
     def __init__(self, state, services, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
@@ -210,6 +218,18 @@ class HistoryView(QWidget):
         self.repo: Store | None = getattr(services, "repo", None)
         self.model = RunTableModel(self.repo, self)
 
+        filters = self._make_filters()
+        self._make_table()
+        actions = self._make_actions_bar(services)
+        self._assemble(state, filters, actions)
+        if self.repo is None:
+            self.count_label.setText("no database: history is unavailable")
+        state.runsChanged.connect(self._debounce.start)
+        self.reload()
+
+    # -- building ----------------------------------------------------------------------------
+    def _make_filters(self) -> QHBoxLayout:
+        """Search text, model, pass, status and period, applied 250 ms after the last edit."""
         self.search = QLineEdit()
         self.search.setPlaceholderText("search names, tags, notes, models, recipes…")
         self.search.setClearButtonEnabled(True)
@@ -236,7 +256,9 @@ class HistoryView(QWidget):
         filters.addWidget(self.pass_edit, 1)
         filters.addWidget(self.status_combo)
         filters.addWidget(self.period_combo)
+        return filters
 
+    def _make_table(self) -> None:
         self.table = QTableView()
         self.table.setObjectName("historyTable")
         self.table.setModel(self.model)
@@ -268,6 +290,8 @@ class HistoryView(QWidget):
         self.table.selectionModel().selectionChanged.connect(lambda *_: self._selection_changed())
         self.table.doubleClicked.connect(self._open_run)
 
+    def _make_actions_bar(self, services) -> QHBoxLayout:
+        """Compare, Tag, Delete, Export, Deploy, Serve test and the run count."""
         self.btn_compare = QPushButton("Compare")
         self.btn_compare.setToolTip("select two or more runs")
         on_click(self.btn_compare.clicked, self.compare_selected)
@@ -275,6 +299,9 @@ class HistoryView(QWidget):
         on_click(self.btn_tag.clicked, self.tag_selected)
         self.btn_delete = QPushButton("Delete…")
         on_click(self.btn_delete.clicked, self.delete_selected)
+        self.btn_deploy = QPushButton("Deploy…")
+        self.btn_deploy.setObjectName("historyDeploy")
+        on_click(self.btn_deploy.clicked, lambda: self.deployRequested.emit(self.selected_ids()[0]))
         self.btn_export = QPushButton("Export…")
         export_menu = QMenu(self)
         for label, fmt_ in (("CSV", "csv"), ("JSON", "json"), ("Markdown report", "md")):
@@ -286,10 +313,13 @@ class HistoryView(QWidget):
         self.serve_test = ServeTestButton(services, self.serve_view, self)
         for b in (self.btn_compare, self.btn_tag, self.btn_delete, self.btn_export):
             actions.addWidget(b)
+        actions.addWidget(self.btn_deploy)
         actions.addWidget(self.serve_test.button)
         actions.addStretch(1)
         actions.addWidget(self.count_label)
+        return actions
 
+    def _assemble(self, state, filters: QHBoxLayout, actions: QHBoxLayout) -> None:
         runs_page = QWidget()
         root = QVBoxLayout(runs_page)
         root.setContentsMargins(2, 2, 2, 2)
@@ -312,10 +342,6 @@ class HistoryView(QWidget):
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         outer.addWidget(self.tabs)
-        if self.repo is None:
-            self.count_label.setText("no database: history is unavailable")
-        state.runsChanged.connect(self._debounce.start)
-        self.reload()
 
     # -- data ------------------------------------------------------------------------------
     def current_filter(self):
@@ -348,16 +374,37 @@ class HistoryView(QWidget):
         return self.model.run_ids(rows)
 
     def _selection_changed(self) -> None:
-        self._update_buttons()
         ids = self.selected_ids()
+        current = getattr(self.state, "current_run_id", None)
+        if len(ids) == 1 and ids[0] != current and hasattr(self.state, "currentRunChanged"):
+            # One run picked: it is the current run (Recipe ▸ Deploy / Serve test follow).
+            self.state.current_run_id = ids[0]
+            self.state.currentRunChanged.emit(ids[0])
+        self._update_buttons()
         self.serve_view.show_run(ids[0] if len(ids) == 1 else None)
         self.serve_test.set_runs(ids)
 
     def _update_buttons(self) -> None:
-        n = len(self.selected_ids())
-        self.btn_compare.setEnabled(n >= 2)
-        for b in (self.btn_tag, self.btn_delete, self.btn_export):
-            b.setEnabled(n >= 1)
+        from studio.serve_test import deploy_unavailable_reason
+
+        ids = self.selected_ids()
+        n = len(ids)
+        set_available(
+            self.btn_compare,
+            None if n >= 2 else "select two or more runs",
+            "compare the selected runs side by side",
+        )
+        for b, tip in (
+            (self.btn_tag, "add a tag (or -tag to remove one)"),
+            (self.btn_delete, "delete them from the history (asks first)"),
+            (self.btn_export, "export them as CSV, JSON or a Markdown report"),
+        ):
+            set_available(b, None if n >= 1 else "select one or more runs", tip)
+        set_available(
+            self.btn_deploy,
+            deploy_unavailable_reason(self.repo, ids[0] if n == 1 else None),
+            "write a Triton model repository for this run's final model",
+        )
 
     # -- actions ---------------------------------------------------------------------------
     def compare_selected(self) -> None:
@@ -388,6 +435,20 @@ class HistoryView(QWidget):
             else:
                 self.repo.update_run(rid, add_tags=[tag])
         self.reload()
+        self.select_runs(ids)  # the tagged runs stay selected
+
+    def select_runs(self, run_ids: list[str]) -> None:
+        """Select the rows of ``run_ids`` (those loaded), as after a click on each."""
+        from PySide6.QtCore import QItemSelection, QItemSelectionModel
+
+        wanted = set(run_ids)
+        selection = QItemSelection()
+        for row, r in enumerate(self.model.rows):
+            if r.id in wanted:
+                selection.select(self.model.index(row, 0), self.model.index(row, 0))
+        flags = QItemSelectionModel.SelectionFlag.ClearAndSelect
+        flags |= QItemSelectionModel.SelectionFlag.Rows
+        self.table.selectionModel().select(selection, flags)
 
     def delete_selected(self, confirm: bool = True, delete_files: bool | None = None) -> None:
         """Delete the selected runs after asking (naming them; Cancel is the default, so a
@@ -396,11 +457,13 @@ class HistoryView(QWidget):
         if not ids:
             return
         if confirm:
-            box, files = self._confirm_delete_box(ids)
-            if box.exec() != QMessageBox.StandardButton.Yes:
+            box, files = confirm_delete_box(self, ids, self.model.rows)
+            answer = box.exec()
+            delete_files = files.isChecked()
+            box.deleteLater()
+            if answer != QMessageBox.StandardButton.Yes:
                 self.state.status.emit("nothing deleted")
                 return
-            delete_files = files.isChecked()
         for rid in ids:
             self.repo.delete_run(rid, delete_files=bool(delete_files))
         what = "and their files " if delete_files else ""
@@ -408,61 +471,11 @@ class HistoryView(QWidget):
         self.state.runsDeleted.emit(list(ids))
         self.reload()
 
-    def _confirm_delete_box(self, ids: list[str]) -> tuple[QMessageBox, QCheckBox]:
-        rows = {r.id: r for r in self.model.rows}
-        names = []
-        for rid in ids[:8]:
-            r = rows.get(rid)
-            label = (getattr(r, "name", "") or getattr(r, "model_source", "") or "") if r else ""
-            names.append(f"{rid[:8]} {label}".strip())
-        more = f"\n… and {len(ids) - 8} more" if len(ids) > 8 else ""
-        box = QMessageBox(
-            QMessageBox.Icon.Warning,
-            "Delete runs",
-            f"Delete {len(ids)} run(s) from the history?\n\n" + "\n".join(names) + more,
-            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
-            self,
-        )
-        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
-        box.setEscapeButton(QMessageBox.StandardButton.Cancel)
-        box.button(QMessageBox.StandardButton.Yes).setText(f"Delete {len(ids)} run(s)")
-        files = QCheckBox("also delete their artifact files (models, ONNX files, reports)")
-        box.setCheckBox(files)
-
-        def explain(on: bool) -> None:
-            box.setInformativeText(
-                "Their run folders (models, ONNX files, reports) are deleted from disk too; "
-                "this cannot be undone."
-                if on
-                else "Only the history entries go; the run folders stay on disk."
-            )
-
-        files.toggled.connect(explain)
-        explain(False)
-        return box, files
-
     def export_selected(self, fmt_: str, path: str | None = None) -> str | None:
         ids = self.selected_ids()
-        if not ids:
-            return None
-        from studio import report
-
-        details = [self.repo.get_run(r) for r in ids]
-        text = {
-            "csv": report.runs_to_csv,
-            "json": report.runs_to_json,
-            "md": report.runs_to_markdown,
-        }[fmt_](details)
-        if path is None:
-            filters = {"csv": "CSV (*.csv)", "json": "JSON (*.json)", "md": "Markdown (*.md)"}
-            path, _ = QFileDialog.getSaveFileName(
-                self, "Export runs", f"runs.{fmt_}", filters[fmt_]
-            )
-        if not path:
-            return None
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        self.state.status.emit(f"exported {len(ids)} run(s) to {path}")
+        path = export_runs(self, self.repo, ids, fmt_, path) if ids else None
+        if path:
+            self.state.status.emit(f"exported {len(ids)} run(s) to {path}")
         return path
 
     def _open_run(self, index) -> None:

@@ -32,6 +32,7 @@ from accel.models.runtime import model_file_suffixes
 from studio.ui import theme
 from studio.ui.about import about_html, library_versions
 from studio.ui.window_actions import DEMO_MODEL, WindowActions
+from studio.ui.window_geometry import clamped, first_size, scrolled
 from studio.ui.window_models import MAX_RECENT, WindowModels
 from studio.ui.window_recipe import WindowRecipe
 from studio.ui.window_status import WindowStatus
@@ -135,7 +136,7 @@ class MainWindow(WindowActions, WindowStatus, WindowModels, WindowRecipe, QMainW
         self.setWindowTitle("Accel Studio")
         self.setAcceptDrops(True)
         self.setDockNestingEnabled(True)
-        self.resize(1400, 900)
+        self.resize(first_size(self._available()))
         warm_imports()
 
         from studio.ui.graph_view import GraphView
@@ -149,29 +150,14 @@ class MainWindow(WindowActions, WindowStatus, WindowModels, WindowRecipe, QMainW
         self.center.addTab(self.netron_view, "Netron")
         self.setCentralWidget(self.center)
 
-        self.panels: dict[str, QWidget] = {}
-        self.docks: dict[str, QDockWidget] = {}
-        for name, title, module, cls, area in DOCKS:
-            panel = load_panel(module, cls, state, services, self)
-            dock = QDockWidget(title, self)
-            dock.setObjectName(f"dock_{name}")
-            dock.setWidget(panel)
-            self.addDockWidget(area, dock)
-            self.panels[name] = panel
-            self.docks[name] = dock
-        self.tabifyDockWidget(self.docks["profile"], self.docks["runs"])
-        self.tabifyDockWidget(self.docks["runs"], self.docks["history"])
-        self.docks["profile"].raise_()
-        self.resizeDocks(
-            [self.docks["model"], self.docks["recipe"]], [260, 480], Qt.Orientation.Horizontal
-        )
-        self.resizeDocks([self.docks["profile"]], [300], Qt.Orientation.Vertical)
+        self._make_docks()
         self._default_state = self.saveState(LAYOUT_VERSION)
 
         self._make_actions()
         self._make_menus()
         self._make_toolbar()
         self._make_status_bar()
+        self._wire_run_action()
 
         state.status.connect(lambda msg: self.statusBar().showMessage(msg, 8000))
         from studio.ui.slots import report_slot_errors
@@ -185,6 +171,31 @@ class MainWindow(WindowActions, WindowStatus, WindowModels, WindowRecipe, QMainW
         self.restore_layout()
         theme.apply(theme.saved(self.settings))
         self._sync_theme_menu()
+
+    def _make_docks(self) -> None:
+        """The panels, each in its dock; Profile, Runs and History share the bottom as tabs."""
+        state, services = self.state, self.services
+        self.panels: dict[str, QWidget] = {}
+        self.docks: dict[str, QDockWidget] = {}
+        for name, title, module, cls, area in DOCKS:
+            panel = load_panel(module, cls, state, services, self)
+            dock = QDockWidget(title, self)
+            dock.setObjectName(f"dock_{name}")
+            # In a scroll area: a panel that grows (an error, a result) scrolls inside its
+            # dock and never makes the window outgrow the screen.
+            dock.setWidget(scrolled(panel))
+            self.addDockWidget(area, dock)
+            self.panels[name] = panel
+            self.docks[name] = dock
+        # The Recipe panel takes the right side's full height (its palette and Run button).
+        self.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
+        self.tabifyDockWidget(self.docks["profile"], self.docks["runs"])
+        self.tabifyDockWidget(self.docks["runs"], self.docks["history"])
+        self.docks["profile"].raise_()
+        self.resizeDocks(
+            [self.docks["model"], self.docks["recipe"]], [260, 480], Qt.Orientation.Horizontal
+        )
+        self.resizeDocks([self.docks["profile"]], [300], Qt.Orientation.Vertical)
 
     # -- graph ----------------------------------------------------------------------------
     def find_in_graph(self) -> None:
@@ -231,6 +242,8 @@ class MainWindow(WindowActions, WindowStatus, WindowModels, WindowRecipe, QMainW
         super().showEvent(event)
         if not getattr(self, "_docks_fitted", False):
             self._docks_fitted = True
+            # The decorations are known once shown: keep the frame on the screen.
+            self.setGeometry(clamped(self.frameGeometry(), self._available(), self._decoration()))
             if self.settings.value("window/state") is None:
                 from PySide6.QtCore import QTimer
 
@@ -240,20 +253,44 @@ class MainWindow(WindowActions, WindowStatus, WindowModels, WindowRecipe, QMainW
         """Share the window by proportion (a laptop's 1366x768 and a 1920x1080 screen alike):
         the graph keeps about half the width and two thirds of the height."""
         w, h = self.width(), self.height()
+        if w < 1200:  # a small screen: Model and Recipe share the right side as tabs
+            self.tabifyDockWidget(self.docks["recipe"], self.docks["model"])
+            self.docks["recipe"].raise_()
+            self.resizeDocks([self.docks["recipe"]], [w // 2], Qt.Orientation.Horizontal)
+        else:
+            self.resizeDocks(
+                [self.docks["model"], self.docks["recipe"]],
+                [max(230, int(w * 0.17)), max(420, int(w * 0.33))],
+                Qt.Orientation.Horizontal,
+            )
+        # Tall enough for History's buttons under its table at 768 px (they were cut off).
         self.resizeDocks(
-            [self.docks["model"], self.docks["recipe"]],
-            [max(230, int(w * 0.17)), max(420, int(w * 0.33))],
-            Qt.Orientation.Horizontal,
+            [self.docks["profile"]], [max(250, int(h * 0.34))], Qt.Orientation.Vertical
         )
-        self.resizeDocks([self.docks["profile"]], [max(200, int(h * 0.3))], Qt.Orientation.Vertical)
 
     def restore_layout(self) -> None:
         geo = self.settings.value("window/geometry")
         if isinstance(geo, QByteArray):
             self.restoreGeometry(geo)
+            self.setGeometry(clamped(self.frameGeometry(), self._available(), self._decoration()))
         st = self.settings.value("window/state")
         if isinstance(st, QByteArray):
             self.restoreState(st, LAYOUT_VERSION)
+
+    def _available(self):
+        """The available area of the screen the window is on (the primary one before)."""
+        from PySide6.QtGui import QGuiApplication
+
+        screen = self.screen() or QGuiApplication.primaryScreen()
+        return screen.availableGeometry()
+
+    def _decoration(self):
+        from PySide6.QtCore import QSize
+
+        return QSize(
+            self.frameGeometry().width() - self.width(),
+            self.frameGeometry().height() - self.height(),
+        )
 
     def save_layout(self) -> None:
         self.settings.setValue("window/geometry", self.saveGeometry())

@@ -7,6 +7,7 @@ you type (the error shows inline) and Apply reopens the model with it.
 from __future__ import annotations
 
 import html
+from typing import Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
@@ -19,6 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.ui.availability import set_available
 from studio.ui.slots import on_click
 
 
@@ -54,17 +56,7 @@ class ModelView(QWidget):
         self.setObjectName("ModelView")
         self.state = state
         self.services = services
-        self.title = QLabel("<i>No model open</i>")
-        self.title.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.title.setWordWrap(True)
-        self.kind = QLabel("–")
-        self.params = QLabel("–")
-        self.size = QLabel("–")
-        self.dtypes = QLabel("–")
-        self.graph_info = QLabel("–")
-        self.graph_info.setWordWrap(True)
-        for lab in (self.kind, self.params, self.size, self.dtypes, self.graph_info):
-            lab.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self._make_fields()
         self.spec = QLineEdit()
         self.spec.setPlaceholderText("x:float32[batch,3,224,224]; batch=1..64:1")
         self.spec.setToolTip(
@@ -114,6 +106,10 @@ class ModelView(QWidget):
         lay.addWidget(self.status)
         lay.addStretch(1)
 
+        self._connect(state, services)
+        self._on_model()
+
+    def _connect(self, state, services) -> None:
         state.modelChanged.connect(self._on_model)
         state.graphChanged.connect(self._on_graph)
         state.modelLoading.connect(self._on_loading)
@@ -121,20 +117,49 @@ class ModelView(QWidget):
         state.profileChanged.connect(self._on_profile)
         if services is not None:
             services.jobFailed.connect(self._on_job_failed)
-        self._on_model()
+            if hasattr(services, "runFinished"):
+                services.runFinished.connect(self._on_run_finished)
+
+    def _make_fields(self) -> None:
+        """The model's title and facts (kind, parameters, size, weights, graph)."""
+        self.title = QLabel("<i>No model open</i>")
+        self.title.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.title.setWordWrap(True)
+        self.kind = QLabel("–")
+        self.params = QLabel("–")
+        self.size = QLabel("–")
+        self.dtypes = QLabel("–")
+        self.graph_info = QLabel("–")
+        self.graph_info.setWordWrap(True)
+        for lab in (self.kind, self.params, self.size, self.dtypes, self.graph_info):
+            lab.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
 
     # -- state -> view --------------------------------------------------------------------
     def _on_loading(self, source: str) -> None:
         self.status.setText(f"Opening <b>{html.escape(source)}</b> in a worker…")
-        self.profile_btn.setEnabled(False)
+        self._profile_available("the model is opening")
 
     def _on_failed(self, message: str) -> None:
-        self.status.setText(f"<span style='color:#e03131'>{html.escape(message)}</span>")
-        self.profile_btn.setEnabled(bool(self.state.model_source))
+        # The first line, wrapped; the whole message on hover. It goes with the next action
+        # that succeeds (a model opened, a profile, a run), see _clear_error.
+        first = message.strip().splitlines()[0] if message.strip() else message
+        self.status.setText(f"<span style='color:#e03131'>{html.escape(first)}</span>")
+        self.status.setToolTip(message)
+        self._profile_available(None if self.state.model_source else "open a model first")
+
+    def _clear_error(self, *_: Any) -> None:
+        """A later success replaces a stale error (it stayed, clipped, after good runs)."""
+        if self.status.toolTip():
+            self.status.setText("")
+            self.status.setToolTip("")
+
+    def _on_run_finished(self, _job_id: str, outcome: Any) -> None:
+        if getattr(outcome, "ok", False):
+            self._clear_error()
 
     def _on_job_failed(self, kind: str, message: str) -> None:
         if kind == "profile":
-            self.profile_btn.setEnabled(True)
+            self._profile_available(None)
             self.status.setText(
                 f"<span style='color:#e03131'>Profile failed: {html.escape(message)}</span>"
             )
@@ -143,6 +168,8 @@ class ModelView(QWidget):
         st = self.state
         info = st.model_info or {}
         if not st.model_source:
+            set_available(self.apply_btn, "open a model first", "")
+            self._profile_available("open a model first")
             return
         cls = info.get("class_name") or ""
         self.title.setText(
@@ -160,7 +187,8 @@ class ModelView(QWidget):
         self.spec.setCursorPosition(0)  # show the start: input names matter most
         self._validate(self.spec.text())
         self.apply_btn.setEnabled(False)
-        self.profile_btn.setEnabled(True)
+        self._profile_available(None)
+        self._clear_error()
         self.status.setText("")
         self._on_graph()
 
@@ -178,18 +206,29 @@ class ModelView(QWidget):
 
     def _on_profile(self) -> None:
         prof = self.state.profile
-        self.profile_btn.setEnabled(bool(self.state.model_source))
+        self._profile_available(None if self.state.model_source else "open a model first")
         if prof is not None:
+            self._clear_error()
             self.status.setText(
                 f"Profiled: <b>{prof.total_ms:.3f} ms</b> per forward on {prof.device}"
             )
+
+    def _profile_available(self, why: str | None) -> None:
+        set_available(self.profile_btn, why, "Time every layer of this model (Ctrl+P)")
 
     # -- actions --------------------------------------------------------------------------
     def _validate(self, text: str) -> bool:
         err = check_input_spec(text)
         self.spec_error.setText(err or "")
         self.spec_error.setVisible(bool(err))
-        self.apply_btn.setEnabled(err is None and text.strip() != (self.state.input_spec or ""))
+        same = text.strip() == (self.state.input_spec or "")
+        set_available(
+            self.apply_btn,
+            "fix the input spec first"
+            if err
+            else ("the input spec is unchanged" if same else None),
+            "Reopen the model with this input spec",
+        )
         return err is None
 
     def apply_spec(self) -> None:
@@ -200,5 +239,5 @@ class ModelView(QWidget):
 
     def _profile(self) -> None:
         if self.services is not None and self.services.profile_current():
-            self.profile_btn.setEnabled(False)
+            self._profile_available("profiling in a worker…")
             self.status.setText("Profiling in a worker…")

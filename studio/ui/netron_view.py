@@ -27,6 +27,7 @@ from PySide6.QtCore import QUrl
 from PySide6.QtWidgets import QApplication, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from accel.models.runtime import get_runtime, kinds
+from studio.ui.availability import set_available
 from studio.ui.slots import on_click
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,7 @@ class NetronView(QWidget):
         on_click(self.export_btn.clicked, self.export)
         self.browser_btn = QPushButton("Open in browser")
         on_click(self.browser_btn.clicked, self.open_in_browser)
-        self.browser_btn.setEnabled(False)
+        set_available(self.browser_btn, "open a model first", "open Netron in your browser")
         bar = QHBoxLayout()
         bar.addWidget(self.label, 1)
         bar.addWidget(self.export_btn)
@@ -152,8 +153,7 @@ class NetronView(QWidget):
         self.export_btn.setVisible(exportable)
         if not self.state.model_source:
             self.label.setText("No model open.")
-            self.export_btn.setEnabled(False)
-            self.export_btn.setToolTip("open a torch model first")
+            set_available(self.export_btn, "open a torch model first", "")
             return
         if target is None:
             self.label.setText(
@@ -164,13 +164,14 @@ class NetronView(QWidget):
         else:
             self.label.setText(f"Netron: <b>{html.escape(target)}</b>")
         can_export = exportable and self.services is not None
-        self.export_btn.setEnabled(can_export)
         exported = can_export and target == str(self.services.export_path())
         self.export_btn.setText("Export again" if exported else "Export to ONNX for Netron")
-        self.export_btn.setToolTip(
-            "Export the model to ONNX in a worker and show it here"
+        set_available(
+            self.export_btn,
+            None
             if can_export
-            else f"only torch models are exported (this one is {info.get('runtime', 'a runtime file')})"
+            else f"only torch models are exported (this one is {info.get('runtime', 'a runtime file')})",
+            "Export the model to ONNX in a worker and show it here",
         )
         if target is not None and self.isVisible():
             self.show_file(target)
@@ -193,7 +194,7 @@ class NetronView(QWidget):
         self.stop_server()
         self.address = netron.start(path, address=("localhost", 0), browse=False)
         self.served = path
-        self.browser_btn.setEnabled(True)
+        set_available(self.browser_btn, None, "open Netron in your browser")
         return self.url() or ""
 
     def stop_server(self) -> None:
@@ -255,12 +256,12 @@ class NetronView(QWidget):
 
     def export(self) -> None:
         if self.services is not None and self.services.export_onnx():
-            self.export_btn.setEnabled(False)
+            set_available(self.export_btn, "exporting to ONNX in a worker…", "")
             self.label.setText("Exporting to ONNX in a worker…")
 
     def _on_failed(self, kind: str, message: str) -> None:
         if kind == "export":
-            self.export_btn.setEnabled(True)
+            set_available(self.export_btn, None, "Export the model to ONNX again")
             self.label.setText(
                 f"<span style='color:#e03131'>ONNX export failed:</span> {html.escape(message)}"
             )

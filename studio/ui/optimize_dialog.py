@@ -38,7 +38,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.fmt import fmt_bytes
-from studio.tables import TIMING_HEADERS, timing_cells
+from studio.tables import TIMING_HEADERS, speedup_cell, timing_cells
 from studio.ui import plot_theme
 
 log = logging.getLogger(__name__)
@@ -397,9 +397,14 @@ class OptimizeDialog(QDialog):
         normal = [p for p in pts if p[0] not in self.front]
         front = [p for p in pts if p[0] in self.front]
         self.scatter.setData(
-            [{"pos": (s, d), "data": n} for n, s, d in normal], brush=pg.mkBrush(70, 130, 200)
+            [{"pos": (s, d), "data": n} for n, s, d in normal],
+            brush=pg.mkBrush(70, 130, 200),
+            hoverable=True,
+            tip=self.point_tip,
         )
-        self.front_scatter.setData([{"pos": (s, d), "data": n} for n, s, d in front])
+        self.front_scatter.setData(
+            [{"pos": (s, d), "data": n} for n, s, d in front], hoverable=True, tip=self.point_tip
+        )
         lows, highs, xs, ys = [], [], [], []
         for n, s, d in pts:
             timing = self.trials[n].timing
@@ -418,6 +423,14 @@ class OptimizeDialog(QDialog):
             self.whiskers.setVisible(True)
         else:
             self.whiskers.setVisible(False)
+
+    def point_tip(self, x: float, y: float, data: Any) -> str:
+        """The hover label of a plotted trial: its number, chain, speedup and parity."""
+        t = self.trials.get(int(data))
+        chain = t.label if t is not None else "?"
+        speed = speedup_cell(t.timing) if t is not None and t.timing else f"{x:.2f}×"
+        front = " · on the Pareto front" if int(data) in self.front else ""
+        return f"trial {int(data)}: {chain}\nspeedup {speed}, cosine drop {y:.2g}{front}"
 
     def _on_point_clicked(self, _item: Any, points: Any, *_: Any) -> None:
         if len(points):

@@ -226,7 +226,7 @@ class ParamForm(QWidget):
             errors: dict[str, str] = {}
             for e in exc.errors():
                 key = str(e["loc"][0]) if e["loc"] else ""
-                errors.setdefault(key, e["msg"])
+                errors.setdefault(key, e["msg"].removeprefix("Value error, "))
             return None, errors
         dumped = obj.model_dump(mode="json", by_alias=True)
         params = {

@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 
 from studio.fmt import fmt_count
 from studio.tables import layer_columns, op_columns
+from studio.ui.availability import set_available
 from studio.ui.slots import on_click
 
 log = logging.getLogger(__name__)
@@ -249,11 +250,14 @@ class ProfileView(QWidget):
             self._refresh_chart()
         super().changeEvent(event)
 
+    def _available(self, why: str | None) -> None:
+        set_available(self.profile_btn, why, "Profile the current model in a worker (Ctrl+P)")
+
     # -- data -----------------------------------------------------------------------------
     def _profile(self) -> None:
         if self.services is not None:
             if self.services.profile_current():
-                self.profile_btn.setEnabled(False)
+                self._available("profiling in a worker…")
                 self.summary.setText("Profiling in a worker…")
 
     def _on_progress(self, job_id: str, kind: str, fraction: float, message: str) -> None:
@@ -262,16 +266,16 @@ class ProfileView(QWidget):
 
     def _on_failed(self, kind: str, message: str) -> None:
         if kind == "profile":
-            self.profile_btn.setEnabled(True)
+            self._available(None)
             self.summary.setText(f"<span style='color:#c92a2a'>Profile failed:</span> {message}")
 
     def _on_profile(self) -> None:
         prof = self.state.profile
-        self.profile_btn.setEnabled(bool(self.state.model_source))
+        self._available(None if self.state.model_source else "open a model first")
         if prof is None:
             self.layers_model.set_rows([])
             self.ops_model.set_rows([])
-            self.export_btn.setEnabled(False)
+            set_available(self.export_btn, "profile the model first", "")
             self.summary.setText(
                 "No profile yet. Press Profile (Ctrl+P) to time every layer."
                 if self.state.model_source
@@ -294,7 +298,11 @@ class ProfileView(QWidget):
                 for c in range(2, view.model().columnCount() - 1):
                     title = str(view.model().headerData(c, Qt.Orientation.Horizontal))
                     view.setColumnWidth(c, max(78, fm.horizontalAdvance(title) + 26))
-        self.export_btn.setEnabled(bool(prof.trace_path))
+        set_available(
+            self.export_btn,
+            None if prof.trace_path else "this profile recorded no trace",
+            "Save the Chrome/Perfetto trace of the last profile",
+        )
         flops = f", {_fmt_count(prof.total_flops)}FLOPs" if prof.total_flops else ""
         cov = f", coverage {100 * prof.coverage:.0f} %" if prof.coverage else ""
         self.summary.setText(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QColor, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -58,6 +58,7 @@ class RecipeView(RecipeEditsMixin, QWidget):
     """Build a recipe by clicking passes; edit, reorder, save, export, run."""
 
     runRequested = Signal()
+    runnableChanged = Signal(bool, str)  # can the recipe run now; the Run button's tooltip
 
     def __init__(self, state, services, parent: QWidget | None = None):
         super().__init__(parent)
@@ -69,11 +70,23 @@ class RecipeView(RecipeEditsMixin, QWidget):
         self._form_key: tuple[int, str] | None = None  # (row, pass) the open form edits
         self._recipe_problems: list[str] = []
 
-        # -- palette ---------------------------------------------------------------------
+        pal_box = self._make_palette()
+        steps_box = self._make_steps()
+        self._make_forms(services)
+        bar = self._make_bar()
+        self._assemble(pal_box, steps_box, bar)
+        state.recipeChanged.connect(self.refresh)
+        state.modelChanged.connect(self.refresh)
+        self.refresh()
+
+    # -- building ----------------------------------------------------------------------------
+    def _make_palette(self) -> QWidget:
+        """The passes by category; double-click or Add puts one in the recipe."""
         self.palette = QTreeWidget()
         self.palette.setHeaderHidden(True)
         self.palette.setObjectName("passPalette")
         self.palette.itemDoubleClicked.connect(lambda item, _c: self._add_from_palette(item))
+        self.palette.viewport().installEventFilter(self)
         self._palette_items: dict[str, QTreeWidgetItem] = {}
         groups: dict[str, QTreeWidgetItem] = {}
         for p in self._passes.values():
@@ -105,8 +118,10 @@ class RecipeView(RecipeEditsMixin, QWidget):
         pv.addWidget(self.palette, 1)
         pv.addWidget(self.palette_hint)
         pv.addWidget(add_btn)
+        return pal_box
 
-        # -- steps -----------------------------------------------------------------------
+    def _make_steps(self) -> QWidget:
+        """The recipe's steps (checked = enabled, drag to reorder) and their buttons."""
         self.steps = QListWidget()
         self.steps.setObjectName("stepList")
         self.steps.setDragDropMode(QAbstractItemView.DragDropMode.InternalMove)
@@ -125,11 +140,15 @@ class RecipeView(RecipeEditsMixin, QWidget):
         steps_box = QWidget()
         sv = QVBoxLayout(steps_box)
         sv.setContentsMargins(0, 0, 0, 0)
-        sv.addWidget(QLabel("<b>Steps</b> (checked = enabled, drag to reorder)"))
+        steps_label = QLabel("<b>Steps</b> (checked = enabled, drag to reorder)")
+        steps_label.setWordWrap(True)  # a narrow dock wraps it, never widens for it
+        sv.addWidget(steps_label)
         sv.addWidget(self.steps, 1)
         sv.addLayout(btns)
+        return steps_box
 
-        # -- forms -----------------------------------------------------------------------
+    def _make_forms(self, services) -> None:
+        """Tabs: the selected step's form, parity gates, benchmark, recipe settings."""
         self.tabs = QTabWidget()
         self.step_area = QScrollArea()
         self.step_area.setWidgetResizable(True)
@@ -177,14 +196,16 @@ class RecipeView(RecipeEditsMixin, QWidget):
         fl.addRow("on step error", self.skip_check)
         self.tabs.addTab(settings_tab, "Recipe")
 
-        # -- toolbar ---------------------------------------------------------------------
+    def _make_bar(self) -> QHBoxLayout:
+        """New, Open, Save, Export script on the left; Run on the right."""
         bar = QHBoxLayout()
-        self.btn_open = QPushButton("Open…")
-        on_click(self.btn_open.clicked, self.open_recipe)
-        self.btn_save = QPushButton("Save…")
-        on_click(self.btn_save.clicked, self.save_recipe)
-        self.btn_script = QPushButton("Export script…")
-        on_click(self.btn_script.clicked, self.export_script)
+        # Compact buttons (no 80 px minimum each): the bar fits a 1024 px wide window.
+        self.btn_new = self._tool("New", "Start a new, empty recipe for this model", self.new)
+        self.btn_open = self._tool("Open…", "Open a recipe file", self.open_recipe)
+        self.btn_save = self._tool("Save…", "Save the recipe as a file", self.save_recipe)
+        self.btn_script = self._tool(
+            "Export script…", "Export the recipe as a Python script", self.export_script
+        )
         self.btn_run = QPushButton("Run")
         self.btn_run.setObjectName("runButton")
         self.btn_run.setToolTip("Run the recipe in a worker (Ctrl+R)")
@@ -197,38 +218,42 @@ class RecipeView(RecipeEditsMixin, QWidget):
         self.problem = QLabel()
         self.problem.setStyleSheet("color: #d03030;")
         self.problem.setWordWrap(True)
-        for b in (self.btn_open, self.btn_save, self.btn_script):
+        for b in (self.btn_new, self.btn_open, self.btn_save, self.btn_script):
             bar.addWidget(b)
         bar.addStretch(1)
         bar.addWidget(self.btn_run)
+        return bar
 
+    def _assemble(self, pal_box: QWidget, steps_box: QWidget, bar: QHBoxLayout) -> None:
         # Palette and steps side by side, the forms below: fits a narrow dock and a wide one.
         # Pass names are never cut off ("quantize_onnx_dyn…"): the widest one fits.
         widest = max(
             (self.palette.fontMetrics().horizontalAdvance(n) for n in self._passes), default=0
         )
         self.palette.setMinimumWidth(max(170, widest + 56))
-        self.steps.setMinimumWidth(170)
+        self.steps.setMinimumWidth(140)
         top = QSplitter()
         top.addWidget(pal_box)
         top.addWidget(steps_box)
         top.setChildrenCollapsible(False)
+        # The banners (what to fix, warnings) head the lower pane: when one comes or goes
+        # the palette, the steps and their buttons stay where they were (issue 28, 8).
+        lower = QWidget()
+        lv = QVBoxLayout(lower)
+        lv.setContentsMargins(0, 0, 0, 0)
+        lv.addWidget(self.problem)
+        lv.addWidget(self.warning)
+        lv.addWidget(self.tabs, 1)
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(top)
-        split.addWidget(self.tabs)
+        split.addWidget(lower)
         # The step form gets the larger share: at 768 px it showed about one row.
         split.setStretchFactor(0, 2)
         split.setStretchFactor(1, 3)
         self.tabs.setMinimumHeight(170)
         root = QVBoxLayout(self)
         root.addLayout(bar)
-        root.addWidget(self.problem)
-        root.addWidget(self.warning)
         root.addWidget(split, 1)
-
-        state.recipeChanged.connect(self.refresh)
-        state.modelChanged.connect(self.refresh)
-        self.refresh()
 
     @staticmethod
     def _tool(text: str, tip: str, slot) -> QToolButton:
@@ -320,6 +345,8 @@ class RecipeView(RecipeEditsMixin, QWidget):
         else:
             tip = "add at least one step to run"
         self.btn_run.setToolTip(tip)
+        self.btn_run.setStatusTip(tip)
+        self.runnableChanged.emit(self.btn_run.isEnabled(), tip)
 
     def _start_form(self) -> str | None:
         """The loaded model's form (accel.plan.start_form: from its source or kind)."""
@@ -352,6 +379,17 @@ class RecipeView(RecipeEditsMixin, QWidget):
             item.setToolTip(0, f"{tip}\n\n{note}" if note else tip)
             item.setData(0, Qt.ItemDataRole.UserRole + 1, reason)
             item.setData(0, Qt.ItemDataRole.UserRole + 2, where)
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt API
+        """A click on a greyed-out pass (Qt gives disabled items no signal) says why."""
+        if watched is self.palette.viewport() and event.type() == QEvent.Type.MouseButtonPress:
+            item = self.palette.itemAt(event.position().toPoint())
+            if item is not None and item.isDisabled():
+                self._palette_selected(item)
+                name = item.data(0, Qt.ItemDataRole.UserRole)
+                reason = item.data(0, Qt.ItemDataRole.UserRole + 1)
+                self.state.status.emit(f"{name} cannot be added here: {reason}")
+        return super().eventFilter(watched, event)
 
     def _palette_selected(self, item: QTreeWidgetItem | None, _prev: Any = None) -> None:
         if item is None or item.data(0, Qt.ItemDataRole.UserRole) is None:
@@ -413,18 +451,28 @@ class RecipeView(RecipeEditsMixin, QWidget):
         recipe = self.state.recipe
         return placement(recipe.steps, name, self._start_form(), recipe.device).index
 
-    def run(self) -> None:
+    def new(self) -> None:
+        """A new, empty recipe for the open model (the steps' panel buttons stay put)."""
+        from studio.state import default_recipe
+
+        fresh = default_recipe(self.state.recipe.model.source)
+        self.state.set_recipe(fresh.model_copy(update={"model": self.state.recipe.model}))
+        self.state.status.emit("new recipe: add steps from the pass palette")
+
+    def run(self) -> bool:
+        """Run the recipe when it can run (the Run button's check); False: not run, the
+        status bar says why."""
         # Ctrl+R does not move the focus: commit what is typed in the forms first.
         for form in (self._form, self.gates_form, self.bench_form):
             if form is not None:
                 form.commit()
         self._update_run_button()
         if not self.btn_run.isEnabled():
-            if self.problem.text():
-                self.state.status.emit("not run: " + self.problem.text().splitlines()[0])
-            return
+            self.state.status.emit("not run: " + self.btn_run.toolTip().removeprefix("fix first: "))
+            return False
         self.runRequested.emit()
         self.services.run_recipe(self.state.recipe)
+        return True
 
 
 def _scroll(w: QWidget) -> QScrollArea:

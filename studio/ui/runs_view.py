@@ -49,6 +49,7 @@ from studio.tables import (
     step_verdict,
     timing_note,
 )
+from studio.ui.availability import set_available
 from studio.ui.slots import on_click
 from studio.usecases import typed_event
 
@@ -411,18 +412,35 @@ class RunsView(QWidget):
 
     def _update_buttons(self) -> None:
         e = self._selected()
-        self.btn_cancel.setEnabled(e is not None and e.status in ("queued", "running"))
-        self.btn_rerun.setEnabled(
-            e is not None and e.recipe is not None and e.status not in ("queued", "running")
+        live = e is not None and e.status in ("queued", "running")
+        set_available(
+            self.btn_cancel,
+            None if live else "select a queued or running run",
+            "stop the selected run (finished steps are kept)",
         )
-        self.btn_rerun_skip.setEnabled(
+        rerun = e is not None and e.recipe is not None and not live
+        set_available(
+            self.btn_rerun,
+            None if rerun else "select a finished run of a recipe",
+            "run the selected run's recipe again",
+        )
+        stopped = (
             e is not None
             and e.recipe is not None
             and e.status == "failed"
             and e.failed_step is not None
             and e.recipe.get("on_step_error") != "skip"
         )
-        self.btn_folder.setEnabled(bool(e and e.run_dir))
+        set_available(
+            self.btn_rerun_skip,
+            None if stopped else "select a failed run that stopped at a failing step",
+            "the run stopped at a failing step: run the recipe again with on_step_error: skip",
+        )
+        set_available(
+            self.btn_folder,
+            None if e and e.run_dir else "select a run that has a folder",
+            "open the selected run's folder (models, reports, logs)",
+        )
 
     # -- actions ---------------------------------------------------------------------------
     def cancel_selected(self) -> None:

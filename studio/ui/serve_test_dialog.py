@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QObject
+from PySide6.QtCore import QObject, Qt
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.serve_test import DEFAULT_CLIENTS, parse_counts, unavailable_reason
+from studio.ui.availability import set_available
 from studio.ui.slots import on_click
 
 
@@ -59,9 +60,16 @@ class ServeTestDialog(QDialog):
         self.reason.setWordWrap(True)
         self.progress = QProgressBar()
         self.progress.setRange(0, 100)
+        # Room for the bar and four lines of progress from the start: the fields and buttons
+        # were squashed when they appeared in a dialog that kept its size (issue 28, 10).
+        policy = self.progress.sizePolicy()
+        policy.setRetainSizeWhenHidden(True)
+        self.progress.setSizePolicy(policy)
         self.progress.setVisible(False)  # until a test starts
         self.status = QLabel("Triton (PyTriton) serves the run's model on 127.0.0.1.")
         self.status.setWordWrap(True)
+        self.status.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.status.setFixedHeight(4 * self.status.fontMetrics().lineSpacing() + 4)
         buttons = QDialogButtonBox()
         self.btn_start = buttons.addButton("Start", QDialogButtonBox.ButtonRole.AcceptRole)
         self.btn_cancel = buttons.addButton("Cancel test", QDialogButtonBox.ButtonRole.ActionRole)
@@ -117,6 +125,7 @@ class ServeTestDialog(QDialog):
         if job_id == self.job_id:
             self.progress.setValue(round(fraction * 100))
             self.status.setText(message)
+            self.status.setToolTip(message)  # a message over four lines is cut; whole here
 
     def _on_finished(self, job_id: str, run_id: str, info: Any, error: str) -> None:
         if job_id != self.job_id:
@@ -177,9 +186,10 @@ class ServeTestButton(QObject):
         self.run_id = run_ids[0] if len(run_ids) == 1 else None
         repo = getattr(self.services, "repo", None)
         why = unavailable_reason(repo, self.run_id)
-        self.button.setEnabled(why is None)
-        self.button.setToolTip(
-            why or "serve this run's model with Triton on 127.0.0.1 under concurrent clients"
+        set_available(
+            self.button,
+            why,
+            "serve this run's model with Triton on 127.0.0.1 under concurrent clients",
         )
 
     def open(self) -> ServeTestDialog | None:

@@ -47,6 +47,11 @@ class WindowActions:
             "Export the recipe as a plain Python script",
         )
         self.act_quit = self._action("&Quit", self.close, QKeySequence.StandardKey.Quit)
+        self._make_model_actions()
+        self._make_view_actions()
+
+    def _make_model_actions(self) -> None:
+        """Profile, export, run, deploy, serve test, optimize."""
         self.act_profile = self._action(
             "&Profile", self.profile, "Ctrl+P", "Time every layer of the current model"
         )
@@ -65,8 +70,6 @@ class WindowActions:
             None,
             "Write a Triton model repository for the selected run's final model",
         )
-        self.act_deploy.setEnabled(False)
-        self.state.currentRunChanged.connect(lambda rid: self.act_deploy.setEnabled(bool(rid)))
         self.services.deployFinished.connect(self._on_deployed)
         self.act_serve_test = self._action(
             "Serve &test run…",
@@ -74,14 +77,17 @@ class WindowActions:
             None,
             "Serve the selected run's model with Triton on 127.0.0.1 under concurrent clients",
         )
-        self.act_serve_test.setEnabled(False)
-        self.state.currentRunChanged.connect(lambda r: self.act_serve_test.setEnabled(bool(r)))
+        # Enabled for the current run when it can be deployed / served, else saying why.
+        self.state.currentRunChanged.connect(self._sync_run_actions)
+        self._sync_run_actions(self.state.current_run_id or "")
         self.act_optimize = self._action(
             "&Optimize…",
             self.optimize_dialog,
             "Ctrl+Shift+R",
             "Search for the fastest recipe within a parity budget",
         )
+
+    def _make_view_actions(self) -> None:
         self.act_find = self._action(
             "&Find in graph",
             self.find_in_graph,

@@ -6,6 +6,8 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
+from studio.ui.availability import set_available
+
 
 class WindowRecipe:
     """Profile, run, deploy, optimize and recipe files (mixin of MainWindow)."""
@@ -16,12 +18,50 @@ class WindowRecipe:
             self.docks["profile"].raise_()
 
     def run_recipe(self) -> None:
-        if not self.state.recipe.steps:
-            self.statusBar().showMessage(
-                "the recipe has no steps: add some in the Recipe panel", 8000
-            )
-        self.services.run_recipe()
-        self.docks["runs"].raise_()
+        """Run through the Recipe panel, whose check (accel.plan's pre-flight problems, the
+        forms' errors, an empty recipe) refuses what cannot run, saying why."""
+        panel = self.panels.get("recipe")
+        if hasattr(panel, "run"):
+            if panel.run():
+                self.docks["runs"].raise_()
+            return
+        self.statusBar().showMessage("not run: the Recipe panel could not be loaded", 8000)
+
+    def _wire_run_action(self) -> None:
+        """Recipe ▸ Run, the toolbar's Run and Ctrl+R are enabled when the panel's Run
+        button is; disabled, their tooltip and status tip say why."""
+        history = self.panels.get("history")
+        if hasattr(history, "deployRequested"):
+            history.deployRequested.connect(lambda _run_id: self.deploy_run())
+        panel = self.panels.get("recipe")
+        if not hasattr(panel, "runnableChanged"):
+            self._run_state(False, "the Recipe panel could not be loaded")
+            return
+        panel.runnableChanged.connect(self._run_state)
+        self._run_state(panel.btn_run.isEnabled(), panel.btn_run.toolTip())
+
+    def _sync_run_actions(self, run_id: str) -> None:
+        """Deploy and Serve test follow the current run (a History selection too): enabled
+        when it can be deployed / served here, else their tooltip and status tip say why."""
+        from studio.serve_test import deploy_unavailable_reason, unavailable_reason
+
+        repo = getattr(self.services, "repo", None)
+        for act, why, tip in (
+            (
+                self.act_deploy,
+                deploy_unavailable_reason(repo, run_id),
+                "Write a Triton model repository for the selected run's final model",
+            ),
+            (
+                self.act_serve_test,
+                unavailable_reason(repo, run_id),
+                "Serve the selected run's model with Triton on 127.0.0.1 under concurrent clients",
+            ),
+        ):
+            set_available(act, why, tip)
+
+    def _run_state(self, ok: bool, why: str) -> None:
+        set_available(self.act_run, None if ok else why, "Run the recipe in a worker (Ctrl+R)")
 
     def confirm_recipe_code(self, refs: list[str]) -> bool:
         """Ask before a recipe's code is imported and called (SECURITY.md): a recipe file

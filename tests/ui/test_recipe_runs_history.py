@@ -48,6 +48,9 @@ def panels(qapp, tmp_path_factory):
         v.resize(1100, 500)
         v.setWindowTitle(name)
         v.show()
+    from studio.app import settle_garbage_collector
+
+    settle_garbage_collector()  # as studio.app.run_gui does once the window is up
     yield state, services, views, home
     for v in views.values():
         v.close()

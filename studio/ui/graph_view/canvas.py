@@ -29,18 +29,24 @@ class GraphCanvas(QGraphicsView):
         self.scale(factor, factor)
         self.zoomChanged.emit()
 
-    def fit(self) -> None:
-        """Fit the graph; a graph too tall to read when fitted is shown from its top at a
-        readable zoom instead (the overview shows the rest)."""
+    def fit(self, readable: bool = False) -> None:
+        """Fit the whole graph in the view (Fit, F). ``readable`` (the first view of a
+        model): a graph too tall to read when fitted is shown from its top at a readable
+        zoom instead (the overview shows the rest)."""
         rect = self.scene().itemsBoundingRect()
         if rect.isEmpty():
             return
         self.fitInView(rect.adjusted(-20, -20, 20, 20), Qt.AspectRatioMode.KeepAspectRatio)
-        scale = self.transform().m11()
+        # 5% to spare: at a small zoom a scroll step is many scene units, and an exact fit
+        # left the last nodes of a tall graph a few pixels under the edge.
+        scale = self.transform().m11() * 0.95
+        self.resetTransform()
+        self.scale(scale, scale)
+        self.centerOn(rect.center())
         if scale > 1.5:
             self.resetTransform()
             self.scale(1.5, 1.5)
-        elif scale < READABLE_SCALE:
+        elif readable and scale < READABLE_SCALE:
             self.resetTransform()
             s = max(READABLE_SCALE, min(1.0, self.viewport().width() / (rect.width() + 40)))
             self.scale(s, s)

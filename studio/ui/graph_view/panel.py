@@ -25,6 +25,7 @@ from PySide6.QtGui import (
     QKeySequence,
     QPainterPath,
     QPen,
+    QTextOption,
 )
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -159,6 +160,9 @@ class GraphView(DiffMixin, OverlayMixin, SelectionMixin, QWidget):
         self.details = QTextBrowser()
         self.details.setOpenLinks(False)
         self.details.setMinimumWidth(160)
+        # Lines break between words only ("Paramete/rs" in a narrow panel); a longer word
+        # scrolls sideways.
+        self.details.setWordWrapMode(QTextOption.WrapMode.WordWrap)
         self.details.setHtml("<i>Select a node to see its details.</i>")
         split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(self.canvas)
@@ -295,7 +299,7 @@ class GraphView(DiffMixin, OverlayMixin, SelectionMixin, QWidget):
         self._refresh_overlay()
         if self._pending_fit:
             self._pending_fit = False
-            self.fit()
+            self.fit(readable=True)
         else:
             self.canvas.centerOn(center)
         self._update_minimap()
@@ -360,8 +364,9 @@ class GraphView(DiffMixin, OverlayMixin, SelectionMixin, QWidget):
         self._set_expanded(self.expanded | need)
         return True
 
-    def fit(self) -> None:
-        self.canvas.fit()
+    def fit(self, readable: bool = False) -> None:
+        """Fit the whole graph (``readable``: the first view, see GraphCanvas.fit)."""
+        self.canvas.fit(readable)
         self._update_minimap()
 
     def _update_minimap(self) -> None:
