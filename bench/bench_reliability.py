@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -240,6 +241,15 @@ def cancels(args: argparse.Namespace) -> list[dict]:
     return results
 
 
+def run_id_of(run_stdout: str) -> str:
+    """The run id ``studio run`` printed ("run ID queued ..."): ``export-run`` takes an id
+    or a prefix of one, not "latest"."""
+    found = re.search(r"^run ([0-9a-f]{32}) queued", run_stdout, re.MULTILINE)
+    if found is None:
+        raise ValueError(f"no run id in studio run's output: {run_stdout[:200]!r}")
+    return found.group(1)
+
+
 def tables(args: argparse.Namespace) -> list[dict]:
     """Every sample recipe once; each step's p50 ratio against its interval, from the run's
     export (what the store, the CLI and the panels show)."""
@@ -259,7 +269,7 @@ def tables(args: argparse.Namespace) -> list[dict]:
                 continue
             doc = json.loads(
                 subprocess.run(
-                    [sys.executable, "-m", "studio", "--db", db, "export-run", "latest"],
+                    [sys.executable, "-m", "studio", "--db", db, "export-run", run_id_of(p.stdout)],
                     cwd=tmp_path,
                     env=env,
                     capture_output=True,
