@@ -49,6 +49,14 @@ def test_run_prints_a_step_table_and_exit_code(tmp_path, capsys):
     assert "Did you mean: channels_last" in capsys.readouterr().err
 
 
+def test_export_script_writes_into_a_folder_that_does_not_exist_yet(tmp_path, monkeypatch):
+    r = tmp_path / "r.yaml"
+    r.write_text(yaml.safe_dump({"model": {"source": "zoo:mlp"}, "steps": [{"pass": "bf16"}]}))
+    monkeypatch.chdir(tmp_path)
+    assert main(["export-script", "r.yaml", "-o", "scripts/s.py"]) == 0
+    assert "exported by Accel Studio" in (tmp_path / "scripts" / "s.py").read_text()
+
+
 def test_export_script_runs_standalone(tmp_path):
     r = tmp_path / "r.yaml"
     r.write_text(
