@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -200,6 +201,7 @@ def optimize(
     where)`` is called once trials can start."""
     from accel.search.engine import inspect_model
 
+    started = time.monotonic()  # the budget counts the model's inspection too
     config.validate()
     search_id = search_id or uuid.uuid4().hex
     out = Path(config.out_dir)
@@ -234,7 +236,12 @@ def optimize(
 
     try:
         result = run_search(
-            config, executor, on_trial=trial_done, cancel=cancel, model_info=model_info
+            config,
+            executor,
+            on_trial=trial_done,
+            cancel=cancel,
+            model_info=model_info,
+            started=started,
         )
     except BaseException as exc:
         if repo is not None:
