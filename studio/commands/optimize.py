@@ -191,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
     from accel.search import SearchError
     from studio.cli import CliError
     from studio.commands._common import open_repo as _repo
-    from studio.optimize import SearchThread
+    from studio.optimize import SearchCancelled, SearchThread
 
     config = build_config(args)
     try:
@@ -244,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
         on_start=on_start,
     ).start()
     interrupted = wait_for_search(th)
-    if th.error is not None:
+    if th.error is not None and not isinstance(th.error, SearchCancelled):
         if isinstance(th.error, AccelError):
             raise CliError(str(th.error)) from None
         raise th.error
@@ -270,6 +270,10 @@ def wait_for_search(th: Any) -> bool:
         pass
     print("cancelling the search (finished trials are kept) ...", file=sys.stderr, flush=True)
     th.cancel()
+    if getattr(th, "inspecting", False):
+        # No worker started and nothing stored yet: the inspection (seconds for a large
+        # model) stops with this process; the thread checks the cancel before going on.
+        return True
     deadline = time.monotonic() + CANCEL_WAIT_S
     while time.monotonic() < deadline:
         try:
