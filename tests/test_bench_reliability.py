@@ -28,3 +28,10 @@ def test_the_table_check_exports_the_run_by_the_id_studio_run_printed():
     with pytest.raises(ValueError, match="no run id"):
         bench.run_id_of("Error: no run 'latest'\n")
     assert '"latest"' not in Path(bench.__file__).read_text().split("def tables", 1)[1]
+
+
+def test_the_table_check_counts_rows_whose_interval_was_widened_to_the_p50_ratio():
+    bench = _bench()
+    assert bench.check_row(10.0, 5.0, 1.5, 2.5) == (True, False)
+    assert bench.check_row(52.0, 0.5, 2.0, 104.0) == (True, True)  # covering() widened it
+    assert bench.check_row(10.0, 1.0, 1.5, 2.5) == (False, False)
