@@ -174,6 +174,18 @@ def trial_row(t: Any) -> list[Any]:
     ]
 
 
+def trial_line(t: Any) -> str:
+    """A finished trial as one line of the live log, its cells named by their headers."""
+    cell = dict(zip(HEADERS, trial_row(t), strict=True))
+    ref, p50, speedup = (cell[h] for h in TIMING_HEADERS)
+    return (
+        f"trial {cell['#']}: {cell['chain']}  {cell['status']}  ref p50 {ref} ms  p50 {p50} ms"
+        f"  speedup {speedup}  cos drop {cell['cos drop']}  size {cell['size']}"
+        + (f"  (reused {t.reused_steps} step(s))" if t.reused_steps else "")
+        + (f"  {cell['note']}" if cell["note"] else "")
+    )
+
+
 def _exclude_note(steps: list[dict[str, Any]]) -> str:
     """' (float: a, b +6)' when a step keeps layers in float (--allow sensitivity's sets)."""
     kept = [n for s in steps for n in (s.get("params") or {}).get("exclude") or []]
@@ -226,14 +238,7 @@ def run(args: argparse.Namespace) -> int:
         if t.status == "running":
             print(f"  [{el:6.0f}s] trial {t.number}: {t.label} ...", flush=True)
             return
-        row = trial_row(t)
-        print(
-            f"  [{el:6.0f}s] trial {row[0]}: {row[1]}  {row[2]}  p50 {row[3]}  speedup {row[4]}"
-            f"  cos drop {row[5]}  size {row[6]}"
-            + (f"  (reused {t.reused_steps} step(s))" if t.reused_steps else "")
-            + (f"  {row[8]}" if row[8] else ""),
-            flush=True,
-        )
+        print(f"  [{el:6.0f}s] {trial_line(t)}", flush=True)
 
     th = SearchThread(
         config,
