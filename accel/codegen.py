@@ -336,14 +336,14 @@ def _factory_model_code(target: str, src: str, kw: str, imports: list[str]) -> l
 def _model_code(recipe: Recipe, spec: InputSpec) -> tuple[list[str], str, str]:
     """(imports, definitions, statements that set `model`/`kind`/`onnx_path`/`session`)."""
     from accel.models.runtime import runtime_for_file
-    from accel.models.sources import _SOURCE_RE
+    from accel.models.sources import parse_source
 
     src = recipe.model.source
-    m = _SOURCE_RE.match(src)
-    if not m:
+    parts = parse_source(src)
+    if parts is None:
         raise RecipeError(f"cannot export a script for model source {src!r}")
-    target, weights = m.group("target").strip(), m.group("weights")
-    kw = kwargs_code(m.group("kwargs") or "", src)
+    target, kw_text, weights = parts
+    kw = kwargs_code(kw_text, src)
     imports: list[str] = []
     defs = ""
     runtime = runtime_for_file(target) if ":" not in Path(target).name else None
@@ -541,7 +541,7 @@ def _script_header(recipe: Recipe, spec: InputSpec, imports: list[str]) -> list[
 def recipe_to_script(recipe: Recipe | dict[str, Any] | str) -> str:
     """The whole script as text (see module docstring). Reads and writes text only: the
     model source is never imported or run, and every recipe value enters as a literal."""
-    from accel.models.sources import _SOURCE_RE
+    from accel.models.sources import parse_source
 
     recipe = load_recipe(recipe)
     spec = InputSpec.coerce(recipe.model.input_spec)
@@ -550,7 +550,7 @@ def recipe_to_script(recipe: Recipe | dict[str, Any] | str) -> str:
     model_imports, model_defs, model_stmt = _model_code(recipe, spec)
     imports = list(_BASE_IMPORTS) + model_imports
     helpers: list[str] = []
-    kinds = [_source_kind(_SOURCE_RE.match(recipe.model.source).group("target").strip())]
+    kinds = [_source_kind(parse_source(recipe.model.source).target)]
     steps_code = _steps_code(recipe, imports, helpers, kinds)
     # The recipe's calibration data (a file, a function, synthetic options): the script's
     # calibration_batches() yields the studio's batches (defined after the default, so it wins).

@@ -1,4 +1,5 @@
-"""Typed parameters of the headless jobs (``accel.jobs``): one class per job kind.
+"""Typed parameters of the headless jobs: one class per job kind (its ``kind``), declared
+with its use case in ``accel.jobs`` (``accel.job_registry``).
 
 The worker protocol carries a job's parameters as plain JSON, flat as the studio has always
 sent them: ``{"model": "zoo:mlp", "input_spec": "x:float32[8,1024]", "trust_pickle": true,
@@ -36,7 +37,6 @@ __all__ = [
     "ParityJob",
     "ProfileJob",
     "RunRecipeJob",
-    "SPECS",
     "ServeTestJob",
 ]
 
@@ -306,23 +306,6 @@ class DeployJob(JobParams):
             return str(_input_spec_text(v) or "")
         except InputSpecError as exc:
             raise ValueError(str(exc)) from None
-
-
-SPECS: dict[str, type[JobParams]] = {
-    s.kind: s
-    for s in (
-        InspectJob,
-        ProfileJob,
-        AnalyzeJob,
-        ExportOnnxJob,
-        GraphDiffJob,
-        RunRecipeJob,
-        ServeTestJob,
-        DeployJob,
-        ParityJob,
-        BisectJob,
-    )
-}
 
 
 def _explain(cls: type[JobParams], exc: ValidationError) -> str:

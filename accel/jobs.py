@@ -1,6 +1,9 @@
-"""Headless jobs: the functions a worker process runs.
+"""Headless jobs: the use cases a worker process runs, each declared once.
 
-Each job is ``job(params, emit, cancel) -> dict``: ``params`` and the returned
+Every job kind is declared here with ``@declare_job(SpecClass, ...)`` on its use-case
+function (``accel.job_registry``: kind, typed parameters, use case, typed result, warm
+worker, run record, box folders). A job's runner (``JOBS[kind]``, made from the
+declaration) is ``job(params, emit, cancel) -> dict``: ``params`` and the returned
 dict are plain JSON, ``emit(dict)`` sends one event to whoever started the job
 (runner events in their ``to_dict()`` form), ``cancel()`` returns True once
 cancellation was requested and the job should stop at the next safe point
@@ -14,45 +17,50 @@ Jobs are testable without any process: call them with a list's ``append`` as
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from accel.errors import Cancelled
 from accel.events import Log, Progress
+from accel.job_registry import (
+    JOBS,
+    CancelCheck,
+    Emit,
+    Job,
+    JobFolders,
+    declare_job,
+    declare_runner,
+    register_job,
+    to_json,
+)
+from accel.job_results import (
+    AnalyzeResult,
+    BisectResult,
+    InspectResult,
+    ProfileResult,
+    inputs_text,
+    layer_parity_report,
+    lazy_result,
+    model_facts,
+    model_info,
+)
 from accel.job_specs import (
     AnalyzeJob,
     BisectJob,
+    DeployJob,
     ExportOnnxJob,
     GraphDiffJob,
     InspectJob,
     ParityJob,
     ProfileJob,
     RunRecipeJob,
+    ServeTestJob,
 )
 
+__all__ = ["JOBS", "SEARCH_TRIAL", "CancelCheck", "Emit", "Job", "register_job"]
+
 log = logging.getLogger(__name__)
-
-Emit = Callable[[dict[str, Any]], None]
-CancelCheck = Callable[[], bool]
-Job = Callable[[dict[str, Any], Emit, CancelCheck], dict[str, Any]]
-
-
-def _to_dict(obj: Any) -> dict[str, Any]:
-    if obj is None:
-        return {}
-    if isinstance(obj, dict):
-        return obj
-    if hasattr(obj, "to_dict"):
-        return obj.to_dict()
-    if hasattr(obj, "model_dump"):
-        return obj.model_dump(mode="json")
-    import dataclasses
-
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return dataclasses.asdict(obj)
-    return {"value": repr(obj)}
 
 
 def _progress(emit: Emit) -> Callable[[float, str], None]:
@@ -64,20 +72,19 @@ def _progress(emit: Emit) -> Callable[[float, str], None]:
     return progress
 
 
-def run_recipe_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
-    """params: ``RunRecipeJob`` (``recipe`` dict or file path, optional ``model`` source
-    overriding the recipe's, ``device``, ``out`` run folder, the caller's opt-ins
-    ``trust_pickle`` and ``trust_recipe_code``, never taken from the recipe). Returns the
-    run's JSON summary."""
+@declare_job(RunRecipeJob, records_run=True, folders=JobFolders(recipe=True))
+def run_recipe_job(job: RunRecipeJob, emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
+    """Run a recipe (``recipe`` dict or file path, optional ``model`` source overriding the
+    recipe's, ``device``, ``out`` run folder, the caller's opt-ins ``trust_pickle`` and
+    ``trust_recipe_code``, never taken from the recipe). Returns the run's JSON summary."""
     from accel.runner import run_recipe
 
-    job = RunRecipeJob.from_params(params)
     recipe: Any = job.recipe
     if isinstance(recipe, str):
         recipe = Path(recipe)
 
     def on_event(event: Any) -> None:
-        emit(_to_dict(event))
+        emit(to_json(event))
 
     result = run_recipe(
         recipe,
@@ -110,67 +117,18 @@ def run_recipe_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> d
     }
 
 
-def _inputs_text(inputs: Mapping[str, Any]) -> str:
-    """``x:float32[8,1024]; ...`` of the example inputs actually fed."""
-    parts = []
-    for name, x in inputs.items():
-        shape = ",".join(str(d) for d in getattr(x, "shape", ()))
-        dtype = str(getattr(x, "dtype", type(x).__name__)).removeprefix("torch.")
-        parts.append(f"{name}:{dtype}[{shape}]")
-    return "; ".join(parts)
-
-
-def model_facts(model: Any) -> dict[str, Any]:
-    """What a stored profile names the model by (the store's model row) and the CLI prints."""
-    return {
-        "source": model.source,
-        "kind": model.kind,
-        "content_hash": model.content_hash,
-        "input_spec": str(model.input_spec),
-        "num_params": int(model.num_params),
-        "size_bytes": int(model.size_bytes),
-        "device": model.device,
-    }
-
-
-@dataclass
-class ProfileResult:
-    """What ``profile`` measured: the model's facts, the inputs fed, the benchmark and the
-    per-layer profile (each None when the job did not ask for it)."""
-
-    model: dict[str, Any]
-    inputs: str
-    benchmark: Any = None  # accel.timing.single.BenchResult
-    profile: Any = None  # accel.profile.ModelProfile
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "inputs": self.inputs,
-            "benchmark": self.benchmark.to_dict() if self.benchmark is not None else None,
-            "profile": self.profile.to_dict() if self.profile is not None else None,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> ProfileResult:
-        from accel.profile import ModelProfile
-        from accel.timing.single import BenchResult
-
-        bench, prof = d.get("benchmark"), d.get("profile")
-        return cls(
-            model=dict(d.get("model") or {}),
-            inputs=str(d.get("inputs") or ""),
-            benchmark=BenchResult.from_dict(bench) if bench else None,
-            profile=ModelProfile.from_dict(prof) if prof else None,
-        )
-
-
+@declare_job(
+    ProfileJob,
+    result=ProfileResult.from_dict,
+    warm=True,
+    folders=JobFolders(touches=("trace_path",)),
+)
 def profile(job: ProfileJob, emit: Emit, cancel: CancelCheck) -> ProfileResult:
     """The profile use case (``studio profile`` and the studio's Profile action)."""
     model = job.load(device=job.device or "cpu")
     emit(Log("info", f"loaded {job.model.source}").to_dict())
     inputs = model.example_inputs()
-    result = ProfileResult(model_facts(model), _inputs_text(inputs))
+    result = ProfileResult(model_facts(model), inputs_text(inputs))
     if job.benchmark:
         from accel.timing.single import benchmark
 
@@ -202,33 +160,7 @@ def profile(job: ProfileJob, emit: Emit, cancel: CancelCheck) -> ProfileResult:
     return result
 
 
-def profile_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
-    """params: ``ProfileJob``. Returns ``ProfileResult.to_dict()``."""
-    return profile(ProfileJob.from_params(params), emit, cancel).to_dict()
-
-
-@dataclass
-class AnalyzeResult:
-    """The sensitivity report and, when the job had a gate, the layers to keep in float."""
-
-    report: Any  # accel.sensitivity.SensitivityReport
-    auto: Any = None  # accel.sensitivity.AutoExcludeResult
-
-    def to_dict(self) -> dict[str, Any]:
-        out = self.report.to_dict()
-        if self.auto is not None:
-            out["auto_exclude"] = self.auto.to_dict()
-        return out
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> AnalyzeResult:
-        from accel.sensitivity import AutoExcludeResult, SensitivityReport
-
-        d = dict(d)
-        auto = d.pop("auto_exclude", None)
-        return cls(SensitivityReport.from_dict(d), AutoExcludeResult(**auto) if auto else None)
-
-
+@declare_job(AnalyzeJob, result=AnalyzeResult.from_dict, warm=True)
 def analyze(job: AnalyzeJob, emit: Emit, cancel: CancelCheck) -> AnalyzeResult:
     """Per-layer sensitivity (``accel.sensitivity``); with a gate, ``auto_exclude`` too.
     The model is analysed on the CPU."""
@@ -260,71 +192,7 @@ def analyze(job: AnalyzeJob, emit: Emit, cancel: CancelCheck) -> AnalyzeResult:
     return AnalyzeResult(report, auto)
 
 
-def analyze_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
-    """params: ``AnalyzeJob``. Returns the report's JSON (plus ``auto_exclude`` with a gate)."""
-    return analyze(AnalyzeJob.from_params(params), emit, cancel).to_dict()
-
-
-def model_info(model: Any) -> dict[str, Any]:
-    """JSON facts about a ``LoadedModel`` for people (the studio's Model panel)."""
-    info: dict[str, Any] = {
-        "source": model.source,
-        "kind": model.kind,
-        "format": model.format,
-        "input_spec": str(model.input_spec),
-        "inputs": [
-            {"name": t.name, "shape": list(t.shape), "dtype": t.dtype}
-            for t in model.input_spec.inputs
-        ],
-        "num_params": int(model.num_params),
-        "size_bytes": int(model.size_bytes),
-        "content_hash": model.content_hash,
-        "device": model.device,
-        "onnx_path": str(model.onnx_path) if model.onnx_path else None,
-        "class_name": "",
-    }
-    # What the model's runtime says about it and what the GUI can show for its kind.
-    runtime = model.runtime
-    netron = runtime.netron_file(model)
-    info.update(runtime.info(model))
-    info.update(
-        {
-            "runtime": runtime.label,
-            "capabilities": sorted(runtime.capabilities),
-            "profile_rows": runtime.profile_rows,
-            "netron_file": str(netron) if netron else None,
-        }
-    )
-    return info
-
-
-@dataclass
-class InspectResult:
-    """An opened model: the LoadedModel, its facts for people, its graph (or why none)."""
-
-    model: Any  # accel.models.LoadedModel (not sent: to_dict leaves it out)
-    info: dict[str, Any]
-    graph: Any = None  # accel.graph.Graph
-    graph_error: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        graph = self.graph.to_dict() if self.graph is not None else None
-        return {"info": self.info, "graph": graph, "graph_error": self.graph_error}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> InspectResult:
-        """What a worker sent back: the facts and the graph (the model stays there)."""
-        from accel.graph import Graph
-
-        graph = d.get("graph")
-        return cls(
-            None,
-            dict(d.get("info") or {}),
-            Graph.from_dict(graph) if graph else None,
-            d.get("graph_error"),
-        )
-
-
+@declare_job(InspectJob, result=InspectResult.from_dict, warm=True)
 def inspect(job: InspectJob, emit: Emit, cancel: CancelCheck) -> InspectResult:
     """Open a model (on the CPU): its facts and, with ``job.graph``, its graph. A model whose
     graph cannot be built still opens (``graph_error`` says why)."""
@@ -344,21 +212,15 @@ def inspect(job: InspectJob, emit: Emit, cancel: CancelCheck) -> InspectResult:
     return out
 
 
-def inspect_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
-    """params: ``InspectJob``. Returns ``{"info": model_info, "graph": Graph.to_dict() |
-    None, "graph_error": str | None}``."""
-    return inspect(InspectJob.from_params(params), emit, cancel).to_dict()
-
-
-def export_onnx_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
-    """params: ``model``, optional ``input_spec``, ``out`` (the .onnx path; its folder holds
+@declare_job(ExportOnnxJob, warm=True, folders=JobFolders(writes_beside=("out",)))
+def export_onnx(job: ExportOnnxJob, emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
+    """``model``, optional ``input_spec``, ``out`` (the .onnx path; its folder holds
     any external data), ``exporter`` (default dynamo, falling back to torchscript). Uses the
     ``export_onnx`` pass, so the file is checked and keeps the spec's dynamic dims. An ONNX
     model returns its own file. Returns ``{"path": str, "warnings": [...]}``."""
     from accel.errors import PassError
     from accel.passes import PassContext, get_pass
 
-    job = ExportOnnxJob.from_params(params)
     model = job.load()
     runtime = model.runtime
     if "export_onnx" not in runtime.capabilities:  # a runtime file already: show it as it is
@@ -398,8 +260,9 @@ def export_onnx_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> 
     raise error
 
 
-def graph_diff_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
-    """params: ``model`` (original source), optional ``input_spec``, ``run_dir`` (a run
+@declare_job(GraphDiffJob, warm=True, folders=JobFolders(reads=("run_dir",)))
+def graph_diff(job: GraphDiffJob, emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
+    """``model`` (original source), optional ``input_spec``, ``run_dir`` (a run
     folder) and ``step_index`` (the recipe step's index) or ``step`` (step folder name);
     default: the last step that saved a model. Returns ``{"graph": the step's
     Graph.to_dict(), "diff": GraphDiff.to_dict(), "step", "step_index", "artifact"}``: what
@@ -410,7 +273,6 @@ def graph_diff_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> d
     from accel.graph.layer_parity import saved_step_models
     from accel.models import load_model
 
-    job = GraphDiffJob.from_params(params)
     saved = saved_step_models(job.run_dir)
     if not saved:
         raise AccelError(
@@ -444,6 +306,7 @@ def graph_diff_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> d
     }
 
 
+@declare_job(ParityJob, result=layer_parity_report)
 def parity(job: ParityJob, emit: Emit, cancel: CancelCheck) -> Any:
     """Layer-by-layer comparison of two models (``accel.graph.layer_parity``); B keeps its
     own input names (an ONNX export may call ``x`` ``input.1``)."""
@@ -458,65 +321,59 @@ def parity(job: ParityJob, emit: Emit, cancel: CancelCheck) -> Any:
     )
 
 
-def parity_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
-    """params: ``ParityJob``. Returns ``LayerParityReport.to_dict()``."""
-    return parity(ParityJob.from_params(params), emit, cancel).to_dict()
-
-
-def bisect(job: BisectJob, emit: Emit, cancel: CancelCheck) -> list[Any]:
+@declare_job(BisectJob, result=BisectResult.from_dict, folders=JobFolders(reads=("run_dir",)))
+def bisect(job: BisectJob, emit: Emit, cancel: CancelCheck) -> BisectResult:
     """Every step of a run folder against its original (``bisect_run``)."""
     from accel.graph.layer_parity import bisect_run
 
-    return bisect_run(
+    steps = bisect_run(
         job.run_dir,
         atol=job.atol,
         rtol=job.rtol,
         trust_pickle=job.trust_pickle,
         trust_code=job.trust_code,
     )
-
-
-def bisect_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
-    """params: ``BisectJob``. Returns ``{"steps": [BisectStep as JSON]}``."""
-    steps = bisect(BisectJob.from_params(params), emit, cancel)
-    return {
-        "steps": [
-            {
-                "step": s.step,
-                "artifact": s.artifact,
-                "report": s.report.to_dict() if s.report is not None else None,
-                "error": s.error,
-            }
-            for s in steps
-        ]
-    }
+    return BisectResult(list(steps))
 
 
 def search_trial_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
-    """One trial of a recipe search (``accel.search.trial.run_trial``; params: its spec)."""
+    """One trial of a recipe search (``accel.search.trial.run_trial`` validates its spec)."""
     from accel.search.trial import run_trial
 
     return run_trial(params, emit, cancel)
 
 
-def serve_test_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
+# A trial is a recipe run: the search's pool executor records it as a run itself.
+SEARCH_TRIAL = declare_runner(
+    "search_trial", search_trial_job, records_run=True, folders=JobFolders(recipe=True)
+)
+
+
+@declare_job(
+    ServeTestJob,
+    result=lazy_result("accel.deploy.serve", "ServeReport.from_dict"),
+    folders=JobFolders(reads=("artifact_path",), network=True),
+)
+def serve_test(job: ServeTestJob, emit: Emit, cancel: CancelCheck) -> Any:
     """A served load test of a run's model file (``accel.deploy.serve.serve_run``)."""
     from accel.deploy.serve import serve_run
-    from accel.job_specs import ServeTestJob
 
-    return serve_run(ServeTestJob.from_params(params), emit, cancel).to_dict()
+    return serve_run(job, emit, cancel)
 
 
-def deploy_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
+@declare_job(
+    DeployJob,
+    result=lazy_result("accel.deploy.triton", "DeployReport.from_dict"),
+    folders=JobFolders(reads=("artifact_path",), writes=("out",)),
+)
+def deploy(job: DeployJob, emit: Emit, cancel: CancelCheck) -> Any:
     """A Triton model repository for a run's model file (``accel.deploy.triton``): loads the
     model, checks it runs on the spec, measures the batch sweep, writes the repository."""
     from accel.deploy.triton import write_repository
-    from accel.job_specs import DeployJob
     from accel.models.inputs import InputSpec
 
-    job = DeployJob.from_params(params)
     artifact = {"kind": job.artifact_kind, "path": job.artifact_path}
-    result = write_repository(
+    return write_repository(
         artifact,
         InputSpec.parse(job.input_spec),
         job.out,
@@ -525,25 +382,3 @@ def deploy_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[
         force=job.force,
         batches=job.batches,
     )
-    return result.to_dict()
-
-
-JOBS: dict[str, Job] = {
-    "run_recipe": run_recipe_job,
-    "profile": profile_job,
-    "analyze": analyze_job,
-    "inspect": inspect_job,
-    "export_onnx": export_onnx_job,
-    "graph_diff": graph_diff_job,
-    "search_trial": search_trial_job,
-    "serve_test": serve_test_job,
-    "deploy": deploy_job,
-    "parity": parity_job,
-    "bisect": bisect_job,
-}
-
-
-def register_job(name: str, fn: Job) -> Job:
-    """Add a job kind (plugins and tests use this); returns ``fn``."""
-    JOBS[name] = fn
-    return fn

@@ -435,6 +435,13 @@ def _compare_leaf(name: str, ref: Any, cand: Any, tol: Tolerances) -> OutputPari
         return dataclasses.replace(
             base, reason=f"dtype mismatch: reference {rdt} ({rk}), candidate {cdt} ({ck})"
         )
+    return _compare_values(base, r, c, rk, tol)
+
+
+def _compare_values(
+    base: OutputParity, r: np.ndarray, c: np.ndarray, rk: str, tol: Tolerances
+) -> OutputParity:
+    """The error metrics of two arrays of one shape and kind, and whether they pass."""
     if rk == "complex":  # compare real and imaginary parts as extra elements
         r = np.stack([r.real, r.imag], axis=-1)
         c = np.stack([c.real, c.imag], axis=-1)

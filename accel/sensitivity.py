@@ -376,18 +376,11 @@ def analyze_sensitivity(
             "quantized alone; use method full"
         )
     use_local = method == "local" or (method == "auto" and local_ok)
-    all_layers = ev.layers()
-    if not all_layers:
-        raise PassError(f"the model has no {'/'.join(ev.types)} layer for {pass_name} to quantize")
-    names = [n for n, _ in all_layers]
-    sizes = [(n, sum(p.numel() for p in m.parameters())) for n, m in all_layers]
-    chosen = set(pick_layers(sizes, max_layers) if max_layers else names)
-    layers = [(n, m) for n, m in all_layers if n in chosen]
-    skipped = [n for n in names if n not in chosen]
+    layers, names, sizes, skipped = _layers_to_analyse(ev, pass_name, max_layers)
     sampled = f" (sample of {len(layers)} of {len(names)})" if skipped else ""
     report_progress(0.0, f"{len(layers)} layers{sampled}; quantizing all of them first")
     full = ev.evaluate([])
-    results = _layer_by_layer(ev, layers, names, dict(sizes), use_local, report_progress)
+    results = _layer_by_layer(ev, layers, names, sizes, use_local, report_progress)
     results.sort(key=lambda e: e.score(), reverse=True)
     report_progress(1.0, "done")
     return SensitivityReport(
@@ -404,6 +397,20 @@ def analyze_sensitivity(
         method="local" if use_local else "full",
         skipped=skipped,
     )
+
+
+def _layers_to_analyse(
+    ev: _Evaluator, pass_name: str, max_layers: int | None
+) -> tuple[list[tuple[str, Any]], list[str], dict[str, int], list[str]]:
+    """(layers to analyse, every quantizable layer's name, parameter counts, skipped)."""
+    all_layers = ev.layers()
+    if not all_layers:
+        raise PassError(f"the model has no {'/'.join(ev.types)} layer for {pass_name} to quantize")
+    names = [n for n, _ in all_layers]
+    sizes = [(n, sum(p.numel() for p in m.parameters())) for n, m in all_layers]
+    chosen = set(pick_layers(sizes, max_layers) if max_layers else names)
+    layers = [(n, m) for n, m in all_layers if n in chosen]
+    return layers, names, dict(sizes), [n for n in names if n not in chosen]
 
 
 def auto_exclude(
@@ -457,15 +464,31 @@ def auto_exclude(
         "min_cosine": min_cosine,
         "max_accuracy_drop": max_accuracy_drop,
     }
+    return _shortest_exclude(report.ranking(), ev, gate, report_progress, cancel)
 
-    def meets(m: dict[str, Any]) -> bool:
-        return (
-            (max_error is None or m["max_abs"] <= max_error)
-            and (min_cosine is None or m["cosine"] >= min_cosine)
-            and (max_accuracy_drop is None or m.get("accuracy_drop", 0.0) <= max_accuracy_drop)
-        )
 
-    ranking = report.ranking()
+def _meets(m: dict[str, Any], gate: dict[str, float | None]) -> bool:
+    max_error, min_cosine, max_drop = (
+        gate["max_error"],
+        gate["min_cosine"],
+        gate["max_accuracy_drop"],
+    )
+    return (
+        (max_error is None or m["max_abs"] <= max_error)
+        and (min_cosine is None or m["cosine"] >= min_cosine)
+        and (max_drop is None or m.get("accuracy_drop", 0.0) <= max_drop)
+    )
+
+
+def _shortest_exclude(
+    ranking: list[str],
+    ev: _Evaluator,
+    gate: dict[str, float | None],
+    report_progress: ProgressFn,
+    cancel: Any,
+) -> AutoExcludeResult:
+    """The shortest prefix of ``ranking`` kept in float that meets ``gate`` (each tried by
+    applying the pass), or the whole ranking when none does."""
     tried = []
     best: dict[str, Any] = {}
     for k in range(len(ranking) + 1):
@@ -478,7 +501,7 @@ def auto_exclude(
         m = ev.evaluate(exclude)
         tried.append({"exclude": exclude, **m})
         best = m
-        if meets(m):
+        if _meets(m, gate):
             return AutoExcludeResult(exclude, True, m, gate, tried)
     log.info("no prefix of the ranking meets the gate %s", gate)
     return AutoExcludeResult(ranking, False, best, gate, tried)

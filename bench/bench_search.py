@@ -11,9 +11,12 @@ round-robin in this process (rotating order, ``--rounds`` rounds): a contender's
 the median over rounds of original / contender within the same round, and the ratio best /
 hand-written compares two speedups measured against the same reference at the same time.
 
+For each search it also reports the time to the best: the first trial whose speedup is
+within 5 % of the search's best (within 0.01), its index and when it finished.
+
 Usage:
     .venv/bin/python bench/bench_search.py [--models resnet,transformer] [--budget 15m]
-        [--trials N] [--iters 30] [--json out.json]
+        [--trials N] [--iters 30] [--threads 1] [--allow prune,distill] [--json out.json]
 ``--budget`` is per model (the issue's target: 15 minutes on the 2-core machine).
 """
 
@@ -144,6 +147,34 @@ def best_within(res: Any, max_drop: float) -> Any:
     return max(ok, key=lambda t: t.metrics.get("speedup") or 0.0) if ok else None
 
 
+def time_to_best(res: Any, done_at: dict[int, float], max_drop: float) -> dict[str, Any] | None:
+    """The first trial within ``max_drop`` whose speedup is within 5 % of the search's best
+    within it: its number, chain and when it finished (seconds after the search started)."""
+    best = best_within(res, max_drop)
+    if best is None:
+        return None
+    target = 0.95 * (best.metrics.get("speedup") or 0.0)
+    first = min(
+        (
+            t
+            for t in res.trials
+            if t.status == "ok"
+            and t.chain
+            and (t.metrics.get("cosine_drop") or 0) <= max_drop
+            and (t.metrics.get("speedup") or 0.0) >= target
+        ),
+        key=lambda t: t.number,
+    )
+    return {
+        "trial": first.number,
+        "chain": first.label,
+        "seconds": done_at.get(first.number),
+        "best_trial": best.number,
+        "best_chain": best.label,
+        "best_speedup": best.metrics.get("speedup"),
+    }
+
+
 def fmt(x: float | None, spec: str = ".2f") -> str:
     return "-" if x is None else format(x, spec)
 
@@ -170,10 +201,18 @@ def bench_model(key: str, args: argparse.Namespace, work: Path) -> dict[str, Any
         bench_dims=dims,
         bench_threads=args.threads,
         trial_timeout_s=None,
+        allow=tuple(a for a in args.allow.split(",") if a),
     )
     t0 = time.monotonic()
-    res = run_search(config, InProcessExecutor())
+    done_at: dict[int, float] = {}
+
+    def on_trial(t: Any) -> None:
+        if t.status != "running":
+            done_at[t.number] = time.monotonic() - t0
+
+    res = run_search(config, InProcessExecutor(), on_trial=on_trial)
     wall = time.monotonic() - t0
+    first = time_to_best(res, done_at, 0.01)
     found = {f"best within {d:g}": best_within(res, d) for d in (0.01, 0.001)}
     contenders: dict[str, list[dict[str, Any]]] = {}
     for label, t in found.items():
@@ -235,6 +274,8 @@ def bench_model(key: str, args: argparse.Namespace, work: Path) -> dict[str, Any
         }
     return {
         "model": key,
+        "time_to_best": first,
+        "seeds": res.space.get("seeds"),
         "trials": len(res.trials),
         "search_wall_s": wall,
         "status": res.status,
@@ -252,6 +293,7 @@ def main() -> int:
     p.add_argument("--iters", type=int, default=30, help="timed calls per trial / per round")
     p.add_argument("--rounds", type=int, default=7, help="round-robin rounds of the contenders")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--allow", default="", help="the search's --allow (e.g. prune,distill)")
     p.add_argument("--json", default=None)
     args = p.parse_args()
     b = args.budget.strip().lower()
@@ -269,6 +311,13 @@ def main() -> int:
                 f"  search: {r['trials']} trials in {r['search_wall_s']:.0f} s ({r['status']}); "
                 f"prefix cache {r['cache']}"
             )
+            ttb = r["time_to_best"]
+            if ttb:
+                print(
+                    f"  time to best (within 5 %, max cosine drop 0.01): trial {ttb['trial']} "
+                    f"{ttb['chain']} at {fmt(ttb['seconds'], '.0f')} s; best trial "
+                    f"{ttb['best_trial']} {ttb['best_chain']} {fmt(ttb['best_speedup'])}x"
+                )
             for row in r["rows"]:
                 rng = (
                     f"[{fmt(row.get('speedup_low'))}-{fmt(row.get('speedup_high'))}]"

@@ -13,6 +13,8 @@ import argparse
 import importlib
 import sys
 
+from studio.errors import UserError
+
 COMMAND_MODULES = [
     "studio.commands.gui",
     "studio.commands.profile",
@@ -27,11 +29,17 @@ COMMAND_MODULES = [
 ]
 
 
-class CliError(Exception):
-    """An error whose message is shown to the user as is (no traceback)."""
+# The commands' user error is the studio's (``studio.errors``): lookups shared with the
+# GUI raise it without importing the CLI.
+CliError = UserError
 
 
 def build_parser() -> argparse.ArgumentParser:
+    return _parser_and_commands()[0]
+
+
+def _parser_and_commands() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The parser and its subcommands' parsers by name (the commands that registered)."""
     parser = argparse.ArgumentParser(
         prog="studio",
         description="Accel Studio: profile, optimize and verify PyTorch and ONNX models. "
@@ -53,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         mod.register(sub)
-    return parser
+    return parser, dict(sub.choices)
 
 
 # Commands that load or run a model (in a confined worker): they say when the box is missing.
@@ -75,13 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     from studio.logs import setup_logging
 
     disable_telemetry()  # before any command imports a library that phones home
-    parser = build_parser()
+    parser, commands = _parser_and_commands()
     args = parser.parse_args(argv)
     _LAST_COMMAND[0] = args.command or "gui"
     setup_logging(verbose=args.verbose)
     if args.command is None:
         args.command = "gui"
-        if "gui" not in parser._subparsers._group_actions[0].choices:
+        if "gui" not in commands:
             parser.print_help()
             return 0
         args = parser.parse_args(["gui", *(argv or sys.argv[1:])])

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from accel.jobs import SEARCH_TRIAL
 from accel.search import SearchConfig, SearchResult, TrialRecord, run_search, trial_recipe
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ class PoolExecutor:
     def submit(self, number: int, spec: dict[str, Any]) -> _PoolHandle:
         label = "+".join(s["pass"] for s in spec["steps"]) or "original"
         h = self.pool.submit(
-            "search_trial",
+            SEARCH_TRIAL.kind,
             spec,
             device=self.config.device,
             timeout_s=spec.get("timeout_s"),
@@ -121,7 +122,7 @@ class RecordingExecutor:
             run = self.repo.create_run(
                 model_source=self.config.model,
                 recipe=_spec_recipe(self.config, spec),
-                kind="search_trial",
+                kind=SEARCH_TRIAL.kind,
                 device=self.config.device,
                 tags=[SEARCH_TAG, search_tag(self.search_id), "ray"],
                 name=_trial_name(self.search_id, number, label),
@@ -229,6 +230,8 @@ def optimize(
     if on_start is not None:
         on_start(search_id, where)
 
+    priors = _priors(repo)
+
     def trial_done(t: TrialRecord) -> None:
         if repo is not None and t.status != "running" and t.run_id:
             try:
@@ -245,6 +248,7 @@ def optimize(
             on_trial=trial_done,
             cancel=cancel,
             model_info=model_info,
+            priors=priors,
             started=started,
         )
     except BaseException as exc:
@@ -258,9 +262,45 @@ def optimize(
         summary.pop("trials")
         summary.pop("config")
         summary["trial_runs"] = {str(t.number): t.run_id for t in result.trials}
+        prior = prior_of(result)
+        if prior is not None:
+            summary["prior"] = prior
         repo.finish_search(search_id, result.status, summary)
     files = write_outputs(result, out, search_id=search_id, where=where, script=script)
     return OptimizeOutcome(search_id, result, files, where)
+
+
+def _priors(repo: Store | None) -> list[dict[str, Any]]:
+    """Earlier searches' best recipes from the store (plain dicts for accel's seeds)."""
+    if repo is None:
+        return []
+    try:
+        return repo.search_priors()
+    except Exception:  # a store problem must not stop the search
+        log.exception("could not read earlier searches; seeding by rules only")
+        return []
+
+
+def prior_of(result: SearchResult) -> dict[str, Any] | None:
+    """What the next search for a similar model learns from this one
+    (accel.search.seeds.Prior as a dict): the best trial's steps, its model's family and
+    size class, the device and CPU, and its primary objective value."""
+    from accel.hardware import cpu_features
+
+    if result.best is None or result.status != "finished":
+        return None
+    best = result.trial(result.best)
+    key = {"latency": "speedup", "throughput": "throughput"}.get(result.config.objective)
+    score = best.metrics.get(key) if key else None
+    return {
+        "family": result.space.get("family", ""),
+        "size_class": result.space.get("size_class", ""),
+        "device": result.config.device,
+        "cpu": cpu_features().name if not result.config.device.startswith("cuda") else "",
+        "objective": result.config.objective,
+        "score": score,
+        "steps": [dict(s) for s in best.steps],
+    }
 
 
 def write_outputs(

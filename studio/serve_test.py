@@ -1,6 +1,8 @@
-"""Serve tests of stored runs, shared by `studio serve-test` and the GUI (no Qt here).
+"""Deploying and serve-testing stored runs, shared by the CLI and the GUI (no Qt, no CLI).
 
-``servable_run`` finds a run's model file Triton can serve (`studio deploy` uses it too),
+``servable_run`` finds a run's model file Triton can serve, ``deploy_spec`` is the
+``deploy`` job (``accel.job_specs.DeployJob``) that writes its Triton repository (`studio
+deploy` and the GUI's Deploy action run it in a worker),
 ``unavailable_reason`` says why a run cannot be serve-tested (PyTriton missing, no servable
 model file — the CLI's own checks), ``job_params`` is what the GUI's worker job
 (``accel.jobs`` kind ``serve_test``, spec ``accel.job_specs.ServeTestJob``) gets, and ``store_result`` keeps a finished test with its
@@ -35,18 +37,18 @@ def pytriton_missing() -> str | None:
 
 
 def servable_run(repo: Any, run_id: str) -> tuple[Any, dict[str, Any], Any]:
-    """(run detail, servable artifact, input spec) of a finished run; CliError otherwise."""
+    """(run detail, servable artifact, input spec) of a finished run; UserError otherwise."""
     from accel.deploy.triton import servable_artifact
     from accel.models import InputSpec
-    from studio.cli import CliError
+    from studio.errors import UserError
     from studio.store import RunNotFound
 
     try:
         detail = repo.get_run(run_id)
     except RunNotFound as exc:
-        raise CliError(str(exc)) from None
+        raise UserError(str(exc)) from None
     if detail.run.status != "succeeded":
-        raise CliError(
+        raise UserError(
             f"run {detail.id[:12]} is {detail.run.status}: only a succeeded run can be deployed "
             "or serve-tested"
         )
@@ -59,13 +61,13 @@ def servable_run(repo: Any, run_id: str) -> tuple[Any, dict[str, Any], Any]:
     art = servable_artifact(artifacts)
     if art is None:
         last = steps[-1].pass_name if steps else "none"
-        raise CliError(
+        raise UserError(
             f"run {detail.id[:12]} has no model file Triton can serve (its last step: {last}; "
             "a torch.compile'd or eager module is not a file). Add an export_onnx step (or "
             "torchscript) at the end of the recipe and run it again."
         )
     if not detail.model_input_spec:
-        raise CliError(f"run {detail.id[:12]} has no input spec recorded")
+        raise UserError(f"run {detail.id[:12]} has no input spec recorded")
     spec = InputSpec.parse(detail.model_input_spec)
     return detail, art, spec
 
@@ -81,7 +83,7 @@ def unavailable_reason(repo: Any, run_id: str | None) -> str | None:
         return missing
     try:
         servable_run(repo, run_id)
-    except Exception as exc:  # noqa: BLE001 - CliError / store errors: their text is the reason
+    except Exception as exc:  # noqa: BLE001 - UserError / store errors: their text is the reason
         return str(exc)
     return None
 
@@ -107,7 +109,7 @@ def job_params(
     max_requests: int = 2000,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the ``serve_test`` job's params (``accel.job_specs.ServeTestJob``), the artifact it
-    serves) for run ``run_id``; CliError when the run cannot be served, JobParamsError for bad
+    serves) for run ``run_id``; UserError when the run cannot be served, JobParamsError for bad
     numbers."""
     from accel.job_specs import ServeTestJob
 
@@ -125,6 +127,26 @@ def job_params(
         }
     )
     return job.to_params(), art
+
+
+def deploy_spec(repo: Any, run_id: str, out: str, **options: Any) -> tuple[Any, dict[str, Any]]:
+    """(the ``deploy`` job spec for run ``run_id``'s model file, its artifact record);
+    UserError when the run has no servable model file. ``options``: the spec's name, force,
+    batches."""
+    from accel.job_specs import DeployJob
+
+    detail, art, spec = servable_run(repo, run_id)
+    device = detail.run.device if detail.run.device.startswith("cuda") else "cpu"
+    job = DeployJob(
+        artifact_kind=art["kind"],
+        artifact_path=art["path"],
+        input_spec=str(spec),
+        out=str(Path(out).resolve()),
+        device=device,
+        run_id=detail.id,
+        **options,
+    )
+    return job, art
 
 
 def store_result(repo: Any, run_id: str, report: dict[str, Any], art: dict[str, Any]) -> dict:

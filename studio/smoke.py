@@ -24,6 +24,26 @@ SMOKE_RECIPE = {
 }
 
 
+def _recorded_step(db: str, run_id: str) -> str | None:
+    """The pass name of the run's one step, as the store recorded it succeeded; None (after
+    saying why) when the store has something else."""
+    from studio.store import Repository
+
+    repo = Repository.open(db)
+    try:
+        detail = repo.get_run(run_id)
+    finally:
+        repo.close()
+    steps = [s for s in detail.steps if s.index >= 0]
+    if detail.run.status != "succeeded" or len(steps) != 1 or steps[0].status != "succeeded":
+        print(
+            f"smoke: run {run_id} is {detail.run.status} with {len(steps)} steps in {db}",
+            file=sys.stderr,
+        )
+        return None
+    return steps[0].pass_name
+
+
 def run_smoke(db: str, timeout_s: float = 300.0) -> int:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     t0 = time.monotonic()
@@ -67,24 +87,12 @@ def run_smoke(db: str, timeout_s: float = 300.0) -> int:
             err = getattr(outcome, "error", "cancelled")
             print(f"smoke: the run did not succeed: {err}", file=sys.stderr)
             return 1
-        from studio.store import Repository
-
-        repo = Repository.open(db)
-        try:
-            detail = repo.get_run(outcome.run_id)
-        finally:
-            repo.close()
-        steps = [s for s in detail.steps if s.index >= 0]
-        if detail.run.status != "succeeded" or len(steps) != 1 or steps[0].status != "succeeded":
-            print(
-                f"smoke: run {outcome.run_id} is {detail.run.status} with "
-                f"{len(steps)} steps in {db}",
-                file=sys.stderr,
-            )
+        recorded = _recorded_step(db, outcome.run_id)
+        if recorded is None:
             return 1
         print(
             f"smoke ok: opened {SMOKE_MODEL} in {t_open:.1f} s, run {outcome.run_id} "
-            f"({steps[0].pass_name}) recorded in {db}, {time.monotonic() - t0:.1f} s"
+            f"({recorded}) recorded in {db}, {time.monotonic() - t0:.1f} s"
         )
         code = 0
     finally:

@@ -1,7 +1,7 @@
 """Application state: plain values plus Qt signals that views connect to.
 
 Views take the state in ``__init__`` and connect to its signals (napari style);
-controllers (studio/controllers.py) do the heavy work in workers and threads
+controllers (``studio/controllers/``) do the heavy work in workers and threads
 and put results here. Nothing in this object does heavy work.
 """
 

@@ -1,11 +1,12 @@
 """The studio's use cases without Qt: one path for the CLI and the GUI.
 
-A use case is a typed job spec (``accel.job_specs``) and the engine function that runs it
-(``accel.jobs``). The GUI (``studio.services``) builds the spec here and sends its
-``to_params()`` JSON to a worker, which runs ``accel.jobs.JOBS[kind]``: that validates the
-JSON back into the spec and calls the use-case function. The CLI commands build the same spec
-here and call the same use-case function in process (``run_in_process``), after the same
-JSON round trip. What happens with a result afterwards (a profile stored in the experiment
+A use case is a typed job spec (``accel.job_specs``) and the engine function that runs it,
+declared together once (``accel.job_registry``, the declarations in ``accel.jobs``). The GUI
+(``studio.controllers``) builds the spec here and sends its ``to_params()`` JSON to a worker,
+which runs the declared job: that validates the JSON back into the spec and calls the
+use-case function. The CLI commands build the same spec here and run it in a confined worker
+(``run_boxed``) or in process (``run_in_process``, after the same JSON round trip); both
+give back the declared typed result. What happens with a result afterwards (a profile stored in the experiment
 store) is defined here once too, and so is ``Session``: what the person allowed in the
 studio (files to unpickle, code to run) and the specs that follow from it.
 """
@@ -15,18 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from accel.job_specs import (
-    AnalyzeJob,
-    BisectJob,
-    DeployJob,
-    InspectJob,
-    JobParams,
-    ModelJob,
-    ParityJob,
-    ProfileJob,
-    RunRecipeJob,
-    ServeTestJob,
-)
+import accel.jobs  # noqa: F401 - declares the engine's jobs
+from accel.job_registry import declaration_for
+from accel.job_specs import JobParams, ModelJob, RunRecipeJob
 
 if TYPE_CHECKING:
     from studio.store.api import ProfileStore
@@ -49,22 +41,6 @@ def model_job(
     return cls.from_params({"model": model, **{k: v for k, v in fields.items() if v is not None}})
 
 
-def _use_case(spec: JobParams) -> Callable[..., Any]:
-    from accel import jobs
-    from accel.deploy.serve import serve_run
-
-    cases: dict[type[JobParams], Callable[..., Any]] = {
-        ProfileJob: jobs.profile,
-        AnalyzeJob: jobs.analyze,
-        InspectJob: jobs.inspect,
-        ServeTestJob: serve_run,
-    }
-    try:
-        return cases[type(spec)]
-    except KeyError:
-        raise TypeError(f"no in-process use case for {type(spec).__name__}") from None
-
-
 def run_in_process(
     spec: JobParams,
     emit: Callable[[dict[str, Any]], None] | None = None,
@@ -72,40 +48,12 @@ def run_in_process(
 ) -> Any:
     """Run ``spec``'s use case here (the CLI): the spec goes through the same JSON a worker
     receives, then the same function the worker's job calls. Returns its typed result
-    (``accel.jobs.ProfileResult``, ``AnalyzeResult``, ``InspectResult``)."""
+    (its declaration's: ``accel.job_results.ProfileResult``, ``AnalyzeResult``, ...)."""
     same = type(spec).from_params(spec.to_params())
-    return _use_case(same)(same, emit or (lambda event: None), cancel or (lambda: False))
-
-
-def _result_types() -> dict[type[JobParams], Callable[[Any], Any]]:
-    from accel import jobs
-    from accel.deploy.serve import ServeReport
-    from accel.deploy.triton import DeployReport
-    from accel.graph.layer_parity import LayerParityReport
-
-    return {
-        ProfileJob: jobs.ProfileResult.from_dict,
-        AnalyzeJob: jobs.AnalyzeResult.from_dict,
-        InspectJob: jobs.InspectResult.from_dict,
-        ServeTestJob: ServeReport.from_dict,
-        DeployJob: DeployReport.from_dict,
-        ParityJob: LayerParityReport.from_dict,
-        BisectJob: _bisect_steps,
-    }
-
-
-def _bisect_steps(result: Mapping[str, Any]) -> list[Any]:
-    from accel.graph.layer_parity import BisectStep, LayerParityReport
-
-    return [
-        BisectStep(
-            s["step"],
-            s.get("artifact"),
-            LayerParityReport.from_dict(s["report"]) if s.get("report") else None,
-            s.get("error"),
-        )
-        for s in result.get("steps", [])
-    ]
+    use_case = declaration_for(same).use_case
+    if use_case is None:
+        raise TypeError(f"no in-process use case for {type(spec).__name__}")
+    return use_case(same, emit or (lambda event: None), cancel or (lambda: False))
 
 
 def run_boxed(spec: JobParams, emit: Callable[[dict[str, Any]], None] | None = None) -> Any:
@@ -116,12 +64,12 @@ def run_boxed(spec: JobParams, emit: Callable[[dict[str, Any]], None] | None = N
     from accel import errors
     from studio.workers import WorkerPool
 
-    convert = _result_types()[type(spec)]
+    decl = declaration_for(spec)
     device = str(getattr(spec, "device", None) or "cpu")
     with WorkerPool(None, cpu_workers=1, devices=[] if device == "cpu" else None) as pool:
         if emit is not None:
             pool.subscribe(lambda u: emit(dict(u.data)) if u.what == "event" else None)
-        outcome = pool.submit(spec.kind, spec.to_params(), device=device).wait()
+        outcome = pool.submit(decl.kind, spec.to_params(), device=device).wait()
     if outcome.status != "succeeded":
         cls = getattr(errors, outcome.error_type, None)
         if not (isinstance(cls, type) and issubclass(cls, errors.AccelError)):
@@ -132,7 +80,7 @@ def run_boxed(spec: JobParams, emit: Callable[[dict[str, Any]], None] | None = N
         except TypeError:  # a class with more arguments: keep the message
             error = errors.AccelError(message)
         raise error
-    return convert(outcome.result)
+    return decl.typed_result(outcome.result)
 
 
 def typed_event(event: Any) -> Any:
@@ -167,7 +115,7 @@ def profile_rows(prof: Any) -> list[dict[str, Any]]:
 
 
 def store_profile(repo: ProfileStore, result: Any) -> ProfileRecord:
-    """Store a profile use case's result (``accel.jobs.ProfileResult`` with a per-layer
+    """Store a profile use case's result (``accel.job_results.ProfileResult`` with a per-layer
     profile) through ``repo.record_profile``; the same for the GUI and ``studio profile
     --store``. Returns the store's ProfileRecord."""
     prof = result.profile

@@ -1,13 +1,16 @@
-"""No function in accel/ longer than LIMIT lines (issue 16).
+"""No function in accel/ or studio/ longer than LIMIT lines (issues 16 and 30).
 
 Length is counted with ast: from the ``def`` line to the function's last line (docstring,
 comments and nested functions included). Methods and nested functions are named by their
-qualified name (``Class.method``, ``outer.inner``).
+qualified name (``Class.method``, ``outer.inner``). Every package of both trees is counted:
+the panels, the CLI, the workers, the store and its migrations too.
 
-ALLOWED lists the functions that were over the limit when this test was added and are not
-split yet, with their size then. The list may only shrink: a listed function may not grow
-past its recorded size, a function that is now under the limit must be removed from the list
-(the test says so), and no new entry may be added — split the function instead.
+EXCEPTIONS are the functions allowed to stay longer, each with its reason: at most five, all
+here. PENDING lists functions that were over the limit when the limit went to 60 in code
+that another change is rewriting at the same time (named per entry); they may only shrink:
+a listed function may not grow past its recorded size, and one that is now under the limit
+(or gone) must leave the list (the test says so). No new entry may be added: split the
+function instead.
 """
 
 from __future__ import annotations
@@ -15,13 +18,47 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-LIMIT = 80
+LIMIT = 60
 ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("accel", "studio")
+
+# "path::qualified name": why it stays longer. At most five.
+EXCEPTIONS: dict[str, str] = {
+    "studio/store/migrations/versions/0001_initial_schema.py::upgrade": (
+        "a migration is history: the schema every existing database was created with, "
+        "written once as alembic generated it; changing it changes what old databases mean"
+    ),
+}
 
 # "path::qualified name": lines when recorded. Shrink only.
-ALLOWED: dict[str, int] = {
-    # copied verbatim into exported scripts (inspect.getsource): splitting it means adding
-    # the new helpers to every to_script that ships it
+PENDING: dict[str, int] = {
+    # The timing engine (issue 30, part 2: accel/timing/, the runner's and the script's
+    # timing, the history tables) and generation's history columns (issue 31): split there.
+    "accel/timing/single.py::benchmark": 64,
+    "accel/timing/rounds.py::run_rounds": 67,
+    "accel/runner/loop.py::_Run.execute": 78,
+    "accel/codegen.py::recipe_to_script": 75,
+    "accel/runtimes/onnxruntime/onnx_io.py::create_session": 66,
+    "studio/commands/history.py::show": 79,
+    "studio/commands/history.py::history": 69,
+    # The search (issue 33) rewrites these.
+    "accel/search/ray_cluster.py::RayExecutor.__init__": 71,
+    "studio/optimize.py::optimize": 66,
+    "studio/commands/optimize.py::run": 66,
+    "studio/commands/optimize.py::register": 66,
+    # Generation (issue 31) changes the OpenVINO pass.
+    "accel/passes/openvino.py::QuantizeOpenVinoPass.apply": 70,
+    # studio/ui: the panels' builders, split by the GUI's own work (issues 28 and 30).
+    "studio/ui/recipe_view.py::RecipeView.__init__": 170,
+    "studio/ui/optimize_dialog.py::OptimizeDialog.__init__": 131,
+    "studio/ui/history_view.py::HistoryView.__init__": 113,
+    "studio/ui/profile_view.py::ProfileView.__init__": 94,
+    "studio/ui/open_model_dialog.py::OpenModelDialog.__init__": 94,
+    "studio/ui/runs_view.py::RunsView.__init__": 79,
+    "studio/ui/compare_view.py::CompareView._pareto_chart": 77,
+    "studio/ui/window_actions.py::WindowActions._make_actions": 73,
+    "studio/ui/model_view.py::ModelView.__init__": 73,
+    "studio/ui/compare_view.py::CompareView._draw_latency": 61,
 }
 
 
@@ -44,36 +81,48 @@ def function_sizes(source: str) -> dict[str, int]:
     return sizes
 
 
-def accel_function_sizes() -> dict[str, int]:
+def tree_function_sizes(root: Path = ROOT) -> dict[str, int]:
+    """``path::name`` -> lines of every function in accel/ and studio/."""
     sizes: dict[str, int] = {}
-    for path in sorted((ROOT / "accel").rglob("*.py")):
-        rel = path.relative_to(ROOT).as_posix()
-        for name, n in function_sizes(path.read_text(encoding="utf-8")).items():
-            sizes[f"{rel}::{name}"] = n
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            for name, n in function_sizes(path.read_text(encoding="utf-8")).items():
+                sizes[f"{rel}::{name}"] = n
     return sizes
 
 
-def test_no_accel_function_over_the_limit():
-    sizes = accel_function_sizes()
+def test_no_function_over_the_limit():
+    sizes = tree_function_sizes()
+    assert any(k.startswith("studio/ui/") for k in sizes)  # the walk sees every package
+    assert any(k.startswith("studio/store/migrations/") for k in sizes)
     problems = []
     for key, n in sorted(sizes.items(), key=lambda kv: -kv[1]):
-        if n <= LIMIT:
+        if n <= LIMIT or key in EXCEPTIONS:
             continue
-        allowed = ALLOWED.get(key)
-        if allowed is None:
+        pending = PENDING.get(key)
+        if pending is None:
             problems.append(f"{key} is {n} lines (limit {LIMIT}): split it into named steps")
-        elif n > allowed:
-            problems.append(f"{key} grew to {n} lines (allow-list: {allowed}): split it")
+        elif n > pending:
+            problems.append(f"{key} grew to {n} lines (pending at {pending}): split it")
     assert not problems, "\n".join(problems)
 
 
-def test_allow_list_only_shrinks():
-    sizes = accel_function_sizes()
+def test_exceptions_are_few_reasoned_and_still_needed():
+    sizes = tree_function_sizes()
+    assert len(EXCEPTIONS) <= 5, "at most five exceptions: split a function instead"
+    assert all(len(why) > 40 for why in EXCEPTIONS.values()), "each exception says why"
+    unneeded = [key for key in EXCEPTIONS if sizes.get(key, 0) <= LIMIT]
+    assert not unneeded, f"no longer over the limit, remove from EXCEPTIONS: {unneeded}"
+
+
+def test_pending_only_shrinks():
+    sizes = tree_function_sizes()
     stale = [
-        f"{key}: now {sizes[key]} lines, remove it from ALLOWED"
+        f"{key}: now {sizes[key]} lines, remove it from PENDING"
         if key in sizes
-        else f"{key}: no such function any more, remove it from ALLOWED"
-        for key in ALLOWED
+        else f"{key}: no such function any more, remove it from PENDING"
+        for key in PENDING
         if sizes.get(key, 0) <= LIMIT
     ]
     assert not stale, "\n".join(stale)
@@ -90,3 +139,11 @@ def test_the_measure_counts_methods_and_nested_functions():
         "    pass\n"
     )
     assert function_sizes(source) == {"A.m": 4, "A.m.inner": 2, "f": 2}
+
+
+def test_the_walk_finds_a_long_function(tmp_path):
+    for package in PACKAGES:
+        (tmp_path / package / "sub").mkdir(parents=True)
+    body = "".join(f"    x{i} = {i}\n" for i in range(LIMIT))
+    (tmp_path / "studio" / "sub" / "long.py").write_text(f"def f():\n{body}", encoding="utf-8")
+    assert tree_function_sizes(tmp_path) == {"studio/sub/long.py::f": LIMIT + 1}

@@ -376,7 +376,7 @@ def _serving(
     metrics url).
     The server stops when the block ends, whatever ends it."""
     import numpy as np
-    from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+    from pytriton.model_config import Tensor
     from pytriton.triton import Triton, TritonConfig
 
     batching = mode == "dynamic batching"
@@ -392,18 +392,7 @@ def _serving(
         # PyTriton prints the server's log on stdout otherwise (and `--json` output with it)
         log_file=Path(log_dir) / "tritonserver.log",
     )
-    rep = plan.report
-    model_cfg = (
-        ModelConfig(
-            max_batch_size=rep.max_batch_size,
-            batcher=DynamicBatcher(
-                max_queue_delay_microseconds=rep.max_queue_delay_us,
-                preferred_batch_size=rep.preferred_batch_sizes or None,
-            ),
-        )
-        if batching
-        else ModelConfig(batching=False)
-    )
+    model_cfg = _model_config(plan.report, batching)
 
     def tensors(ts: list[Any]) -> list[Any]:
         # A batching model's tensors leave out the batch dim (Triton adds it).
@@ -432,6 +421,21 @@ def _serving(
         # A batching model takes one sample; without batching the whole batch-1 tensor.
         request = {k: v[0] for k, v in plan.feeds.items()} if batching else plan.feeds
         yield f"grpc://127.0.0.1:{ports[1]}", request, f"http://127.0.0.1:{ports[2]}/metrics"
+
+
+def _model_config(rep: ServeReport, batching: bool) -> Any:
+    """PyTriton's model config: the dynamic batcher the sweep chose, or no batching."""
+    from pytriton.model_config import DynamicBatcher, ModelConfig
+
+    if not batching:
+        return ModelConfig(batching=False)
+    return ModelConfig(
+        max_batch_size=rep.max_batch_size,
+        batcher=DynamicBatcher(
+            max_queue_delay_microseconds=rep.max_queue_delay_us,
+            preferred_batch_size=rep.preferred_batch_sizes or None,
+        ),
+    )
 
 
 def batch_counts(metrics_text: str, model: str = "model") -> tuple[float, float] | None:
@@ -521,12 +525,7 @@ def serve_test(
         raise Cancelled("serve test cancelled")
     progress(0.0, "batch sweep")
     plan = _plan(runtime, spec, batches, log)
-    if plan.report.sweep_gain < WAIT_GAIN:  # choose_batching's own threshold
-        log(
-            f"the direct sweep gains {plan.report.sweep_gain:.2f}x at best over batch 1: "
-            "the dynamic batcher batches the requests already queued and holds none back "
-            "(no preferred sizes, max queue delay 0)"
-        )
+    _say_no_wait(plan, log)
     _python_lib_env()
     if port is not None:
         for p in (port, port + 1, port + 2):
@@ -544,21 +543,10 @@ def serve_test(
                     raise Cancelled("serve test cancelled")
                 progress(0.1 + 0.9 * done / steps, f"{mode}: {n} client(s)")
                 args = (url, request, n, duration_s, max_requests)
-                counts = _batch_counts(metrics)
-                if client_process:
-                    lat, errors, wall = _load_in_process(args, cancel, duration_s + 120)
-                else:
-                    lat, errors, wall = client_load(*args, cancel=cancel)
-                batch = _avg_batch(counts, _batch_counts(metrics))
-                point = _point(mode, n, lat, errors, wall, batch)
+                point = _loaded(mode, args, metrics, client_process, cancel)
                 plan.report.load.append(point)
                 done += 1
-                log(
-                    f"{mode:16s} {n:3d} clients: {point.throughput:9.1f} req/s, "
-                    f"p50 {point.p50_ms:7.2f} ms, p99 {point.p99_ms:7.2f} ms"
-                    + (f", {batch:.2f} requests per batch" if batch is not None else "")
-                    + (f", {errors} errors" if errors else "")
-                )
+                log(_point_line(point))
             if mode == "no batching" and not cancel():
                 rep = plan.report
                 rounds = max(5, min(50, int(duration_s * 1e3 / max(rep.direct_p50_ms, 1.0))))
@@ -569,6 +557,39 @@ def serve_test(
         raise Cancelled("serve test cancelled")
     progress(1.0, "done")
     return plan.report
+
+
+def _say_no_wait(plan: _Plan, log: Callable[[str], None]) -> None:
+    if plan.report.sweep_gain < WAIT_GAIN:  # choose_batching's own threshold
+        log(
+            f"the direct sweep gains {plan.report.sweep_gain:.2f}x at best over batch 1: "
+            "the dynamic batcher batches the requests already queued and holds none back "
+            "(no preferred sizes, max queue delay 0)"
+        )
+
+
+def _loaded(
+    mode: str, args: tuple, metrics: str, client_process: bool, cancel: Callable[[], bool]
+) -> Any:
+    """One load test of ``args`` (url, request, clients, duration, max requests) and the
+    server's batches meanwhile (from its metrics)."""
+    url, request, n, duration_s, max_requests = args
+    counts = _batch_counts(metrics)
+    if client_process:
+        lat, errors, wall = _load_in_process(args, cancel, duration_s + 120)
+    else:
+        lat, errors, wall = client_load(*args, cancel=cancel)
+    batch = _avg_batch(counts, _batch_counts(metrics))
+    return _point(mode, n, lat, errors, wall, batch)
+
+
+def _point_line(point: Any) -> str:
+    return (
+        f"{point.mode:16s} {point.clients:3d} clients: {point.throughput:9.1f} req/s, "
+        f"p50 {point.p50_ms:7.2f} ms, p99 {point.p99_ms:7.2f} ms"
+        + (f", {point.avg_batch:.2f} requests per batch" if point.avg_batch is not None else "")
+        + (f", {point.errors} errors" if point.errors else "")
+    )
 
 
 def serve_run(

@@ -145,6 +145,32 @@ def _ops(g: Graph) -> list[Node]:
     return [n for n in g.nodes if n.op not in ("input", "output")]
 
 
+def _fusions(a: Graph, unmatched: list[Node], out: GraphDiff) -> None:
+    """Each unmatched node of ``a``: fused into its nearest matched neighbour, or removed."""
+    preds, succs = a.predecessors(), a.successors()
+    for n in unmatched:
+        if normalize_op(n.op) not in FUSIBLE:
+            out.removed.append(n.id)
+            continue
+        into = None
+        for p in preds.get(n.id, []):
+            if p in out.matched:
+                into = out.matched[p]
+            elif p in out.fused:
+                into = out.fused[p]
+            if into:
+                break
+        if into is None:
+            for s in succs.get(n.id, []):
+                if s in out.matched and normalize_op(a.node(s).op) in ("conv", "linear", "matmul"):
+                    into = out.matched[s]  # e.g. pad folded into the following conv
+                    break
+        if into is None:
+            out.removed.append(n.id)
+        else:
+            out.fused[n.id] = into
+
+
 def diff_graphs(a: Graph, b: Graph) -> GraphDiff:
     """What changed from graph ``a`` (original) to graph ``b`` (optimized)."""
     out = GraphDiff(params_before=a.num_params, params_after=b.num_params)
@@ -185,33 +211,8 @@ def diff_graphs(a: Graph, b: Graph) -> GraphDiff:
             used.add(m.id)
             out.matched[n.id] = m.id
             out.op_changed.append(NodeChange(n.id, m.id, n.op, m.op))
-    unmatched = [n for n in unmatched_a if n.id not in out.matched]
-
-    # Fusions: walk from each unmatched node to its nearest matched neighbour.
-    preds, succs = a.predecessors(), a.successors()
-    for n in unmatched:
-        if normalize_op(n.op) not in FUSIBLE:
-            out.removed.append(n.id)
-            continue
-        into = None
-        for p in preds.get(n.id, []):
-            if p in out.matched:
-                into = out.matched[p]
-            elif p in out.fused:
-                into = out.fused[p]
-            if into:
-                break
-        if into is None:
-            for s in succs.get(n.id, []):
-                if s in out.matched and normalize_op(a.node(s).op) in ("conv", "linear", "matmul"):
-                    into = out.matched[s]  # e.g. pad folded into the following conv
-                    break
-        if into is None:
-            out.removed.append(n.id)
-        else:
-            out.fused[n.id] = into
+    _fusions(a, [n for n in unmatched_a if n.id not in out.matched], out)
     out.added = [n.id for n in _ops(b) if n.id not in used]
-
     for aid, bid in out.matched.items():
         na, nb = a.node(aid), b.node(bid)
         da = [d for d in na.output_dtypes if d]

@@ -325,6 +325,23 @@ class Graph:
                 )
             g.attributes["num_nodes"] += 1
             g.num_params += n.num_params
+        v = Graph(
+            name=self.name,
+            source="view",
+            nodes=list(units.values()),
+            edges=self._edges_between(unit),
+            groups=self.groups,
+            inputs=list(self.inputs),
+            outputs=list(self.outputs),
+            notes=list(self.notes),
+            fallback_reason=self.fallback_reason,
+            expanded=sorted(exp),
+        )
+        return v
+
+    def _edges_between(self, unit: dict[str, str]) -> list[Edge]:
+        """The edges between the view's units (``unit``: node id -> its unit's id), one per
+        pair, counting the distinct tensors that cross."""
         edges: dict[tuple[str, str], Edge] = {}
         for e in self.edges:
             s, d = unit.get(e.src, e.src), unit.get(e.dst, e.dst)
@@ -340,19 +357,7 @@ class Graph:
                     agg.shape, agg.dtype = None, agg.dtype if agg.dtype == e.dtype else None
             else:
                 edges[key] = Edge(s, d, e.tensor, e.shape, e.dtype, 1)
-        v = Graph(
-            name=self.name,
-            source="view",
-            nodes=list(units.values()),
-            edges=list(edges.values()),
-            groups=self.groups,
-            inputs=list(self.inputs),
-            outputs=list(self.outputs),
-            notes=list(self.notes),
-            fallback_reason=self.fallback_reason,
-            expanded=sorted(exp),
-        )
-        return v
+        return list(edges.values())
 
     def collapsed(self) -> Graph:
         """Top-level view: every top-level group is one node."""

@@ -22,7 +22,9 @@ class LoadedModel:
     runs a file (``runtime_file`` set: "openvino", the IR's .xml). Nothing here knows more
     of any kind: its runtime does. ``input_casts``
     maps input names to dtypes applied to floating inputs before forward (an fp16
-    model takes fp16 inputs while the recipe's inputs stay fp32).
+    model takes fp16 inputs while the recipe's inputs stay fp32); ``channels_last_inputs``:
+    4-D inputs are fed in the channels_last memory format (set by the ``channels_last``
+    pass, read by the runtime that feeds them and by the passes it matters to).
     """
 
     source: str
@@ -37,6 +39,7 @@ class LoadedModel:
     device: str = "cpu"
     format: str = ""
     input_casts: dict[str, str] = field(default_factory=dict)
+    channels_last_inputs: bool = False
     providers: list[str] | None = None
     session_options: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)

@@ -26,7 +26,7 @@ import sys
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from accel.errors import InputSpecError, ModelLoadError
 from accel.models.corpus import CORPUS_PREFIXES
@@ -46,6 +46,22 @@ log = logging.getLogger(__name__)
 _SOURCE_RE = re.compile(
     r"^(?P<target>[^()@]+?)(?:\((?P<kwargs>.*)\))?(?:@(?P<weights>[^@]+))?$", re.S
 )
+
+
+class SourceParts(NamedTuple):
+    """A model source's parts: ``target(kwargs)@weights``."""
+
+    target: str  # zoo:name, a file, file.py:fn or pkg.mod:fn
+    kwargs: str  # the factory's keyword arguments as written ("" when none)
+    weights: str | None  # a state_dict file loaded into the built model
+
+
+def parse_source(source: str) -> SourceParts | None:
+    """``source`` split into its parts (nothing imported or read), None when malformed."""
+    m = _SOURCE_RE.match(str(source).strip())
+    if not m:
+        return None
+    return SourceParts(m.group("target").strip(), m.group("kwargs") or "", m.group("weights"))
 
 
 def load_model(
@@ -75,10 +91,10 @@ def load_model(
         spec = InputSpec.coerce(input_spec)
     except InputSpecError as exc:
         raise ModelLoadError(f"bad input spec: {exc}") from None
-    m = _SOURCE_RE.match(source)
-    if not m:
+    parts = parse_source(source)
+    if parts is None:
         raise ModelLoadError(f"cannot read model source {source!r}")
-    target, kw_text, weights = m.group("target").strip(), m.group("kwargs"), m.group("weights")
+    target, kw_text, weights = parts
     kwargs = dict(_parse_kwargs(kw_text, source) if kw_text else {})
     kwargs.update(factory_kwargs or {})
 
@@ -293,6 +309,35 @@ def _is_legacy_pickle(path: Path) -> bool:
     return len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5
 
 
+def _load_torchscript(
+    path: Path, spec: InputSpec | None, source: str, trust_pickle: bool
+) -> LoadedModel:
+    """A TorchScript archive, its code checked first unless the person trusts the file."""
+    import torch
+
+    from accel.models import torchscript_check
+
+    if not trust_pickle:
+        torchscript_check.scan_code(path)
+    try:
+        module = torch.jit.load(str(path), map_location="cpu")
+    except Exception as exc:
+        raise ModelLoadError(
+            f"{path} looks like TorchScript but cannot be loaded ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}). The file may be truncated or from a newer torch."
+        ) from None
+    if not trust_pickle:
+        torchscript_check.scan_module(path, module)
+    spec = spec or _spec_from_attr(module)
+    if spec is None:
+        raise ModelLoadError(
+            f"{path}: TorchScript files carry no input spec; give one with --input"
+        )
+    return LoadedModel(
+        source=source, kind="torch", input_spec=spec, module=module.eval(), format="torchscript"
+    )
+
+
 def load_torch_file(
     path: Path, spec: InputSpec | None, source: str, trust_pickle: bool
 ) -> LoadedModel:
@@ -300,27 +345,7 @@ def load_torch_file(
 
     _require_file(path)
     if _is_torchscript(path):
-        from accel.models import torchscript_check
-
-        if not trust_pickle:
-            torchscript_check.scan_code(path)
-        try:
-            module = torch.jit.load(str(path), map_location="cpu")
-        except Exception as exc:
-            raise ModelLoadError(
-                f"{path} looks like TorchScript but cannot be loaded ({type(exc).__name__}: "
-                f"{str(exc).splitlines()[0] if str(exc) else ''}). The file may be truncated or from a newer torch."
-            ) from None
-        if not trust_pickle:
-            torchscript_check.scan_module(path, module)
-        spec = spec or _spec_from_attr(module)
-        if spec is None:
-            raise ModelLoadError(
-                f"{path}: TorchScript files carry no input spec; give one with --input"
-            )
-        return LoadedModel(
-            source=source, kind="torch", input_spec=spec, module=module.eval(), format="torchscript"
-        )
+        return _load_torchscript(path, spec, source, trust_pickle)
     legacy = not zipfile.is_zipfile(path)
     if legacy and not _is_legacy_pickle(path):
         raise ModelLoadError(

@@ -110,40 +110,16 @@ def attention_heads(model):
 
     import torch
 
-    def count(obj, *names):
-        for name in names:
-            value = getattr(obj, name, None)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return value
-        return None
-
-    qkv_names = (("q_proj", "k_proj", "v_proj"), ("query", "key", "value"), ("q", "k", "v"))
-    out_names = {"out", "out_proj", "o_proj", "o", "dense", "proj"}
     heads, blocks = {}, []
     for module in model.modules():
         if isinstance(module, torch.nn.MultiheadAttention):
             continue
-        children = dict(module.named_children())
-        linear = {n: m for n, m in children.items() if isinstance(m, torch.nn.Linear)}
-        config = getattr(module, "config", None)
-        qkv = next(
-            ([linear[n] for n in ns] for ns in qkv_names if all(n in linear for n in ns)), None
-        )
-        if qkv is not None:
-            n_q = count(module, "num_heads", "num_attention_heads", "n_heads") or count(
-                config, "num_attention_heads"
-            )
-            n_kv = count(module, "num_key_value_heads") or count(config, "num_key_value_heads")
-            n_kv = n_kv or n_q
-            projs = {qkv[0]: n_q, qkv[1]: n_kv, qkv[2]: n_kv}
-        else:
-            n_q = n_kv = count(module, "num_heads")
-            projs = {m: n_q for n, m in linear.items() if n not in out_names}
+        n_q, n_kv, projs = attention_projections(module)
         if n_q is None or not projs or n_q % n_kv:
             continue
         q, k = next(iter(projs)), list(projs)[min(1, len(projs) - 1)]
         head_dim = (
-            count(module, "head_dim", "attention_head_size", "key_value_proj_dim")
+            positive_int(module, "head_dim", "attention_head_size", "key_value_proj_dim")
             or q.out_features // n_q
         )
         rotary = "position_embeddings" in inspect.signature(module.forward).parameters
@@ -162,6 +138,39 @@ def attention_heads(model):
             }
         )
     return heads, blocks
+
+
+def positive_int(obj, *names):
+    """The first of ``obj``'s attributes ``names`` that is a positive int, else None."""
+    for name in names:
+        value = getattr(obj, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def attention_projections(module):
+    """(query heads, key/value heads, {projection Linear: its heads}) of a module that may
+    be an attention block (see ``attention_heads``); heads None when it is not one."""
+    import torch
+
+    qkv_names = (("q_proj", "k_proj", "v_proj"), ("query", "key", "value"), ("q", "k", "v"))
+    out_names = {"out", "out_proj", "o_proj", "o", "dense", "proj"}
+    children = dict(module.named_children())
+    linear = {n: m for n, m in children.items() if isinstance(m, torch.nn.Linear)}
+    config = getattr(module, "config", None)
+    qkv = next(([linear[n] for n in ns] for ns in qkv_names if all(n in linear for n in ns)), None)
+    if qkv is None:
+        n_q = positive_int(module, "num_heads")
+        return n_q, n_q, {m: n_q for n, m in linear.items() if n not in out_names}
+    n_q = positive_int(module, "num_heads", "num_attention_heads", "n_heads") or positive_int(
+        config, "num_attention_heads"
+    )
+    n_kv = positive_int(module, "num_key_value_heads") or positive_int(
+        config, "num_key_value_heads"
+    )
+    n_kv = n_kv or n_q
+    return n_q, n_kv, {qkv[0]: n_q, qkv[1]: n_kv, qkv[2]: n_kv}
 
 
 def update_attention_attributes(blocks, whole_heads):
@@ -282,6 +291,34 @@ def build_pruner(model, example_inputs, **kwargs):
             ) from None
 
 
+def channel_importance(name):
+    """torch-pruning's importance criterion called ``name`` (l1, l2, bn_scale, taylor)."""
+    import torch_pruning as tp
+
+    return {
+        "l1": lambda: tp.importance.MagnitudeImportance(p=1),
+        "l2": lambda: tp.importance.MagnitudeImportance(p=2),
+        "bn_scale": lambda: tp.importance.BNScaleImportance(),
+        "taylor": lambda: tp.importance.TaylorImportance(),
+    }[name]()
+
+
+def changed_widths(before, after):
+    """{layer: [width before, width after]} of the layers whose width changed."""
+    return {n: [before[n], c] for n, c in after.items() if before.get(n) != c}
+
+
+def prune_steps(model, pruner, steps, taylor, batches, on_step):
+    """Run the pruner's steps (Taylor importance needs fresh gradients before each)."""
+    for step in range(steps):
+        if taylor:
+            _taylor_gradients(model, batches)
+        pruner.step()
+        if on_step is not None:
+            on_step(step + 1, steps)
+    model.zero_grad(set_to_none=True)
+
+
 def prune_channels_tp(
     model,
     inputs,
@@ -304,15 +341,7 @@ def prune_channels_tp(
     shrinking each head). Modules in ``keep`` keep their output channels (and so does every
     layer coupled to them). Returns a dict of facts (ignored layers, channels before/after).
     """
-    import torch_pruning as tp
-
     model.eval()
-    importances = {
-        "l1": lambda: tp.importance.MagnitudeImportance(p=1),
-        "l2": lambda: tp.importance.MagnitudeImportance(p=2),
-        "bn_scale": lambda: tp.importance.BNScaleImportance(),
-        "taylor": lambda: tp.importance.TaylorImportance(),
-    }
     outputs = output_norm_layers(model, inputs)
     ignored, ignored_names = prunable_layers_to_ignore(
         model, ignore, ignore_head, [*outputs, *keep]
@@ -325,7 +354,7 @@ def prune_channels_tp(
     pruner = build_pruner(
         model,
         tuple(inputs.values()),
-        importance=importances[importance](),
+        importance=channel_importance(importance),
         global_pruning=global_pruning,
         pruning_ratio=ratio,
         max_pruning_ratio=max(ratio, 0.9),  # global ranking must not empty a layer
@@ -337,23 +366,13 @@ def prune_channels_tp(
         prune_head_dims=not whole_heads,
         head_pruning_ratio=ratio if whole_heads else 0.0,
     )
-    for step in range(iterative_steps):
-        if importance == "taylor":
-            _taylor_gradients(model, batches)
-        pruner.step()
-        if on_step is not None:
-            on_step(step + 1, iterative_steps)
-    model.zero_grad(set_to_none=True)
+    prune_steps(model, pruner, iterative_steps, importance == "taylor", batches, on_step)
     # Attention blocks reshape with their head count / size: keep them in line with the new widths.
     update_attention_attributes(blocks, whole_heads)
     update_channel_attributes(tied)
-    channels_after = layer_widths(model)
-    changed = {
-        n: [channels_before[n], c] for n, c in channels_after.items() if channels_before.get(n) != c
-    }
     return {
         "ignored_layers": ignored_names,
-        "pruned_channels": changed,
+        "pruned_channels": changed_widths(channels_before, layer_widths(model)),
         "attention_blocks": len(blocks),
         "attention_pruning": ("whole heads" if whole_heads else "head size") if blocks else None,
     }

@@ -181,6 +181,25 @@ def conv_bn_pairs_from_fx(model, modules, example_args=None):
     return pairs
 
 
+def conv_bn_pairs(model, modules, example_args=None):
+    """(layer, batchnorm) name pairs: from fx, else torch.export, else nn.Sequential order."""
+    pairs = conv_bn_pairs_from_fx(model, modules, example_args)
+    if pairs is not None:
+        return pairs
+    if example_args is not None:
+        try:
+            with torch.no_grad():
+                return conv_bn_pairs_from_export(model, example_args)
+        except Exception:
+            pass
+    pairs = []
+    for name, seq in model.named_modules():
+        if isinstance(seq, nn.Sequential):
+            names = [f"{name}.{n}" if name else n for n, _ in seq.named_children()]
+            pairs += list(zip(names, names[1:]))
+    return pairs
+
+
 def fold_batchnorm(model, example_args=None):
     """Fold every BatchNorm that directly follows a Conv (or a Linear, for BatchNorm1d) into it.
 
@@ -195,21 +214,7 @@ def fold_batchnorm(model, example_args=None):
 
     model.eval()
     modules = dict(model.named_modules())
-    pairs = conv_bn_pairs_from_fx(model, modules, example_args)
-    if pairs is None:
-        pairs = []
-        if example_args is not None:
-            try:
-                with torch.no_grad():
-                    pairs = conv_bn_pairs_from_export(model, example_args)
-            except Exception:
-                pairs = None
-        if pairs is None:
-            pairs = []
-            for name, seq in model.named_modules():
-                if isinstance(seq, nn.Sequential):
-                    names = [f"{name}.{n}" if name else n for n, _ in seq.named_children()]
-                    pairs += list(zip(names, names[1:]))
+    pairs = conv_bn_pairs(model, modules, example_args)
     folded = []
     for layer_name, bn_name in pairs:
         layer, bn = modules.get(layer_name), modules.get(bn_name)

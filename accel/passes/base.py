@@ -140,7 +140,7 @@ class SearchSpec:
     (``--allow prune``) because the pass changes the weights beyond rounding; ``when`` limits
     it to models that have a layer type (``conv2d``, ``batchnorm``, ``linear``, ``lstm``,
     ``attention``); ``exportable``: whether a later pass may move the model to another
-    runtime."""
+    runtime; ``after``: passes one of which must come earlier in the chain."""
 
     stage: int
     params: dict[str, Domain] = field(default_factory=dict)
@@ -151,9 +151,12 @@ class SearchSpec:
     # False: a chain does not export the model this pass made to another runtime (int8
     # torch modules and bf16 weights do not export, or export to ops the runtime lacks).
     exportable: bool = True
+    # Only in chains where one of these passes comes earlier (distill after a pruning step).
+    after: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "after": list(self.after),
             "stage": self.stage,
             "params": {k: d.to_dict() for k, d in self.params.items()},
             "fixed": dict(self.fixed),
@@ -166,6 +169,7 @@ class SearchSpec:
 
 # Search stages (SearchSpec.stage): a chain goes through them in this order.
 STAGE_PRUNE = 10  # weights removed (opt-in)
+STAGE_RECOVER = 15  # accuracy recovered after pruning (distillation, opt-in)
 STAGE_FOLD = 20  # exact graph rewrites on the torch model
 STAGE_LAYOUT = 30  # memory format
 STAGE_NUMERIC = 40  # torch precision / quantization (alternatives)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
@@ -74,6 +74,36 @@ def _explain(module, args, ctx: PassContext) -> list[dict[str, str]]:
     return breaks
 
 
+def _check_settings(module: Any, config: CompileConfig, ctx: PassContext) -> None:
+    """Refuse what cannot compile; warn about settings that do nothing or cost much here."""
+    import torch
+
+    from accel.errors import PassError
+
+    if isinstance(module, torch.jit.ScriptModule):
+        raise PassError(
+            "compile cannot compile a TorchScript module; put compile before torchscript, or drop one."
+        )
+    backends = torch._dynamo.list_backends(exclude_tags=())
+    if config.backend not in backends:
+        raise PassError(
+            f"compile: unknown backend {config.backend!r}; available: {', '.join(backends)}"
+        )
+    if config.mode != "default" and config.backend != "inductor":
+        raise PassError(
+            f"compile: mode {config.mode!r} is an inductor mode; set backend: inductor or mode: default."
+        )
+    on_cpu = not str(ctx.device).startswith("cuda")
+    if on_cpu and config.mode == "reduce-overhead":
+        ctx.warn(
+            "mode reduce-overhead uses CUDA graphs, which do nothing on CPU; it behaves like default here."
+        )
+    if on_cpu and config.mode.startswith("max-autotune") and config.backend == "inductor":
+        ctx.warn(
+            "max-autotune on CPU benchmarks many kernel variants: compilation takes much longer."
+        )
+
+
 @register_pass
 class Compile(Pass):
     name = "compile"
@@ -98,28 +128,7 @@ class Compile(Pass):
         from accel.errors import PassError
 
         module = model.module
-        if isinstance(module, torch.jit.ScriptModule):
-            raise PassError(
-                "compile cannot compile a TorchScript module; put compile before torchscript, or drop one."
-            )
-        backends = torch._dynamo.list_backends(exclude_tags=())
-        if config.backend not in backends:
-            raise PassError(
-                f"compile: unknown backend {config.backend!r}; available: {', '.join(backends)}"
-            )
-        if config.mode != "default" and config.backend != "inductor":
-            raise PassError(
-                f"compile: mode {config.mode!r} is an inductor mode; set backend: inductor or mode: default."
-            )
-        on_cpu = not str(ctx.device).startswith("cuda")
-        if on_cpu and config.mode == "reduce-overhead":
-            ctx.warn(
-                "mode reduce-overhead uses CUDA graphs, which do nothing on CPU; it behaves like default here."
-            )
-        if on_cpu and config.mode.startswith("max-autotune") and config.backend == "inductor":
-            ctx.warn(
-                "max-autotune on CPU benchmarks many kernel variants: compilation takes much longer."
-            )
+        _check_settings(module, config, ctx)
         args = list(model.prepare_inputs(ctx.inputs).values())
         ctx.details["backend"] = config.backend
         ctx.details["mode"] = config.mode

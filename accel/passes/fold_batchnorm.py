@@ -127,6 +127,7 @@ class FoldBatchNorm(Pass):
         from accel.passes._torch_helpers import (
             _after_norm,
             _is_fx_leaf,
+            conv_bn_pairs,
             conv_bn_pairs_from_export,
             conv_bn_pairs_from_fx,
             fold_batchnorm,
@@ -146,6 +147,7 @@ class FoldBatchNorm(Pass):
                 _is_fx_leaf,
                 _after_norm,
                 conv_bn_pairs_from_fx,
+                conv_bn_pairs,
                 fold_batchnorm,
                 prepared_args,
             ),

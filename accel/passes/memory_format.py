@@ -50,8 +50,7 @@ class ChannelsLast(Pass):
         self.preflight(model, config)
         module = model.module
         module = module.to(memory_format=torch.channels_last)
-        metadata = {**model.metadata, "channels_last_inputs": bool(config.convert_inputs)}
-        return model.replace(module=module, metadata=metadata)
+        return model.replace(module=module, channels_last_inputs=bool(config.convert_inputs))
 
     def preflight(self, model: LoadedModel, config: ChannelsLastConfig) -> None:
         import torch

@@ -198,13 +198,7 @@ def _export(
         # Bound to forward's signature: *args wrappers nest, keyword-only parameters go by name.
         call_args, call_kwargs = bind_inputs(module, dict(zip(names, args)))
         if call_kwargs and config.exporter == "torchscript":
-            from accel.errors import PassError
-
-            raise PassError(
-                "the torchscript ONNX exporter traces forward() with positional arguments, and this "
-                f"forward takes {', '.join(call_kwargs)} as keyword-only parameters; use exporter: "
-                "dynamo (it passes them by name)"
-            )
+            _refuse_keyword_only(call_kwargs)
         with torch.inference_mode(False), torch.no_grad():
             if config.exporter == "torchscript":
                 torch.onnx.export(
@@ -219,25 +213,47 @@ def _export(
                     dynamo=False,
                 )
             else:
-                shapes = None
-                if axes:
-                    per_input = [
-                        {i: torch.export.Dim.DYNAMIC for i in axes.get(n, {})} for n in names
-                    ]
-                    shapes = bind_dynamic_shapes(module, names, per_input)
+                dims = _dynamic_shapes(module, names, axes)
                 program = torch.onnx.export(
                     module,
                     call_args,
                     kwargs=call_kwargs or None,
                     input_names=names,
                     output_names=out_names,
-                    dynamic_shapes=shapes,
+                    dynamic_shapes=dims,
                     opset_version=opset,
                     dynamo=True,
                     verbose=False,
                     optimize=True,
                 )
                 program.save(str(path), external_data=external)
+    return _tracer_warnings(caught)
+
+
+def _refuse_keyword_only(call_kwargs: dict[str, Any]) -> None:
+    from accel.errors import PassError
+
+    raise PassError(
+        "the torchscript ONNX exporter traces forward() with positional arguments, and this "
+        f"forward takes {', '.join(call_kwargs)} as keyword-only parameters; use exporter: "
+        "dynamo (it passes them by name)"
+    )
+
+
+def _dynamic_shapes(module: Any, names: list[str], axes: dict[str, dict[int, str]]) -> Any:
+    """The dynamo exporter's dynamic_shapes for the spec's symbolic dims (None: static)."""
+    import torch
+
+    if not axes:
+        return None
+    per_input = [{i: torch.export.Dim.DYNAMIC for i in axes.get(n, {})} for n in names]
+    return bind_dynamic_shapes(module, names, per_input)
+
+
+def _tracer_warnings(caught: list[Any]) -> list[str]:
+    """The tracer's warnings about Python values frozen into the graph, once each."""
+    import torch
+
     found = []
     torch_dir = str(Path(torch.__file__).parent)
     for w in caught:
@@ -389,6 +405,40 @@ def _checked_graph(
     return proto, external, nodes_before, renamed
 
 
+def _weight_bytes(module: Any) -> int:
+    import torch
+
+    tensors = module.state_dict().values()
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
+
+def _record_export(
+    ctx: PassContext,
+    proto: Any,
+    config: ExportOnnxConfig,
+    opset: int,
+    axes: dict[str, dict[int, str]],
+    out_names: list[str],
+    external: bool,
+) -> None:
+    """The step's details and metrics: how it was exported and what the graph holds."""
+    op_types: dict[str, int] = {}
+    for n in proto.graph.node:
+        op_types[n.op_type] = op_types.get(n.op_type, 0) + 1
+    ctx.details.update(
+        {
+            "exporter": config.exporter,
+            "opset": opset,
+            "dynamic_axes": {k: {str(i): d for i, d in v.items()} for k, v in axes.items()},
+            "output_names": out_names,
+            "external_data": external,
+            "onnx_nodes": len(proto.graph.node),
+            "op_types": dict(sorted(op_types.items(), key=lambda kv: -kv[1])),
+        }
+    )
+    ctx.metrics["onnx_nodes"] = float(len(proto.graph.node))
+
+
 @register_pass
 class ExportOnnx(Pass):
     name = "export_onnx"
@@ -422,12 +472,7 @@ class ExportOnnx(Pass):
         before = set(ctx.work_dir.iterdir())
         external = config.external_data
         if external is None:  # one protobuf cannot hold more than 2 GiB
-            weights = sum(
-                t.numel() * t.element_size()
-                for t in module.state_dict().values()
-                if isinstance(t, torch.Tensor)
-            )
-            external = weights > EXTERNAL_DATA_THRESHOLD
+            external = _weight_bytes(module) > EXTERNAL_DATA_THRESHOLD
         _run_exporter(module, args, path, names, out_names, axes, config, opset, external, ctx)
         ctx.check_cancelled()
 
@@ -439,25 +484,11 @@ class ExportOnnx(Pass):
         ctx.add_artifact(path, "onnx")
         if external:
             ctx.add_artifact(path.with_name(path.name + ".data"), "onnx_external_data")
-        op_types: dict[str, int] = {}
-        for n in proto.graph.node:
-            op_types[n.op_type] = op_types.get(n.op_type, 0) + 1
-        ctx.details.update(
-            {
-                "exporter": config.exporter,
-                "opset": opset,
-                "dynamic_axes": {k: {str(i): d for i, d in v.items()} for k, v in axes.items()},
-                "output_names": out_names,
-                "external_data": external,
-                "onnx_nodes": len(proto.graph.node),
-                "op_types": dict(sorted(op_types.items(), key=lambda kv: -kv[1])),
-            }
-        )
+        _record_export(ctx, proto, config, opset, axes, out_names, external)
         if config.simplify:
             ctx.details["nodes_before_simplify"] = nodes_before
         if renamed:
             ctx.details["renamed_dims"] = renamed
-        ctx.metrics["onnx_nodes"] = float(len(proto.graph.node))
         metadata = {**model.metadata, "opset": opset, "exporter": config.exporter}
         threads = recipe_threads(ctx)  # time ORT with the recipe's thread count, as eager
         return model.replace(
@@ -491,31 +522,7 @@ class ExportOnnx(Pass):
             "    _n = len(_out) if isinstance(_out, (tuple, list)) else 1",
             'output_names = ["output"] if _n == 1 else [f"output_{i}" for i in range(_n)]',
         ]
-        if config.exporter == "torchscript":
-            axes = "DYNAMIC_AXES or None" if config.dynamic else "None"
-            lines += [
-                "torch.onnx.export(",
-                "    model, call_args, str(onnx_path), input_names=list(inputs), output_names=output_names,",
-                f"    dynamic_axes={axes}, opset_version={opset}, do_constant_folding=True, dynamo=False,",
-                ")",
-            ]
-        else:
-            shapes = "None"
-            if config.dynamic:
-                lines += [
-                    "# The symbolic dims stay dynamic (ONNX names them s0, s1...); one entry per input, in order.",
-                    "dynamic_shapes = bind_dynamic_shapes(model, list(inputs),",
-                    "    [{i: torch.export.Dim.DYNAMIC for i in DYNAMIC_AXES.get(n, {})} for n in inputs])",
-                ]
-                shapes = "dynamic_shapes if DYNAMIC_AXES else None"
-            lines += [
-                "program = torch.onnx.export(",
-                "    model, call_args, kwargs=call_kwargs or None, input_names=list(inputs),",
-                "    output_names=output_names,",
-                f"    dynamic_shapes={shapes}, opset_version={opset}, dynamo=True, verbose=False, optimize=True,",
-                ")",
-                f"program.save(str(onnx_path), external_data={bool(config.external_data)!r})",
-            ]
+        lines += _script_export_call(config, opset)
         imports = ["import onnx"]
         if config.simplify:
             imports.append("import onnxslim")
@@ -542,3 +549,32 @@ class ExportOnnx(Pass):
             )
         ]
         return ScriptStep(code="\n".join(lines) + "\n", imports=imports, helpers=helpers)
+
+
+def _script_export_call(config: ExportOnnxConfig, opset: int) -> list[str]:
+    """The script's lines that run the chosen exporter into ``onnx_path``."""
+    if config.exporter == "torchscript":
+        axes = "DYNAMIC_AXES or None" if config.dynamic else "None"
+        return [
+            "torch.onnx.export(",
+            "    model, call_args, str(onnx_path), input_names=list(inputs), output_names=output_names,",
+            f"    dynamic_axes={axes}, opset_version={opset}, do_constant_folding=True, dynamo=False,",
+            ")",
+        ]
+    lines: list[str] = []
+    shapes = "None"
+    if config.dynamic:
+        lines += [
+            "# The symbolic dims stay dynamic (ONNX names them s0, s1...); one entry per input, in order.",
+            "dynamic_shapes = bind_dynamic_shapes(model, list(inputs),",
+            "    [{i: torch.export.Dim.DYNAMIC for i in DYNAMIC_AXES.get(n, {})} for n in inputs])",
+        ]
+        shapes = "dynamic_shapes if DYNAMIC_AXES else None"
+    return lines + [
+        "program = torch.onnx.export(",
+        "    model, call_args, kwargs=call_kwargs or None, input_names=list(inputs),",
+        "    output_names=output_names,",
+        f"    dynamic_shapes={shapes}, opset_version={opset}, dynamo=True, verbose=False, optimize=True,",
+        ")",
+        f"program.save(str(onnx_path), external_data={bool(config.external_data)!r})",
+    ]

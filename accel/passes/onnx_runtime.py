@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
@@ -95,6 +96,40 @@ def session_options(
     return opts
 
 
+def _check_providers(
+    config: OnnxRuntimeConfig, requested: list[str], usable: list[str], ctx: PassContext
+) -> None:
+    """Refuse when none of the providers asked for runs here; warn about the missing ones."""
+    from accel.errors import PassError
+
+    missing = [p for p in requested if p not in usable]
+    if config.providers and len(missing) == len(requested):
+        raise PassError(
+            f"none of the execution providers asked for can run here: "
+            f"{', '.join(missing)} (available: {', '.join(usable)}). GPU providers need "
+            "onnxruntime-gpu built for this machine's CUDA (and TensorRT's libraries for "
+            "the TensorRT provider) and a cuda device; add 'cpu' to the list to fall back "
+            "to the CPU instead"
+        )
+    if missing and config.providers:
+        ctx.warn(
+            f"providers not available here: {', '.join(missing)} "
+            f"(available: {', '.join(usable)}); using the rest of the list"
+        )
+
+
+def _keep_optimized(optimized: Path, ctx: PassContext) -> None:
+    """The graph ORT optimized, as an artifact, and its node count."""
+    ctx.add_artifact(optimized, "onnx_optimized")
+    try:
+        import onnx
+
+        model = onnx.load(str(optimized), load_external_data=False)
+        ctx.details["optimized_nodes"] = len(model.graph.node)
+    except Exception as exc:  # noqa: BLE001 - a count for humans only
+        log.debug("cannot read the optimized model: %s", exc)
+
+
 @register_pass
 class OnnxRuntime(Pass):
     name = "onnxruntime"
@@ -118,20 +153,7 @@ class OnnxRuntime(Pass):
             ctx.warn("inter_op_threads only matters with execution_mode: parallel; it is ignored")
         requested = requested_providers(config.providers, ctx.device)
         usable = usable_providers(ctx.device)
-        missing = [p for p in requested if p not in usable]
-        if config.providers and len(missing) == len(requested):
-            raise PassError(
-                f"none of the execution providers asked for can run here: "
-                f"{', '.join(missing)} (available: {', '.join(usable)}). GPU providers need "
-                "onnxruntime-gpu built for this machine's CUDA (and TensorRT's libraries for "
-                "the TensorRT provider) and a cuda device; add 'cpu' to the list to fall back "
-                "to the CPU instead"
-            )
-        if missing and config.providers:
-            ctx.warn(
-                f"providers not available here: {', '.join(missing)} "
-                f"(available: {', '.join(usable)}); using the rest of the list"
-            )
+        _check_providers(config, requested, usable, ctx)
         opts = session_options(config, recipe_threads(ctx))
         create_opts = dict(opts)
         optimized = ctx.work_dir / "model.optimized.onnx"
@@ -165,15 +187,7 @@ class OnnxRuntime(Pass):
         if requested[0] != active[0]:
             ctx.warn(f"{requested[0]} is not running this model; {active[0]} is")
         if "optimized_model_path" in create_opts and optimized.is_file():
-            ctx.add_artifact(optimized, "onnx_optimized")
-            try:
-                import onnx
-
-                ctx.details["optimized_nodes"] = len(
-                    onnx.load(str(optimized), load_external_data=False).graph.node
-                )
-            except Exception as exc:  # noqa: BLE001 - a count for humans only
-                log.debug("cannot read the optimized model: %s", exc)
+            _keep_optimized(optimized, ctx)
         return model.replace(
             providers=active, session_options=opts, device=ctx.device, _session=session
         )

@@ -189,7 +189,7 @@ def finish_ov_step(
         content_hash=digest,
         format=fmt,
         session_options=options,
-        metadata={k: v for k, v in model.metadata.items() if k != "channels_last_inputs"},
+        channels_last_inputs=False,  # the IR takes its inputs contiguous
     )
     t0 = time.perf_counter()
     compiled, _ = new.session()

@@ -161,6 +161,18 @@ def _prune_and_check(
             f"torch-pruning could not prune this model: {type(exc).__name__}: {first}. Add the failing "
             "layers to `ignore` (module-name patterns) or use prune_unstructured."
         ) from None
+    _check_pruned(module, inputs, facts)
+    if facts.get("kept_residual_width"):
+        ctx.warn(f"kept the residual (LayerNorm) width: {facts['kept_residual_width']}")
+    return module, facts
+
+
+def _check_pruned(module: Any, inputs: dict[str, Any], facts: dict[str, Any]) -> None:
+    """Something was pruned, and the pruned model still runs."""
+    import torch
+
+    from accel.errors import PassError
+
     if not facts["pruned_channels"]:
         raise PassError(
             f"nothing was pruned: every prunable layer is ignored or coupled to an ignored one "
@@ -175,9 +187,6 @@ def _prune_and_check(
             f"the pruned model no longer runs ({type(exc).__name__}: {exc}); a layer reshapes with a fixed "
             "width. Add it to `ignore`, or make its forward use -1 / the layer's current size."
         ) from None
-    if facts.get("kept_residual_width"):
-        ctx.warn(f"kept the residual (LayerNorm) width: {facts['kept_residual_width']}")
-    return module, facts
 
 
 _HELDOUT_SEED = 30000  # held-out inputs for the fine-tuning check (never trained on)
@@ -336,6 +345,8 @@ class PruneChannels(Pass):
             "count_flops",
             "prunable_layers_to_ignore",
             "output_norm_layers",
+            "positive_int",
+            "attention_projections",
             "attention_heads",
             "update_attention_attributes",
             "channel_attributes",
@@ -344,6 +355,9 @@ class PruneChannels(Pass):
             "layer_widths",
             "DependencyGraphError",
             "build_pruner",
+            "channel_importance",
+            "changed_widths",
+            "prune_steps",
             "prune_channels_tp",
             "prune_channels_runnable",
             "distill",

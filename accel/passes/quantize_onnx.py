@@ -465,29 +465,8 @@ class _QuantizeOnnx(Pass):
         helpers = [inspect.getsource(f) for f in _script_helpers()]
         lines = ["src_path = onnx_path"]
         if config.preprocess:
-            imports += [
-                "import os",
-                "import tempfile",
-                "from onnxruntime.quantization.shape_inference import quant_pre_process",
-            ]
-            lines += [
-                "# Shape inference and graph cleanup, as ONNX Runtime recommends before quantizing.",
-                "# ORT may write temporary files to the working directory: run it in a scratch folder.",
-                'pre_path = (step_dir / "model_preprocessed.onnx").resolve()',
-                "src_abs = str(Path(src_path).resolve())  # before the chdir below",
-                "cwd = os.getcwd()",
-                "with tempfile.TemporaryDirectory(dir=step_dir) as scratch:",
-                "    os.chdir(scratch)",
-                "    try:",
-                "        quant_pre_process(src_abs, str(pre_path))",
-                "    except Exception as exc:",
-                '        if "Incomplete symbolic shape inference" not in str(exc):',
-                "            raise",
-                "        quant_pre_process(src_abs, str(pre_path), skip_symbolic_shape=True)",
-                "    finally:",
-                "        os.chdir(cwd)",
-                "src_path = pre_path",
-            ]
+            imports += _PREPROCESS_IMPORTS
+            lines += _PREPROCESS_LINES
         lines.append(
             f"exclude = onnx_nodes_matching(src_path, {list(config.exclude)!r}, onnx_path)[0]  # kept in float"
         )
@@ -530,6 +509,32 @@ class _QuantizeOnnx(Pass):
         lines += [f'onnx_path = step_dir / "{out}"', "session = make_session(onnx_path)"]
         code = "\n".join(lines) + "\n"
         return ScriptStep(code=code, imports=imports, helpers=[textwrap.dedent(x) for x in helpers])
+
+
+# The script's preprocessing, as the pass does it (``_QuantizeOnnx.to_script``).
+_PREPROCESS_IMPORTS = [
+    "import os",
+    "import tempfile",
+    "from onnxruntime.quantization.shape_inference import quant_pre_process",
+]
+_PREPROCESS_LINES = [
+    "# Shape inference and graph cleanup, as ONNX Runtime recommends before quantizing.",
+    "# ORT may write temporary files to the working directory: run it in a scratch folder.",
+    'pre_path = (step_dir / "model_preprocessed.onnx").resolve()',
+    "src_abs = str(Path(src_path).resolve())  # before the chdir below",
+    "cwd = os.getcwd()",
+    "with tempfile.TemporaryDirectory(dir=step_dir) as scratch:",
+    "    os.chdir(scratch)",
+    "    try:",
+    "        quant_pre_process(src_abs, str(pre_path))",
+    "    except Exception as exc:",
+    '        if "Incomplete symbolic shape inference" not in str(exc):',
+    "            raise",
+    "        quant_pre_process(src_abs, str(pre_path), skip_symbolic_shape=True)",
+    "    finally:",
+    "        os.chdir(cwd)",
+    "src_path = pre_path",
+]
 
 
 @register_pass

@@ -510,7 +510,7 @@ class QuantizeStaticInt8(Pass):
         from accel.passes._torch_quant_helpers import pt2e_static_quantize
 
         module = _require_torch_module(self.name, model)
-        if model.metadata.get("channels_last_inputs"):
+        if model.channels_last_inputs:
             ctx.warn("PT2E quantization ignores channels_last; the quantized graph runs contiguous")
         names = _select(self.name, module, _STATIC_TYPES, config.exclude, ctx)
         excluded = ctx.details["excluded_layers"]

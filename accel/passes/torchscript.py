@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
@@ -34,6 +34,21 @@ class TorchScriptConfig(PassConfig):
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _tracer_messages(caught: list[Any]) -> list[str]:
+    """The tracer's warnings, once each, pointing at the user's line (not torch's)."""
+    import torch
+
+    tracer_msgs: list[str] = []
+    for w in caught:
+        if issubclass(w.category, torch.jit.TracerWarning):
+            msg = str(w.message).splitlines()[0]
+            if "/torch/" not in str(w.filename):
+                msg += f" ({w.filename}:{w.lineno})"
+            if msg not in tracer_msgs:
+                tracer_msgs.append(msg)
+    return tracer_msgs
 
 
 @register_pass
@@ -75,17 +90,7 @@ class TorchScript(Pass):
                     f"torch.jit.{config.method} failed: {type(exc).__name__}: {_first_line(exc)}. "
                     f"Try method: {other}, or use torch_export."
                 ) from None
-        tracer_msgs: list[str] = []
-        for w in caught:
-            if issubclass(w.category, torch.jit.TracerWarning):
-                msg = str(w.message).splitlines()[0]
-                if "/torch/" not in str(
-                    w.filename
-                ):  # point at the user's line, not torch internals
-                    msg += f" ({w.filename}:{w.lineno})"
-                if msg not in tracer_msgs:
-                    tracer_msgs.append(msg)
-        for msg in tracer_msgs:
+        for msg in _tracer_messages(caught):
             ctx.warn(
                 f"tracer: {msg} -- the trace may only be valid for these inputs (data-dependent control flow); "
                 "check the result or use method: script."

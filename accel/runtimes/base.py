@@ -123,7 +123,7 @@ class RuntimeBase:
         for name, x in inputs.items():
             if isinstance(x, torch.Tensor):
                 x = self._move(model, x)
-                if x.dim() == 4 and model.metadata.get("channels_last_inputs"):
+                if x.dim() == 4 and model.channels_last_inputs:
                     x = x.contiguous(memory_format=torch.channels_last)
                 cast = model.input_casts.get(name)
                 if cast and x.is_floating_point() and is_floating(cast):
@@ -142,6 +142,33 @@ class RuntimeBase:
     def forward(self, model: LoadedModel, inputs: Mapping[str, Any]) -> Any:
         """Outputs for a name -> tensor mapping (non-torch runtimes return torch tensors)."""
         raise NotImplementedError
+
+    def concurrent_throughput(
+        self, model: LoadedModel, inputs: Mapping[str, Any], seconds: float = 1.0
+    ) -> float | None:
+        """Calls per second with requests in flight together (the throughput objective):
+        here two Python threads calling ``forward`` (ONNX Runtime and torch release the GIL
+        while they compute); a runtime with its own request queue overrides it."""
+        import threading
+        import time
+
+        fed = self.prepare_inputs(model, inputs)
+        self.forward(model, fed)  # warm (and create the session once, before the threads)
+        counts = [0, 0]
+        deadline = time.perf_counter() + seconds
+
+        def caller(i: int) -> None:
+            while time.perf_counter() < deadline:
+                self.forward(model, fed)
+                counts[i] += 1
+
+        t0 = time.perf_counter()
+        threads = [threading.Thread(target=caller, args=(i,)) for i in range(len(counts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return sum(counts) / (time.perf_counter() - t0)
 
     def timing_target(
         self, model: LoadedModel, inputs: Any, device: str, threads: int | None

@@ -20,11 +20,13 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from accel.search.runtime_settings import add_runtime_settings
+from accel.search.seeds import Seed, model_family, plan_seeds, size_class
 from accel.search.sensitivity_space import ALLOW as SENSITIVITY
 from accel.search.space import SearchError, SearchSpace, build_space, model_layer_types, steps_for
 from accel.timing.result import StepTiming
@@ -95,6 +97,12 @@ class SearchConfig:
             raise SearchError(
                 f"max cosine drop must be between 0 and 2, got {self.max_cosine_drop}"
             )
+        unknown = sorted(set(self.allow) - allow_words())
+        if unknown:
+            raise SearchError(
+                f"--allow {', '.join(unknown)}: not something to allow; one of "
+                f"{', '.join(sorted(allow_words()))}"
+            )
         if self.max_accuracy_drop is not None and not self.data.get("eval"):
             raise SearchError(
                 "--max-accuracy-drop needs labelled evaluation data: give --data FILE"
@@ -106,6 +114,14 @@ class SearchConfig:
         d["passes"] = None if self.passes is None else list(self.passes)
         d["exclude"] = list(self.exclude)
         return d
+
+
+def allow_words() -> set[str]:
+    """What --allow takes: the passes' opt-in words (prune, distill, qat) and sensitivity."""
+    from accel.passes import list_passes
+
+    words = {p.search.opt_in for p in list_passes(include_test=True) if p.search is not None}
+    return {w for w in words if w} | {SENSITIVITY}
 
 
 @dataclass
@@ -269,70 +285,10 @@ class InProcessExecutor:
 # -- seeds ------------------------------------------------------------------------------------
 
 
-def model_family(layer_types: frozenset[str]) -> str:
-    if "attention" in layer_types:
-        return "transformer"
-    if "conv2d" in layer_types:
-        return "cnn"
-    if "lstm" in layer_types:
-        return "rnn"
-    return "mlp"
-
-
-# Known-good stacks per family and device, most promising first. Only those valid in the
-# space (passes present, chain accepted by the pre-flight check) are used.
-SEEDS: dict[tuple[str, str], list[tuple[str, ...]]] = {
-    ("cnn", "cpu"): [
-        ("fold_batchnorm", "export_onnx", "quantize_onnx_static", "onnxruntime"),
-        ("fold_batchnorm", "export_onnx", "onnxruntime"),
-        ("fold_batchnorm", "channels_last"),
-        ("fold_batchnorm", "openvino"),
-        ("fold_batchnorm", "openvino_int8"),
-        ("fold_batchnorm", "channels_last", "bf16", "compile"),
-    ],
-    ("transformer", "cpu"): [
-        ("export_onnx", "quantize_onnx_dynamic", "onnxruntime"),
-        ("quantize_dynamic_int8",),
-        ("export_onnx", "onnxruntime"),
-        ("openvino",),
-        ("bf16", "compile"),
-    ],
-    ("rnn", "cpu"): [
-        ("quantize_dynamic_int8",),
-        ("export_onnx", "quantize_onnx_dynamic", "onnxruntime"),
-        ("export_onnx", "onnxruntime"),
-    ],
-    ("mlp", "cpu"): [
-        ("quantize_dynamic_int8",),
-        ("export_onnx", "onnxruntime"),
-        ("export_onnx", "quantize_onnx_dynamic", "onnxruntime"),
-        ("bf16",),
-    ],
-    ("cnn", "cuda"): [
-        ("fold_batchnorm", "channels_last", "fp16", "compile"),
-        ("fold_batchnorm", "export_onnx", "onnx_fp16", "onnxruntime"),
-        ("fold_batchnorm", "tensorrt"),
-    ],
-    ("transformer", "cuda"): [
-        ("fp16", "compile"),
-        ("bf16", "compile"),
-        ("export_onnx", "onnx_fp16", "onnxruntime"),
-        ("tensorrt",),
-    ],
-    ("rnn", "cuda"): [("fp16",), ("export_onnx", "onnxruntime")],
-    ("mlp", "cuda"): [("fp16", "compile"), ("export_onnx", "onnx_fp16", "onnxruntime")],
-}
-
-
 def seed_chains(space: SearchSpace, family: str) -> list[tuple[str, ...]]:
-    """The original model, then the family's known-good stacks present in the space."""
-    fam = "cuda" if space.device.startswith("cuda") else "cpu"
-    valid = set(space.chains)
-    out: list[tuple[str, ...]] = [()]
-    for chain in SEEDS.get((family, fam), []):
-        if chain in valid and chain not in out:
-            out.append(chain)
-    return out
+    """The original model, then the family's known-good stacks present in the space, in the
+    order this machine's CPU predicts (accel.search.seeds)."""
+    return [s.chain for s in plan_seeds(space, family)]
 
 
 # -- Pareto -----------------------------------------------------------------------------------
@@ -389,15 +345,22 @@ def _suggest(trial: Any, space: SearchSpace, chain_keys: list[str]) -> tuple[tup
     return chain, values
 
 
-def _seed_params(space: SearchSpace, chain: Sequence[str]) -> dict[str, Any]:
-    """Enqueued parameters of a seed: each searched parameter at the pass's default (when the
-    default is in the domain), else the domain's first value."""
+def _seed_params(
+    space: SearchSpace, chain: Sequence[str], values: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Enqueued parameters of a seed: each searched parameter at ``values`` (an earlier
+    search's, keyed ``pass.param``), else at the pass's default (when the default is in the
+    domain), else the domain's first value."""
     from accel.passes.base import Choice
 
     params: dict[str, Any] = {"chain": SearchSpace.chain_key(chain)}
+    values = values or {}
     for name in chain:
         p = space.passes[name]
         for param, dom in p.params.items():
+            if f"{name}.{param}" in values:
+                params[f"{name}.{param}"] = values[f"{name}.{param}"]
+                continue
             default = p.defaults.get(param)
             if isinstance(dom, Choice):
                 value = default if default in dom.values else dom.values[0]
@@ -432,6 +395,7 @@ def trial_spec(config: SearchConfig, number: int, steps: list[dict[str, Any]]) -
             "min_time_s": config.bench_min_time_s,
             "threads": config.bench_threads,
             "dims": dict(config.bench_dims),
+            "concurrent": config.objective == "throughput",
         },
         "data": dict(config.data),
         "cache": {
@@ -443,9 +407,10 @@ def trial_spec(config: SearchConfig, number: int, steps: list[dict[str, Any]]) -
     }
 
 
-def inspect_model(config: SearchConfig) -> tuple[str, frozenset[str], dict[str, str]]:
-    """The model's kind, layer types and the passes with nothing to do on it (their own
-    ``preflight``, e.g. no BatchNorm to fold): what the space depends on."""
+def inspect_model(config: SearchConfig) -> tuple[str, frozenset[str], dict[str, str], int]:
+    """The model's kind, layer types, the passes with nothing to do on it (their own
+    ``preflight``, e.g. no BatchNorm to fold) and its parameter count: what the space and
+    the seeds depend on."""
     from accel.errors import NotApplicable
     from accel.models import load_model
     from accel.passes import list_passes
@@ -461,7 +426,7 @@ def inspect_model(config: SearchConfig) -> tuple[str, frozenset[str], dict[str, 
             not_applicable[cls.name] = str(exc)
         except Exception:  # noqa: BLE001 - a failing check is the trial's business
             log.debug("preflight of %s failed", cls.name, exc_info=True)
-    return model.kind, model_layer_types(model.module), not_applicable
+    return model.kind, model_layer_types(model.module), not_applicable, int(model.num_params or 0)
 
 
 def run_search(
@@ -471,18 +436,30 @@ def run_search(
     on_trial: Callable[[TrialRecord], None] | None = None,
     cancel: Callable[[], bool] | None = None,
     model_info: tuple[Any, ...] | None = None,
+    priors: Sequence[Mapping[str, Any]] = (),
     started: float | None = None,
 ) -> SearchResult:
     """Search (see module docstring). ``on_trial`` is called when a trial is submitted
     (status ``running``) and when it ends; ``cancel()`` True stops after cancelling the
-    running trials (finished ones are kept). ``started`` (``time.monotonic()``) is when the
-    search began for its user, e.g. before its model was inspected: the budget counts from
-    then (default: now)."""
+    running trials (finished ones are kept). ``priors``: the best recipes of earlier
+    searches (accel.search.seeds.Prior as dicts), tried first for a similar model.
+    ``started`` (``time.monotonic()``) is when the search began for its user, e.g. before
+    its model was inspected: the budget counts from then (default: now)."""
     config.validate()
     is_cancelled = cancel or (lambda: False)
     t0 = time.monotonic() if started is None else started
+    model_info = model_info or inspect_model(config)
     kind, layers, space, sensitivity = _search_space(config, model_info, is_cancelled, t0)
-    study, seeds = _study(config, space, layers)
+    space, settings = add_runtime_settings(space, config.objective, config.bench_threads)
+    info = list(model_info)
+    size = size_class(info[3] if len(info) > 3 else None)
+    family = model_family(layers)
+    seeds = (
+        plan_seeds(space, family, priors=priors, size=size, objective=config.objective)
+        if config.use_seeds
+        else [Seed(())]
+    )
+    study = _study(config, space, seeds)
     loop = _TrialLoop(config, space, study, executor, len(seeds), on_trial or (lambda t: None))
     status, reason = loop.run(is_cancelled, t0)
     executor.close()
@@ -509,8 +486,12 @@ def run_search(
             "chains": len(space.chains),
             "passes": sorted(space.passes),
             "excluded": space.excluded,
-            "seeds": [space.chain_key(c) for c in seeds],
+            "seeds": [space.chain_key(sd.chain) for sd in seeds],
+            "seed_origins": [sd.why for sd in seeds],
+            "family": family,
+            "size_class": size,
             **({"sensitivity": sensitivity} if sensitivity is not None else {}),
+            **({"runtime_settings": settings} if settings else {}),
         },
         cache=loop.cache_total,
         model_kind=kind,
@@ -519,13 +500,13 @@ def run_search(
 
 def _search_space(
     config: SearchConfig,
-    model_info: tuple[Any, ...] | None,
+    model_info: tuple[Any, ...],
     is_cancelled: Callable[[], bool],
     t0: float,
 ) -> tuple[str, frozenset[str], SearchSpace, dict[str, Any] | None]:
     """The model's kind and layer types, the space of chains for it, and (--allow
     sensitivity) the sensitivity analysis the exclude sets came from."""
-    kind, layers, *rest = model_info or inspect_model(config)
+    kind, layers, *rest = model_info
     not_applicable: dict[str, str] = rest[0] if rest else {}
     space = build_space(
         kind,
@@ -534,7 +515,9 @@ def _search_space(
         allow=config.allow,
         include=config.passes,
         exclude=(*config.exclude, *not_applicable),
-        max_steps=config.max_steps,
+        # the weight-changing steps the user allowed (prune, distill) come on top of
+        # max_steps, so they stack onto the best full-length chains
+        max_steps=config.max_steps + len({"prune", "distill"} & set(config.allow)),
     )
     for name, why in not_applicable.items():
         space.excluded[name] = f"nothing to do on this model: {why}"
@@ -544,10 +527,8 @@ def _search_space(
     return kind, layers, space, sensitivity
 
 
-def _study(
-    config: SearchConfig, space: SearchSpace, layers: frozenset[str]
-) -> tuple[Any, list[tuple[str, ...]]]:
-    """An Optuna study (TPE) over the objectives, with the known-good chains enqueued first."""
+def _study(config: SearchConfig, space: SearchSpace, seeds: Sequence[Seed]) -> Any:
+    """An Optuna study (TPE) over the objectives, with the seeds enqueued first."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -555,10 +536,9 @@ def _study(
     directions[0] = _PRIMARY[config.objective][1]
     sampler = optuna.samplers.TPESampler(seed=config.seed, n_startup_trials=4)
     study = optuna.create_study(directions=directions, sampler=sampler)
-    seeds = seed_chains(space, model_family(layers)) if config.use_seeds else [()]
-    for chain in seeds:
-        study.enqueue_trial(_seed_params(space, chain), skip_if_exists=True)
-    return study, seeds
+    for seed in seeds:
+        study.enqueue_trial(_seed_params(space, seed.chain, seed.values), skip_if_exists=True)
+    return study
 
 
 class _TrialLoop:

@@ -5,7 +5,9 @@ With ``--allow sensitivity`` (``SearchConfig.allow``) the search runs
 time counts in the budget), and gives every quantization pass in the space that keeps an
 ``exclude`` list a Choice of exclude sets: none, the most sensitive layer, the 3 most
 sensitive, and the most sensitive 10 % of the layers that pass quantizes (distinct sets
-only), each from the ranked layers of the kinds it quantizes.
+only), each from the ranked layers of the kinds it quantizes. The OpenVINO and ONNX Runtime
+quantizers also get a ``cost`` set: the sensitive layers whose int8 speedup, measured in
+that runtime, is low (accel.search.layer_costs; the measurement counts in the budget too).
 
 The names are torch module names. The torch quantization passes run on the eager torch
 model (earlier steps fold, prune or change the memory format but keep the module names).
@@ -33,6 +35,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from accel.search.layer_costs import FLOAT_STEPS
 from accel.search.space import SearchSpace
 
 log = logging.getLogger(__name__)
@@ -115,6 +118,8 @@ def _with_exclude_choices(
         quantized, _, _ = select_layers(model.module, kinds, [])
         ranking = [n for n in report.ranking() if types[n] in kinds]
         sets = exclude_sets(ranking, len(quantized))
+        if name in FLOAT_STEPS:  # OpenVINO / ONNX Runtime: the set chosen by measured cost
+            _add_cost_set(sets, name, model, report, len(quantized), summary)
         if len(sets) < 2:
             summary["skipped"][name] = (
                 f"no set of analysed layers ({'/'.join(kinds)}) to keep in float "
@@ -130,6 +135,30 @@ def _with_exclude_choices(
         )
         summary["sets"][name] = sets
     return passes
+
+
+def _add_cost_set(
+    sets: dict[str, list[str]],
+    name: str,
+    model: Any,
+    report: Any,
+    n_layers: int,
+    summary: dict[str, Any],
+) -> None:
+    """The ``cost`` set of an OpenVINO / ONNX Runtime quantizer (accel.search.layer_costs:
+    high int8 error and low int8 speedup, both measured), when it is new; its measurements
+    go to ``summary["costs"]``, a failed measurement to ``summary["cost_failed"]``."""
+    from accel.errors import AccelError
+    from accel.search.layer_costs import cost_exclude_set
+
+    try:
+        chosen, costs = cost_exclude_set(model, name, report, n_layers)
+    except (AccelError, RuntimeError, ValueError) as exc:
+        summary.setdefault("cost_failed", {})[name] = f"{type(exc).__name__}: {exc}"[:300]
+        return
+    summary.setdefault("costs", {})[name] = costs
+    if chosen and chosen not in sets.values():
+        sets["cost"] = chosen
 
 
 def add_exclude_sets(

@@ -54,6 +54,8 @@ class SearchPass:
     # decoded params fall back to their first value (e.g. no exclude set) in a chain where one
     # of these passes comes earlier (the values do not hold there, e.g. module names lost)
     decode_lost_after: frozenset[str] = frozenset()
+    # only in chains where one of these passes comes earlier (SearchSpec.after)
+    after: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -232,6 +234,7 @@ def _search_pass(cls: Any) -> SearchPass:
         fixed=dict(spec.fixed),
         defaults=defaults,
         exportable=spec.exportable,
+        after=tuple(spec.after),
     )
 
 
@@ -250,6 +253,8 @@ def _valid_chains(
             if p.stage <= last_stage or kind not in p.accepts:
                 continue
             if not exportable and (p.produces or kind) != kind:
+                continue
+            if p.after and not set(p.after).intersection(chain):
                 continue
             new = (*chain, p.name)
             if check_chain(new, model_kind, device) is None:

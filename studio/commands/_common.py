@@ -10,14 +10,14 @@ if TYPE_CHECKING:
 
 
 def open_repo(args: argparse.Namespace) -> Store:
-    """The store named by ``--db`` (default location otherwise); a CliError if it cannot open."""
-    from studio.cli import CliError
+    """The store named by ``--db`` (default location otherwise); a UserError if it cannot open."""
+    from studio.errors import UserError
     from studio.store import Repository, StoreError
 
     try:
         return Repository.open(args.db)
     except StoreError as exc:
-        raise CliError(str(exc)) from None
+        raise UserError(str(exc)) from None
 
 
 def add_trust_arguments(p: argparse.ArgumentParser) -> None:

@@ -60,17 +60,17 @@ def run(args: argparse.Namespace) -> int:
 
     from accel.events import Progress
     from accel.job_specs import AnalyzeJob
-    from studio.cli import CliError
+    from studio.errors import UserError
     from studio.usecases import model_job, run_boxed, typed_event
 
     try:
         params = json.loads(args.params)
     except json.JSONDecodeError as exc:
-        raise CliError(f"--params is not JSON: {exc}") from None
+        raise UserError(f"--params is not JSON: {exc}") from None
     if not isinstance(params, dict):
-        raise CliError(f"--params must be a JSON object, got {args.params!r}")
+        raise UserError(f"--params must be a JSON object, got {args.params!r}")
     if args.max_layers is not None and args.max_layers < 1:
-        raise CliError(f"--max-layers must be at least 1, got {args.max_layers}")
+        raise UserError(f"--max-layers must be at least 1, got {args.max_layers}")
     # The same spec and use case (accel.jobs.analyze) as the studio's analyze job.
     spec = model_job(
         AnalyzeJob,
@@ -107,7 +107,7 @@ def _print(args: argparse.Namespace, report, auto) -> int:
     if not args.json:
         print("\r" + " " * 80 + "\r", end="", file=sys.stderr)
     if args.json:
-        from accel.jobs import AnalyzeResult
+        from accel.job_results import AnalyzeResult
 
         print(json.dumps(AnalyzeResult(report, auto).to_dict(), indent=2))
         return 0 if auto is None or auto.met else 1

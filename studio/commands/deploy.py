@@ -5,10 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from studio.store.api import RunReader
+from typing import Any
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -61,24 +58,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def parse_batches(text: str | None) -> list[int] | None:
-    from studio.cli import CliError
+    from studio.errors import UserError
 
     if not text:
         return None
     try:
         out = sorted({int(x) for x in text.split(",") if x.strip()})
     except ValueError:
-        raise CliError(f"--batch {text!r}: give whole numbers separated by commas") from None
+        raise UserError(f"--batch {text!r}: give whole numbers separated by commas") from None
     if not out or out[0] < 1:
-        raise CliError(f"--batch {text!r}: batch sizes must be >= 1")
+        raise UserError(f"--batch {text!r}: batch sizes must be >= 1")
     return out
-
-
-def run_artifact(repo: RunReader, run_id: str) -> tuple[Any, dict[str, Any], Any]:
-    """(run detail, servable artifact, input spec) of a finished run; CliError otherwise."""
-    from studio.serve_test import servable_run
-
-    return servable_run(repo, run_id)
 
 
 MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
@@ -87,43 +77,24 @@ MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
 def _check_name(name: str) -> None:
     """A Triton model name is a folder of the repository and a line of its config: letters,
     digits, ``_ . -`` only, not starting with a dot (no ``..``, no hidden folder)."""
-    from studio.cli import CliError
+    from studio.errors import UserError
 
     if not MODEL_NAME.fullmatch(name or ""):
-        raise CliError(
+        raise UserError(
             f"--name {name!r}: use letters, digits, '_', '.' and '-' only (at most 128, not "
             "starting with '.'), e.g. --name resnet50_int8"
         )
 
 
-def deploy_job(repo: RunReader, run_id: str, out: str, **options: Any) -> tuple[Any, Any]:
-    """(the ``deploy`` job spec for run ``run_id``'s model file, its artifact record)."""
-    from pathlib import Path
-
-    from accel.job_specs import DeployJob
-
-    detail, art, spec = run_artifact(repo, run_id)
-    device = detail.run.device if detail.run.device.startswith("cuda") else "cpu"
-    job = DeployJob(
-        artifact_kind=art["kind"],
-        artifact_path=art["path"],
-        input_spec=str(spec),
-        out=str(Path(out).resolve()),
-        device=device,
-        run_id=detail.id,
-        **options,
-    )
-    return job, art
-
-
 def run(args: argparse.Namespace) -> int:
     from studio.commands.history import _repo
+    from studio.serve_test import deploy_spec
     from studio.usecases import run_boxed
 
     _check_name(args.name)
     repo = _repo(args)
     try:
-        job, art = deploy_job(
+        job, art = deploy_spec(
             repo, args.run, args.triton, name=args.name, force=args.force,
             batches=parse_batches(args.batch),
         )  # fmt: skip
@@ -194,6 +165,14 @@ def run_serve_test(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data, indent=2, default=str))
         return 0
+    _print_serve_test(report, art, clients or [])
+    if "saved_to" in data:
+        print(f"saved {data['saved_to']}")
+    return 0
+
+
+def _print_serve_test(report: Any, art: dict[str, Any], clients: list[int]) -> None:
+    """The serve test as tables: the sweep, the loads, the gains and the served overhead."""
     print(f"model: {art['path']} ({art['kind']}, step {art['step'] + 1} {art['pass']})")
     print("batch sweep (direct calls):")
     for pt in report.sweep:
@@ -222,6 +201,3 @@ def run_serve_test(args: argparse.Namespace) -> int:
             f" ms (p50 {report.served_p50_ms:.2f} ms served vs {report.direct_p50_ms:.2f} ms "
             "direct, in alternation)"
         )
-    if "saved_to" in data:
-        print(f"saved {data['saved_to']}")
-    return 0

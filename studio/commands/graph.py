@@ -73,12 +73,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _graph(source: str, spec: str | None, trust: bool):
     """The model's graph through the studio's open-model use case (``accel.jobs.inspect``)."""
     from accel.job_specs import InspectJob
-    from studio.cli import CliError
+    from studio.errors import UserError
     from studio.usecases import model_job, run_boxed
 
     opened = run_boxed(model_job(InspectJob, source, spec, trust_pickle=trust))
     if opened.graph is None:
-        raise CliError(f"no graph for {source}: {opened.graph_error}")
+        raise UserError(f"no graph for {source}: {opened.graph_error}")
     return opened.graph
 
 
@@ -157,7 +157,7 @@ def run_parity(args: argparse.Namespace) -> int:
 
 
 def _resolve_run(arg: str, db: str | None = None) -> Path:
-    from studio.cli import CliError
+    from studio.errors import UserError
 
     p = Path(arg)
     if p.is_dir():
@@ -182,7 +182,7 @@ def _resolve_run(arg: str, db: str | None = None) -> Path:
         matches = sorted(root.glob(f"{arg}*")) if root.is_dir() else []
         if len(matches) == 1:
             return matches[0]
-    raise CliError(f"no run folder {arg!r} (give the run's folder, or an id under ./runs)")
+    raise UserError(f"no run folder {arg!r} (give the run's folder, or an id under ./runs)")
 
 
 def run_bisect(args: argparse.Namespace) -> int:
@@ -198,7 +198,7 @@ def run_bisect(args: argparse.Namespace) -> int:
         trust_pickle=args.trust_pickle,
         trust_code=args.trust_recipe_code,
     )
-    steps = run_boxed(job)
+    steps = run_boxed(job).steps
     if not steps:
         print(f"{run_dir}: no steps")
         return 0

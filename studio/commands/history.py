@@ -92,13 +92,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_arg(repo: RunReader, run_id: str) -> str:
-    from studio.cli import CliError
+    from studio.errors import UserError
     from studio.store import RunNotFound
 
     try:
         return repo.resolve_run_id(run_id)
     except RunNotFound as exc:
-        raise CliError(str(exc)) from None
+        raise UserError(str(exc)) from None
 
 
 def _when(t: dt.datetime | None) -> str:
@@ -112,7 +112,7 @@ def _dur(s: float | None) -> str:
 
 
 def history(args: argparse.Namespace) -> int:
-    from studio.cli import CliError
+    from studio.errors import UserError
     from studio.store import RunFilter
     from studio.store.models import RUN_STATUSES
     from studio.store.records import to_json
@@ -123,13 +123,13 @@ def history(args: argparse.Namespace) -> int:
         return list_searches(args)
     for s in args.status:
         if s not in RUN_STATUSES:
-            raise CliError(f"unknown status {s!r}; one of {', '.join(RUN_STATUSES)}")
+            raise UserError(f"unknown status {s!r}; one of {', '.join(RUN_STATUSES)}")
     since = None
     if args.since:
         try:
             since = dt.datetime.fromisoformat(args.since)
         except ValueError:
-            raise CliError(f"--since {args.since!r}: give a date such as 2026-01-31") from None
+            raise UserError(f"--since {args.since!r}: give a date such as 2026-01-31") from None
         if since.tzinfo is None:
             since = since.astimezone()
     f = RunFilter(
@@ -276,10 +276,10 @@ def show(args: argparse.Namespace) -> int:
 
 
 def compare(args: argparse.Namespace) -> int:
-    from studio.cli import CliError
+    from studio.errors import UserError
 
     if len(args.runs) < 2:
-        raise CliError("give at least two runs to compare")
+        raise UserError("give at least two runs to compare")
     with _repo(args) as repo:
         ids = [_run_arg(repo, r) for r in args.runs]
         cmp = repo.compare(ids)
@@ -350,17 +350,20 @@ def _within_noise(per_run: list[StepTiming | None]) -> bool:
 
 
 def rerun(args: argparse.Namespace) -> int:
-    from studio.cli import CliError
     from studio.commands.run import run_job
+    from studio.errors import UserError
 
     with _repo(args) as repo:
         run_id = _run_arg(repo, args.run)
         d = repo.get_run(run_id)
+    from accel.job_specs import RunRecipeJob
+
     job = d.job_params or {}
-    if d.run.kind != "run_recipe" and job.get("kind", "run_recipe") != "run_recipe":
-        raise CliError(f"run {d.run.short_id} is a {d.run.kind} job; only recipe runs re-run")
+    recipe_run = RunRecipeJob.kind
+    if d.run.kind != recipe_run and job.get("kind", recipe_run) != recipe_run:
+        raise UserError(f"run {d.run.short_id} is a {d.run.kind} job; only recipe runs re-run")
     if d.recipe is None:
-        raise CliError(f"run {d.run.short_id} has no stored recipe to run again")
+        raise UserError(f"run {d.run.short_id} has no stored recipe to run again")
     old = dict(job.get("params") or {})
     # The stored recipe content, not the file: the file may have changed since. A model the
     # stored run was given goes into that recipe, not beside it: a database row is not the
@@ -393,7 +396,7 @@ def import_run(args: argparse.Namespace) -> int:
     """Add a run kept in a file (the store failed while it ran) to the database."""
     from pathlib import Path
 
-    from studio.cli import CliError
+    from studio.errors import UserError
     from studio.run_records import FILE_NAME, RecordError, check_unrecorded
     from studio.store import StoreError
 
@@ -403,19 +406,19 @@ def import_run(args: argparse.Namespace) -> int:
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise CliError(f"cannot read {path}: {exc}") from None
+        raise UserError(f"cannot read {path}: {exc}") from None
     if not isinstance(record, dict):
-        raise CliError(f"{path} is not a run record")
+        raise UserError(f"{path} is not a run record")
     try:
         check_unrecorded(record, path)
     except RecordError as exc:
-        raise CliError(f"{path}: {exc}") from None
+        raise UserError(f"{path}: {exc}") from None
     with _repo(args) as repo:
         try:
             repo.check_writable()
             run_id = repo.import_unrecorded(record)
         except StoreError as exc:
-            raise CliError(str(exc)) from None
+            raise UserError(str(exc)) from None
     print(f"imported run {run_id} ({record.get('status')}) from {path}")
     return 0
 

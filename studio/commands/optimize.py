@@ -56,9 +56,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--allow",
         default="",
-        help="passes that change weights, allowed: prune,qat; and sensitivity: a sensitivity "
+        help="passes that change weights, allowed: prune,distill (train the pruned model "
+        "towards the original's outputs, bounded, counted in the budget),qat; and "
+        "sensitivity: a sensitivity "
         "analysis first (its time counts in the budget) gives the torch quantization passes "
-        "exclude sets (none, top-1, top-3, top-10%% most sensitive layers) to search",
+        "exclude sets (none, top-1, top-3, top-10%% most sensitive layers) to search, and the "
+        "OpenVINO / ONNX Runtime quantizers a set by measured cost (sensitive layers int8 "
+        "barely speeds up)",
     )
     p.add_argument("--passes", default=None, help="only these passes (comma-separated names)")
     p.add_argument("--exclude", default="", help="never these passes (comma-separated names)")
@@ -91,14 +95,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def parse_duration(text: str) -> float:
     """'90s', '15m', '1h', '1h30m', '300' (seconds) -> seconds."""
-    from studio.cli import CliError
+    from studio.errors import UserError
 
     t = text.strip().lower()
     if re.fullmatch(r"\d+(\.\d+)?", t):
         return float(t)
     parts = re.findall(r"(\d+(?:\.\d+)?)\s*([hms])", t)
     if not parts or "".join(f"{a}{b}" for a, b in parts) != t.replace(" ", ""):
-        raise CliError(f"--budget {text!r}: write it like 90s, 15m, 1h or 1h30m")
+        raise UserError(f"--budget {text!r}: write it like 90s, 15m, 1h or 1h30m")
     return sum(float(a) * {"h": 3600, "m": 60, "s": 1}[b] for a, b in parts)
 
 
@@ -108,15 +112,15 @@ def _names(text: str | None) -> tuple[str, ...]:
 
 def check_options(args: argparse.Namespace) -> None:
     """Bad numbers are refused naming the option, before anything starts."""
-    from studio.cli import CliError
+    from studio.errors import UserError
 
     if args.budget and parse_duration(args.budget) <= 0:
-        raise CliError(f"--budget {args.budget!r}: give a time above zero, like 90s or 15m")
+        raise UserError(f"--budget {args.budget!r}: give a time above zero, like 90s or 15m")
     positive = {"--trial-timeout": args.trial_timeout, "--trials": args.trials}
     positive.update({"--iters": args.iters, "--threads": args.threads})
     for option, value in positive.items():
         if value is not None and not value > 0:
-            raise CliError(f"{option} must be above zero, got {value:g}")
+            raise UserError(f"{option} must be above zero, got {value:g}")
 
 
 def build_config(args: argparse.Namespace) -> Any:
@@ -201,15 +205,15 @@ HEADERS = ["#", "chain", "status", *TIMING_HEADERS, "cos drop", "size", "reused"
 def run(args: argparse.Namespace) -> int:
     from accel.errors import AccelError
     from accel.search import SearchError
-    from studio.cli import CliError
     from studio.commands._common import open_repo as _repo
+    from studio.errors import UserError
     from studio.optimize import SearchCancelled, SearchThread
 
     config = build_config(args)
     try:
         config.validate()
     except SearchError as exc:
-        raise CliError(str(exc)) from None
+        raise UserError(str(exc)) from None
     repo = _repo(args)
     t0 = time.monotonic()
     limit = []
@@ -251,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
     interrupted = wait_for_search(th)
     if th.error is not None and not isinstance(th.error, SearchCancelled):
         if isinstance(th.error, AccelError):
-            raise CliError(str(th.error)) from None
+            raise UserError(str(th.error)) from None
         raise th.error
     if th.outcome is None:  # cancelled and still winding down after CANCEL_WAIT_S
         print("the search was cancelled; finished trials are in the database", file=sys.stderr)
@@ -343,13 +347,13 @@ def _sensitivity_line(sens: dict[str, Any]) -> str:
 
 
 def search_id_arg(repo: SearchStore, prefix: str) -> str:
-    from studio.cli import CliError
+    from studio.errors import UserError
     from studio.store import RunNotFound
 
     try:
         return repo.get_search(prefix).id
     except RunNotFound as exc:
-        raise CliError(str(exc.args[0] if exc.args else exc)) from None
+        raise UserError(str(exc.args[0] if exc.args else exc)) from None
 
 
 def list_searches(args: argparse.Namespace) -> int:

@@ -64,25 +64,25 @@ def op_table(prof, top: int) -> str:
 
 
 def _check(args: argparse.Namespace) -> None:
-    from studio.cli import CliError
+    from studio.errors import UserError
 
     if args.iters < 1 or args.warmup < 0 or args.top < 1:
-        raise CliError("--iters and --top must be >= 1, --warmup >= 0")
+        raise UserError("--iters and --top must be >= 1, --warmup >= 0")
     if args.threads is not None and args.threads < 1:
-        raise CliError("--threads must be >= 1")
+        raise UserError("--threads must be >= 1")
     if args.device.startswith("cuda"):
         import torch
 
         if not torch.cuda.is_available():
-            raise CliError(
+            raise UserError(
                 f"--device {args.device}: CUDA is not available on this machine; use --device cpu"
             )
     elif args.device != "cpu":
-        raise CliError(f"unknown --device {args.device!r}: use cpu, cuda or cuda:N")
+        raise UserError(f"unknown --device {args.device!r}: use cpu, cuda or cuda:N")
 
 
 def summary_text(result) -> str:
-    """The model and benchmark lines of a ``accel.jobs.ProfileResult``."""
+    """The model and benchmark lines of a ``accel.job_results.ProfileResult``."""
     from studio.commands._table import fmt_bytes, fmt_count, fmt_ms, render_pairs
 
     m, res = result.model, result.benchmark

@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from accel.plan import plan
     from accel.recipe import load_recipe
-    from studio.cli import CliError
+    from studio.errors import UserError
     from studio.workers.entry import load_plugin
     from studio.workers.pool_jobs import env_plugins
 
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
             return 1
         return 0
     if not preflight.ok:
-        raise CliError("the recipe cannot run: " + "; ".join(preflight.errors))
+        raise UserError("the recipe cannot run: " + "; ".join(preflight.errors))
     params: dict[str, Any] = {"recipe": str(recipe_path), "device": args.device or recipe.device}
     if args.model:
         params["model"] = args.model
@@ -89,8 +89,8 @@ def run_job(
     """Submit a run_recipe job to a one-job pool, print it live, return the exit code.
     ``params`` are checked as the worker will check them (``RunRecipeJob``) before any work."""
     from accel.job_specs import RunRecipeJob
-    from studio.cli import CliError
     from studio.commands._runprint import RunPrinter
+    from studio.errors import UserError
     from studio.store import StoreError
     from studio.workers import WorkerPool
 
@@ -100,21 +100,14 @@ def run_job(
         repo.check_writable()
     except StoreError as exc:
         repo.close()
-        raise CliError(str(exc)) from None
+        raise UserError(str(exc)) from None
     printer = RunPrinter()
     device = str(params.get("device") or "auto")
     pool = WorkerPool(repo, cpu_workers=1, devices=[] if device == "cpu" else None)
-
-    def on_update(u: Any) -> None:
-        if u.what == "event":
-            printer.on_event(u.data)
-        elif u.what == "log" and u.data.get("level") in ("warning", "error", "critical"):
-            print(f"{u.data['level']}: {u.data['message']}", file=sys.stderr, flush=True)
-
-    pool.subscribe(on_update)
+    pool.subscribe(lambda update: _print_update(printer, update))
     try:
         handle = pool.submit(
-            "run_recipe",
+            RunRecipeJob.kind,
             params,
             device=device,
             model_source=model_source,
@@ -125,22 +118,45 @@ def run_job(
             timeout_s=timeout_s,
         )
         print(f"run {handle.run_id} queued (database: {repo.url})", flush=True)
-        try:
-            while True:
-                try:
-                    outcome = handle.wait(0.2)
-                    break
-                except TimeoutError:
-                    continue
-        except KeyboardInterrupt:
-            print("\ncancelling the run (Ctrl-C again to stop waiting)...", file=sys.stderr)
-            handle.cancel()
-            outcome = handle.wait(pool.cancel_grace_s + pool.kill_grace_s + 10)
+        outcome = _wait(handle, pool)
     finally:
         pool.shutdown(timeout=10)
     time.sleep(0)  # let the dispatcher's last print reach the terminal first
     print()
     print(printer.summary())
+    _report_outcome(outcome, printer)
+    repo.close()
+    if outcome.status == "cancelled":
+        return 130
+    if outcome.store_error:
+        return 3
+    return 0 if outcome.status == "succeeded" else 1
+
+
+def _print_update(printer: Any, u: Any) -> None:
+    """A pool update live: the run's events as its table, its warnings on stderr."""
+    if u.what == "event":
+        printer.on_event(u.data)
+    elif u.what == "log" and u.data.get("level") in ("warning", "error", "critical"):
+        print(f"{u.data['level']}: {u.data['message']}", file=sys.stderr, flush=True)
+
+
+def _wait(handle: Any, pool: Any) -> Any:
+    """The job's outcome; Ctrl-C cancels it (and a second Ctrl-C stops waiting)."""
+    try:
+        while True:
+            try:
+                return handle.wait(0.2)
+            except TimeoutError:
+                continue
+    except KeyboardInterrupt:
+        print("\ncancelling the run (Ctrl-C again to stop waiting)...", file=sys.stderr)
+        handle.cancel()
+        return handle.wait(pool.cancel_grace_s + pool.kill_grace_s + 10)
+
+
+def _report_outcome(outcome: Any, printer: Any) -> None:
+    """How the run ended, where its folder is, and what was not recorded or went wrong."""
     shown = outcome.status + (", not recorded" if outcome.store_error else "")
     print(f"\nrun {outcome.run_id}: {shown}")
     run_dir = outcome.result.get("run_dir") or printer.run_dir
@@ -162,9 +178,3 @@ def run_job(
         if outcome.status in ("crashed", "timed_out") and outcome.log_tail:
             tail = "\n".join(outcome.log_tail.splitlines()[-10:])
             print(f"last lines of the worker's log:\n{tail}", file=sys.stderr)
-    repo.close()
-    if outcome.status == "cancelled":
-        return 130
-    if outcome.store_error:
-        return 3
-    return 0 if outcome.status == "succeeded" else 1

@@ -97,6 +97,19 @@ class Searches(StoreBase):
             ).all()
             return [search_record(r, self._trial_count(s, r.id)) for r in rows]
 
+    def search_priors(self, limit: int = 200) -> list[dict[str, Any]]:
+        """The best recipes of finished searches (their summary's ``prior``: model family,
+        size class, device, CPU, steps, score), newest first: the next search's seeds for
+        similar models (accel.search.seeds.Prior)."""
+        with self._read() as s:
+            rows = s.scalars(
+                select(SearchRow.summary)
+                .where(SearchRow.status == "finished")
+                .order_by(SearchRow.created_at.desc())
+                .limit(limit)
+            ).all()
+        return [dict(r["prior"]) for r in rows if isinstance(r, dict) and r.get("prior")]
+
     def recover_searches(self) -> list[str]:
         """Mark as crashed the running searches whose studio process (on this machine) is
         gone; their recorded trials stay. Returns the search ids changed."""

@@ -106,9 +106,17 @@ class OptimizeDialog(QDialog):
         self.trials_spin.setRange(0, 10000)
         self.trials_spin.setSpecialValueText("no limit")
         self.allow_prune = QCheckBox("pruning")
+        self.allow_distill = QCheckBox("distillation after pruning")
+        self.allow_distill.setToolTip(
+            "train the pruned model towards the original's outputs on the calibration inputs "
+            "(bounded steps and seconds, counted in the budget); kept only if held-out inputs agree"
+        )
+        self.allow_distill.setEnabled(False)
+        self.allow_prune.toggled.connect(self.allow_distill.setEnabled)
         self.allow_qat = QCheckBox("QAT")
         allow = QHBoxLayout()
         allow.addWidget(self.allow_prune)
+        allow.addWidget(self.allow_distill)
         allow.addWidget(self.allow_qat)
         self.allow_sensitivity = QCheckBox("quantization exclude sets (sensitivity)")
         self.allow_sensitivity.setToolTip(
@@ -203,10 +211,11 @@ class OptimizeDialog(QDialog):
             n
             for n, box in (
                 ("prune", self.allow_prune),
+                ("distill", self.allow_distill),
                 ("qat", self.allow_qat),
                 ("sensitivity", self.allow_sensitivity),
             )
-            if box.isChecked()
+            if box.isChecked() and box.isEnabled()
         )
         return SearchConfig(
             model=self.model_edit.text().strip(),

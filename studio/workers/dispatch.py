@@ -165,12 +165,10 @@ class Dispatcher:
         elif what == "exit":
             self._finish(job, payload)
 
-    def _finish(self, job: Job, code: int | None) -> None:
+    def _ending(self, job: Job, code: int | None, sig: str) -> tuple[str, str, str]:
+        """(status, error, error_type) of a job whose worker exited with ``code``: what its
+        ``done`` message said, else why the pool stopped it, else how it died."""
         done = job.done
-        sig = ""
-        if code is not None and code < 0:
-            with contextlib.suppress(ValueError):
-                sig = signal.Signals(-code).name
         if done is not None:
             status = done.status
             error, error_type = done.error, done.error_type
@@ -199,8 +197,15 @@ class Dispatcher:
             hint = CRASH_HINTS.get(sig)
             if hint:
                 error += f": {hint}"
-        if status not in FINAL:
-            status = "failed"
+        return (status if status in FINAL else "failed"), error, error_type
+
+    def _finish(self, job: Job, code: int | None) -> None:
+        done = job.done
+        sig = ""
+        if code is not None and code < 0:
+            with contextlib.suppress(ValueError):
+                sig = signal.Signals(-code).name
+        status, error, error_type = self._ending(job, code, sig)
         tail = "\n".join(job.stderr)
         if done is not None and done.traceback and done.traceback not in tail:
             tail = (tail + "\n" + done.traceback).strip()

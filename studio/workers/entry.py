@@ -1,6 +1,7 @@
 """Worker process: ``python -m studio.workers.entry``.
 
-Reads one JobSpec line from stdin, runs ``accel.jobs.JOBS[spec.kind]`` and
+Reads one JobSpec line from stdin, runs the job declared for ``spec.kind``
+(``accel.job_registry.declaration(kind).run``) and
 writes protocol messages to its original stdout. Everything else that would
 reach stdout (prints of libraries) is sent to stderr, so the protocol stream
 stays clean; the pool keeps stderr's last lines. A ``cancel`` line on stdin, or
@@ -127,12 +128,11 @@ def run_job(proto: Any, spec: JobSpec, cancelled: threading.Event) -> None:
     try:
         for plugin in spec.plugins:
             load_plugin(plugin)
+        import accel.jobs  # noqa: F401 - declares the engine's jobs
         from accel.errors import Cancelled
-        from accel.jobs import JOBS
+        from accel.job_registry import declaration
 
-        job = JOBS.get(spec.kind)
-        if job is None:
-            raise KeyError(f"unknown job kind {spec.kind!r}; known: {sorted(JOBS)}")
+        job = declaration(spec.kind).run
         params = dict(spec.params)
 
         def emit(event: dict[str, Any]) -> None:

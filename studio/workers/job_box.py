@@ -1,5 +1,6 @@
-"""The box of a job: what a job of each kind reads and writes, computed from its JobSpec
-(``job_box``), for ``studio.workers.confine`` to apply in the job's own process."""
+"""The box of a job: what a job reads and writes, computed from its JobSpec and the
+folders its declaration names (``accel.job_registry.JobFolders``), for
+``studio.workers.confine`` to apply in the job's own process."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import accel.jobs  # noqa: F401 - declares the engine's jobs
+from accel.job_registry import PLUGIN_FOLDERS, JobFolders, find_declaration
 from accel.models.corpus import CORPUS_PREFIXES
 from accel.sandbox import Box
 from studio.workers.protocol import JobSpec
 
 _BUILT_IN = ("zoo:", "synthetic", *CORPUS_PREFIXES)  # built from code, no file to read
-# Jobs that read a run folder without writing to it.
-RUN_READERS = frozenset({"graph_diff", "bisect"})
 
 
 def _resolve(path: str | Path, cwd: Path) -> Path:
@@ -98,16 +99,16 @@ def job_box(spec: JobSpec, cwd: Path, tmp: Path) -> Box:
     """The box of ``spec``: what its kind reads and writes (see the module docstring).
     May set ``spec.params["port"]`` (a serve test binds only ports chosen before the box)."""
     params = spec.params
-    read, write, sources = _kind_paths(spec.kind, params, cwd)
+    decl = find_declaration(spec.kind)
+    folders = decl.folders if decl is not None else PLUGIN_FOLDERS
+    read, write, sources = _declared_paths(folders, params, cwd)
     write.insert(0, tmp)
-    if isinstance(params.get("trace_path"), str):
-        write.append(_touched(_resolve(params["trace_path"], cwd)))
     for source in sources:
         read += source_paths(source, cwd)
     read += _plugin_paths(spec.plugins, cwd)
     ports: tuple[int, ...] = ()
     families: tuple[int, ...] = ()
-    if spec.kind == "serve_test":
+    if folders.network:
         ports = _serve_ports(params)
         families = (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6)
         read += [Path("/etc/hosts"), Path("/etc/host.conf"), Path("/etc/gai.conf")]
@@ -118,10 +119,10 @@ def job_box(spec: JobSpec, cwd: Path, tmp: Path) -> Box:
     return Box(tuple(read), tuple(write), ports, families, gpu)
 
 
-def _kind_paths(
-    kind: str, params: dict[str, Any], cwd: Path
+def _declared_paths(
+    folders: JobFolders, params: dict[str, Any], cwd: Path
 ) -> tuple[list[Path], list[Path], list[Any]]:
-    """(read, write, model/data sources) of a job of ``kind`` with ``params``."""
+    """(read, write, model/data sources) of a job whose declaration names ``folders``."""
     read: list[Path] = []
     write: list[Path] = []
     model = params.get("model")
@@ -133,7 +134,7 @@ def _kind_paths(
         sources += [data.get(k) for k in ("calibration", "train", "eval", "metric")]
     else:
         sources.append(data)
-    if kind in ("run_recipe", "search_trial"):
+    if folders.recipe:
         names, files = _recipe_sources(params.get("recipe") or {}, cwd)
         sources += names
         read += files
@@ -142,20 +143,19 @@ def _kind_paths(
             write.append(_made(_resolve(cache["dir"], cwd)))
         out = params.get("out")
         write.append(_made(_resolve(out, cwd) if isinstance(out, str) else cwd / "runs"))
-    elif kind == "export_onnx" and isinstance(params.get("out"), str):
-        write.append(_made(_resolve(params["out"], cwd).parent))
-    elif kind in RUN_READERS and isinstance(params.get("run_dir"), str):
-        read.append(_resolve(params["run_dir"], cwd))
-    elif kind == "deploy" and isinstance(params.get("artifact_path"), str):
-        artifact = _resolve(params["artifact_path"], cwd)
-        read.append(artifact if artifact.is_dir() else artifact.parent)
-        if isinstance(params.get("out"), str):
-            write.append(_made(_resolve(params["out"], cwd)))
-    elif kind == "serve_test" and isinstance(params.get("artifact_path"), str):
-        artifact = _resolve(params["artifact_path"], cwd)
-        read.append(artifact if artifact.is_dir() else artifact.parent)
-    elif isinstance(params.get("run_dir"), str) and params["run_dir"]:
-        write.append(_made(_resolve(params["run_dir"], cwd)))  # plugin jobs: their run folder
+    for key in folders.reads:
+        if isinstance(params.get(key), str) and params[key]:
+            path = _resolve(params[key], cwd)
+            read.append(path if path.is_dir() else path.parent)
+    for key in folders.writes:
+        if isinstance(params.get(key), str) and params[key]:
+            write.append(_made(_resolve(params[key], cwd)))
+    for key in folders.writes_beside:
+        if isinstance(params.get(key), str) and params[key]:
+            write.append(_made(_resolve(params[key], cwd).parent))
+    for key in folders.touches:
+        if isinstance(params.get(key), str) and params[key]:
+            write.append(_touched(_resolve(params[key], cwd)))
     return read, write, sources
 
 

@@ -39,6 +39,8 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+import accel.jobs  # noqa: F401 - declares the engine's jobs
+from accel.job_registry import declared, find_declaration
 from studio.workers.devices import GpuInfo, detect_gpus
 from studio.workers.dispatch import Dispatcher
 from studio.workers.pool_jobs import (
@@ -62,9 +64,10 @@ if TYPE_CHECKING:
 __all__ = ["WARM_KINDS", "JobHandle", "JobOutcome", "JobUpdate", "WorkerPool"]
 
 
-# Job kinds a warm worker may serve: they load a model and look at it, and restore any
-# global torch setting they change. Recipe runs and search trials get a fresh process.
-WARM_KINDS = frozenset({"inspect", "profile", "export_onnx", "graph_diff", "analyze"})
+# Job kinds a warm worker may serve (declared ``warm``: they load a model and look at it,
+# and restore any global torch setting they change). Recipe runs and search trials get a
+# fresh process. Tests add their plugin kinds here.
+WARM_KINDS = frozenset(kind for kind, decl in declared().items() if decl.warm)
 
 
 class WorkerPool:
@@ -180,8 +183,8 @@ class WorkerPool:
         recipe: Mapping[str, Any] | None = None,
     ) -> JobHandle:
         """Queue a job. ``device``: None/"auto" (a GPU when there is one), "cpu", "cuda",
-        "cuda:N". Higher ``priority`` starts first. With a store, run jobs (kind
-        ``run_recipe``, or ``record=True``) get a run row (``handle.run_id``), written
+        "cuda:N". Higher ``priority`` starts first. With a store, run jobs (declared
+        ``records_run``, or ``record=True``) get a run row (``handle.run_id``), written
         by the pool's thread before any of the job's events."""
         if self.state.closed:
             raise RuntimeError("the worker pool is shut down")
@@ -191,7 +194,8 @@ class WorkerPool:
             device = str(recipe_in["device"])  # a recipe asking for cuda:1 gets that GPU's lane
         self.scheduler.lane_for(device, check_only=True)
         if record is None:
-            record = kind == "run_recipe"
+            decl = find_declaration(kind)
+            record = decl is not None and decl.records_run
         new_run: dict[str, Any] | None = None
         if record and self.store is not None and run_id is None:
             # The row is written by the dispatcher (first thing for this job), so submit
@@ -209,6 +213,20 @@ class WorkerPool:
                 name=name,
                 job_params={"kind": kind, "params": params, "device": device},
             )
+        return self._queue(kind, params, plugins, device, priority, timeout_s, run_id, new_run)
+
+    def _queue(
+        self,
+        kind: str,
+        params: dict[str, Any],
+        plugins: Iterable[str],
+        device: str | None,
+        priority: int,
+        timeout_s: float | None,
+        run_id: str | None,
+        new_run: dict[str, Any] | None,
+    ) -> JobHandle:
+        """The job in the queue, the dispatcher told, the scheduler asked to start it."""
         job = Job(
             id=uuid.uuid4().hex,
             kind=kind,

@@ -44,7 +44,7 @@ class Message:
 
 @dataclass(frozen=True)
 class JobSpec(Message):
-    """What a worker must do: ``kind`` names a job in ``accel.jobs.JOBS``."""
+    """What a worker must do: ``kind`` names a declared job (``accel.job_registry``)."""
 
     type: ClassVar[str] = "job"
     kind: str = "run_recipe"

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from accel.job_registry import declaration, declared
 from accel.job_specs import (
-    SPECS,
     AnalyzeJob,
     GraphDiffJob,
     InspectJob,
@@ -74,7 +74,35 @@ def test_every_model_job_function_parses_through_its_spec():
             JOBS[kind]({"model": "zoo:mlp", "no_such": 1}, lambda e: None, lambda: False)
     with pytest.raises(JobParamsError, match="recipe"):
         JOBS["run_recipe"]({}, lambda e: None, lambda: False)
-    assert set(SPECS) <= set(JOBS)
+
+
+def test_every_job_spec_is_declared_once_with_its_use_case():
+    import accel.job_specs as specs
+
+    classes = [
+        c
+        for c in vars(specs).values()
+        if isinstance(c, type) and issubclass(c, specs.JobParams) and c.kind
+    ]
+    assert len(classes) >= 10
+    for cls in classes:
+        decl = declaration(cls.kind)
+        assert decl.params is cls and decl.use_case is not None, cls.kind
+        assert JOBS[cls.kind] is decl.run
+    # the warm worker serves only declared light jobs; recipe runs are recorded as runs
+    warm = {k for k, d in declared().items() if d.warm}
+    assert warm == {"inspect", "profile", "export_onnx", "graph_diff", "analyze"}
+    assert declaration("run_recipe").records_run and not declaration("inspect").records_run
+    with pytest.raises(KeyError, match="unknown job kind 'nope'; known: .*inspect"):
+        declaration("nope")
+
+
+def test_a_declared_result_round_trips_to_its_type():
+    from accel.job_results import BisectResult, ProfileResult
+
+    assert declaration("profile").result == ProfileResult.from_dict
+    assert declaration("bisect").typed_result({"steps": []}) == BisectResult([])
+    assert declaration("graph_diff").typed_result({"a": 1}) == {"a": 1}  # no type: the JSON
 
 
 def test_analyze_job_honours_trust_pickle(tmp_path):

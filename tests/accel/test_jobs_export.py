@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from accel.jobs import export_onnx_job
+from accel.jobs import JOBS
 from accel.models import load_model
+
+export_onnx_job = JOBS["export_onnx"]
 
 
 def test_export_job_writes_a_checked_file_with_dynamic_batch(tmp_path):

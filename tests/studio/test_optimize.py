@@ -58,6 +58,12 @@ def test_optimize_writes_best_recipe_and_records_trials(tmp_path, capsys):
     assert search.status == "finished" and search.trials == 3
     assert search.summary["best"] is not None and search.summary["front"]
     assert search.summary["cache"]["hits"] >= 1
+    # what the next search for a similar model starts from (accel.search.seeds.Prior)
+    (prior,) = repo.search_priors()
+    assert prior["family"] == "mlp" and prior["size_class"] == "small"
+    assert prior["device"] == "cpu" and prior["objective"] == "latency"
+    assert [s["pass"] for s in prior["steps"]] == [s["pass"] for s in best["steps"]]
+    assert prior["score"] > 0  # the best trial's speedup
     assert {r.id for r in repo.list_runs(RunFilter(search_id=search.id))} == {r.id for r in runs}
     assert main(["--db", str(db), "history", "--searches"]) == 0
     listing = capsys.readouterr().out
@@ -100,6 +106,20 @@ def test_optimize_allow_sensitivity_searches_exclude_sets(tmp_path, capsys):
     assert "quantize_dynamic_int8 (float: fc" in text
 
 
+@pytest.mark.slow  # the distillation trial trains for its 300 steps (about 40 s here)
+def test_optimize_allow_prune_distill_searches_pruned_and_distilled_chains(tmp_path, capsys):
+    code = main(
+        [
+            "--db", str(tmp_path / "s.db"), "optimize", "zoo:mlp", "--trials", "2",
+            "--passes", "prune_channels,distill", "--allow", "prune,distill", "--iters", "2",
+            "--max-cosine-drop", "1", "--out", str(tmp_path / "o"), "--objective", "size",
+        ]
+    )  # fmt: skip
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert "trial 1: prune_channels+distill  ok" in text  # a seed once both are allowed
+
+
 def test_unreachable_cluster_fails_fast_and_records_nothing(tmp_path, capsys):
     db = tmp_path / "s.db"
     t0 = time.monotonic()
@@ -124,6 +144,7 @@ def test_unreachable_cluster_fails_fast_and_records_nothing(tmp_path, capsys):
         (["--objective", "size", "--max-accuracy-drop", "0.01"], "--data"),
         (["--passes", "exprot_onnx"], "unknown pass"),
         (["--cluster", "nohost"], "HOST:PORT"),
+        (["--allow", "prune,distil"], "--allow distil: not something to allow"),
     ],
 )
 def test_bad_input_is_a_clear_error(tmp_path, capsys, args, message):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import accel.jobs as jobs
+from accel.job_results import ProfileResult
 from accel.job_specs import AnalyzeJob, InspectJob, ProfileJob
 from studio.cli import main
 from studio.usecases import model_job, store_profile
@@ -17,15 +18,20 @@ QUICK = ["--iters", "2", "--warmup", "1", "--threads", "1"]
 @pytest.fixture
 def spy(monkeypatch):
     """Records the spec each use-case function gets, from a worker's job or from the CLI."""
+    import dataclasses
+
+    from accel import job_registry
+
     calls: list = []
     for name in ("profile", "analyze", "inspect"):
-        real = getattr(jobs, name)
+        decl = job_registry.declaration(name)
 
-        def wrapper(job, emit, cancel, real=real):
+        def wrapper(job, emit, cancel, real=decl.use_case):
             calls.append(job)
             return real(job, emit, cancel)
 
-        monkeypatch.setattr(jobs, name, wrapper)
+        new = dataclasses.replace(decl, use_case=wrapper)
+        monkeypatch.setitem(job_registry._DECLARED, name, new)
     return calls
 
 
@@ -80,7 +86,7 @@ def test_cli_profile_store_reads_back_like_the_studios(tmp_path, capsys):
     gui_result = jobs.JOBS["profile"](gui_spec.to_params(), lambda e: None, lambda: False)
     repo = Repository.open(str(db))
     try:
-        store_profile(repo, jobs.ProfileResult.from_dict(gui_result))
+        store_profile(repo, ProfileResult.from_dict(gui_result))
         cli_rec, gui_rec = repo.get_profiles(model_source="zoo:mlp")
     finally:
         repo.close()

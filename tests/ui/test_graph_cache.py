@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from studio.services import GraphCache, Services
+from studio.graph_cache import GraphCache
+from studio.services import Services
 from studio.state import AppState
 
 

@@ -53,6 +53,13 @@ def test_form_defaults_come_from_the_open_model(dialog):
     dialog.allow_sensitivity.setChecked(True)
     dialog.allow_qat.setChecked(True)
     assert dialog.config().allow == ("qat", "sensitivity")
+    # distillation recovers what pruning lost: offered once pruning is allowed
+    assert not dialog.allow_distill.isEnabled()
+    dialog.allow_distill.setChecked(True)
+    assert "distill" not in dialog.config().allow
+    dialog.allow_prune.setChecked(True)
+    assert dialog.allow_distill.isEnabled()
+    assert dialog.config().allow == ("prune", "distill", "qat", "sensitivity")
 
 
 def test_bad_settings_are_shown_not_started(dialog):

@@ -35,6 +35,6 @@ def test_progress_events_reach_job_progress(qtbot):
     job_id = services.profile_current()
     seen: list = []
     services.jobProgress.connect(lambda *a: seen.append(a))
-    services._on_event(job_id, Progress(-1, 0.5, "timing layers").to_dict())
-    services._on_event(job_id, {"event": "plugin_thing", "fraction": 0.9})
+    services.router.on_event(job_id, Progress(-1, 0.5, "timing layers").to_dict())
+    services.router.on_event(job_id, {"event": "plugin_thing", "fraction": 0.9})
     assert seen == [(job_id, "profile", 0.5, "timing layers")]

@@ -190,19 +190,12 @@ def profile_onnx(
 
     iters, warmup = max(1, int(iters)), max(0, int(warmup))
 
-    def report(f: float, msg: str) -> None:
-        if progress is not None:
-            progress(min(1.0, f), msg)
-
+    report = _reporter(progress)
     timed = _time_sessions(
         Path(onnx_path), inputs, device, providers, session_options, iters, warmup, report, cancel
     )
     runs, per_run, meta, counts = _node_times(timed.events, warmup)
-    try:
-        graph = _graph_info(Path(onnx_path), timed.shapes)
-    except Exception as exc:  # a file ORT runs but onnx cannot parse is rare; FLOPs stay unknown
-        log.debug("could not read ONNX graph info: %s", exc)
-        graph = {}
+    graph = _graph_info_or_none(Path(onnx_path), timed.shapes)
     # Means over the middle half of the runs (by duration): parts that add up to a whole.
     keep = middle_half([r["dur"] / 1e3 for r in runs])
     total_ms = sum(runs[i]["dur"] / 1e3 for i in keep) / len(keep) if keep else 0.0
@@ -224,9 +217,7 @@ def profile_onnx(
         total_ms=plain_ms,
         plain_forward_ms=plain_ms,
         hooked_forward_ms=median(walls),
-        overhead_ratio=median([w / p for w, p in zip(walls, plain) if p > 0])
-        if plain
-        else math.nan,
+        overhead_ratio=_overhead_ratio(walls, plain),
         coverage=total_ms / plain_ms if plain_ms > 0 else math.nan,
         total_flops=root.flops,
         iters=len(runs),
@@ -242,6 +233,11 @@ def profile_onnx(
     )
 
 
+def _overhead_ratio(walls: list[float], plain: list[float]) -> float:
+    """The profiling session's cost over the plain one, run by run."""
+    return median([w / p for w, p in zip(walls, plain) if p > 0]) if plain else math.nan
+
+
 @dataclass
 class _Timed:
     """What the interleaved runs of the plain and the profiling session produced."""
@@ -251,6 +247,22 @@ class _Timed:
     plain: list[float]  # ms per timed run of the plain session
     walls: list[float]  # ms per timed run of the profiling session
     shapes: dict[str, tuple[int, ...]]  # input name -> shape fed
+
+
+def _reporter(progress: Callable[[float, str], None] | None) -> Callable[[float, str], None]:
+    def report(f: float, msg: str) -> None:
+        if progress is not None:
+            progress(min(1.0, f), msg)
+
+    return report
+
+
+def _graph_info_or_none(onnx_path: Path, shapes: dict[str, tuple[int, ...]]) -> dict:
+    try:
+        return _graph_info(onnx_path, shapes)
+    except Exception as exc:  # a file ORT runs but onnx cannot parse is rare; FLOPs stay unknown
+        log.debug("could not read ONNX graph info: %s", exc)
+        return {}
 
 
 def _time_sessions(

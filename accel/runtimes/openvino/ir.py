@@ -35,15 +35,9 @@ def module_path_of(name: str) -> str:
     ``ov.convert_model`` on a torch module names ops ``__module.layer1.0.conv1/aten::...``;
     on an ONNX file from the TorchScript exporter ``/layer1/layer1.0/conv1/Conv``.
     """
-    from accel.graph.model import scope_to_module_path
+    from accel.graph.op_names import op_module_path
 
-    head = name.split("/", 1)[0]
-    if head.startswith("__module."):
-        return head[len("__module.") :]
-    if name.startswith("/"):
-        parts = [p for p in name.split("/") if p]
-        return scope_to_module_path(parts[:-1])
-    return ""
+    return op_module_path(name)
 
 
 def compile_config(options: Mapping[str, Any]) -> dict[str, Any]:

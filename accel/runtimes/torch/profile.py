@@ -300,7 +300,14 @@ def _op_table(
                 prof.step()
                 steps.report((i + 1) / (iters + 1), "operator profile")
     out, scope_self = _op_rows_by_scope(prof.events(), scope_to_path, iters)
-    for r in out:  # totals over ``iters`` forwards -> per forward
+    _per_forward(out, iters, cuda)
+    written = _write_trace(prof, trace_path) if trace_path is not None else None
+    return out, written, scope_self
+
+
+def _per_forward(out: list[OpRow], iters: int, cuda: bool) -> None:
+    """Totals over ``iters`` forwards -> per forward; shares; the costliest first."""
+    for r in out:
         r.calls = max(1, round(r.calls / iters))
         r.cpu_ms /= iters
         r.self_cpu_ms /= iters
@@ -311,17 +318,17 @@ def _op_table(
     for r in out:
         r.share = getattr(r, sk) / total
     out.sort(key=lambda r: getattr(r, sk), reverse=True)
-    written = None
-    if trace_path is not None:
-        Path(trace_path).parent.mkdir(parents=True, exist_ok=True)
-        # Kineto writes "<path>.tmp" and renames it: that needs the right to create files
-        # beside the trace, which a confined job lacks (it may write the trace file only).
-        with tempfile.TemporaryDirectory(prefix="accel-trace-") as tmp:
-            staged = Path(tmp) / "trace.json"
-            prof.export_chrome_trace(str(staged))
-            shutil.copyfile(staged, trace_path)
-        written = str(trace_path)
-    return out, written, scope_self
+
+
+def _write_trace(prof: Any, trace_path: str | Path) -> str:
+    Path(trace_path).parent.mkdir(parents=True, exist_ok=True)
+    # Kineto writes "<path>.tmp" and renames it: that needs the right to create files
+    # beside the trace, which a confined job lacks (it may write the trace file only).
+    with tempfile.TemporaryDirectory(prefix="accel-trace-") as tmp:
+        staged = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(staged))
+        shutil.copyfile(staged, trace_path)
+    return str(trace_path)
 
 
 MODULE_CODE = "(module code)"  # an op row for a module's own Python between its operators
@@ -423,7 +430,7 @@ def profile_torch(
         op_rows, written, scope_self = _op_table(module, call, device, n_op, trace_path, steps)
 
     # 4. rows, fitted to the plain forward
-    plain, hooked_wall, plain_ms = timed.plain, timed.hooked_wall, median(timed.plain)
+    plain_ms = median(timed.plain)
     rows = _module_rows(module, timed, plain_ms, info, cuda)
     if cuda and op_rows:
         kernel_times(rows, op_rows)
@@ -431,9 +438,29 @@ def profile_torch(
     notes.extend(_sum_notes(measured_sum, plain_ms, cuda, compensate, hook_cost_ns))
     add_unattributed(rows, plain_ms)  # what the layers do not explain is a row of its own
     op_rows = _fit_ops_to_layers(op_rows, rows, scope_self, cuda) if ops and op_rows else []
-    root_flops = info.flops.get("")
     steps.phase(0.0, 1.0)
     steps.report(1.0, "done")
+    run = {"iters": iters, "warmup": warmup, "op_iters": n_op, "trace_path": written}
+    return _model_profile(
+        device, timed, info, rows, op_rows, measured_sum, hook_cost_ns, notes, run
+    )
+
+
+def _model_profile(
+    device: str,
+    timed: _ModuleTimes,
+    info: _InfoPass,
+    rows: list[LayerProfile],
+    op_rows: list[OpRow],
+    measured_sum: float,
+    hook_cost_ns: float,
+    notes: list[str],
+    run: dict[str, Any],
+) -> ModelProfile:
+    """The profile of the plain forward's median, its rows and how they were taken
+    (``run``: iters, warmup, op_iters, trace_path)."""
+    plain, hooked_wall, plain_ms = timed.plain, timed.hooked_wall, median(timed.plain)
+    root_flops = info.flops.get("")
     return ModelProfile(
         kind="torch",
         device=device,
@@ -447,17 +474,14 @@ def profile_torch(
         coverage=measured_sum / plain_ms if timed.hooked and plain_ms > 0 else 1.0,
         hook_cost_us=hook_cost_ns / 1e3,
         total_flops=root_flops if root_flops is not None else info.counter.get_total_flops(),
-        iters=iters,
-        warmup=warmup,
-        op_iters=n_op,
-        timing="cuda_events" if cuda else "perf_counter",
-        trace_path=written,
+        timing="cuda_events" if device.startswith("cuda") else "perf_counter",
         threads=torch.get_num_threads(),
         notes=notes,
         versions={"torch": torch.__version__},
         plain_samples_ms=plain,
         hooked_samples_ms=hooked_wall,
         total_samples_ms=[a.top for a in timed.per_iter],
+        **run,
     )
 
 

@@ -1,0 +1,206 @@
+"""The search's seeds: registered passes only, ordered by the CPU's flags and by what
+earlier searches found for similar models."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from accel.hardware import CpuFeatures
+from accel.passes import pass_names
+from accel.search import InProcessExecutor, SearchConfig, build_space, run_search
+from accel.search.seeds import (
+    SEEDS,
+    Prior,
+    hardware_penalty,
+    plan_seeds,
+    relevant_priors,
+    size_class,
+    unknown_seed_passes,
+)
+
+AMX = CpuFeatures(
+    name="Xeon 8480+",
+    avx512f=True,
+    avx512_vnni=True,
+    avx512_bf16=True,
+    amx_bf16=True,
+    amx_int8=True,
+)
+OLD = CpuFeatures(name="Xeon E5-2680 v4")  # AVX2 only: no int8 dot products, no bf16
+OV_INT8 = ("fold_batchnorm", "openvino", "quantize_openvino")
+needs_openvino = pytest.mark.skipif(
+    importlib.util.find_spec("openvino") is None or importlib.util.find_spec("nncf") is None,
+    reason="needs openvino and nncf",
+)
+
+
+def _cnn_space():
+    return build_space("torch", "cpu", layer_types={"conv2d", "batchnorm", "linear"})
+
+
+def test_every_seed_names_a_registered_pass():
+    assert unknown_seed_passes() == {}
+    # and the check sees a seed whose pass is gone (the old `openvino_int8` case)
+    known = set(pass_names()) - {"quantize_openvino"}
+    missing = unknown_seed_passes(known)
+    assert set(missing) == {"quantize_openvino"}
+    assert "cnn/cpu: fold_batchnorm+openvino+quantize_openvino" in missing["quantize_openvino"]
+
+
+def test_every_family_has_cpu_and_cuda_seeds():
+    for family in ("cnn", "transformer", "rnn", "mlp"):
+        assert SEEDS[(family, "cpu")] and SEEDS[(family, "cuda")]
+
+
+@needs_openvino
+def test_best_known_cpu_recipe_is_among_the_first_three_trials_on_an_amx_cpu():
+    seeds = plan_seeds(_cnn_space(), "cnn", features=AMX)
+    assert seeds[0].chain == () and seeds[0].why == "original"
+    assert OV_INT8 in [s.chain for s in seeds[:3]]
+    tr = plan_seeds(
+        build_space("torch", "cpu", layer_types={"attention", "linear"}),
+        "transformer",
+        features=AMX,
+    )
+    assert ("openvino", "quantize_openvino") in [s.chain for s in tr[:3]]
+
+
+def test_cpu_without_int8_or_bf16_kernels_tries_float_chains_first():
+    assert hardware_penalty(OV_INT8, AMX, "cpu") == 0
+    assert hardware_penalty(OV_INT8, OLD, "cpu") == 1
+    assert hardware_penalty(("bf16", "compile"), OLD, "cpu") == 2
+    assert hardware_penalty(("bf16", "compile"), OLD, "cuda") == 0
+    chains = [s.chain for s in plan_seeds(_cnn_space(), "cnn", features=OLD)]
+    int8 = [
+        i for i, c in enumerate(chains) if "quantize_onnx_static" in c or "quantize_openvino" in c
+    ]
+    floats = [
+        i
+        for i, c in enumerate(chains)
+        if c and not set(c) & {"quantize_onnx_static", "quantize_openvino", "bf16"}
+    ]
+    assert int8 and floats and max(floats) < min(int8)
+    bf16 = [i for i, c in enumerate(chains) if "bf16" in c]
+    assert bf16 == [len(chains) - 1]  # emulated bf16 last
+    # every seed is a chain of the space, each once
+    assert len(set(chains)) == len(chains)
+    assert all(c in _cnn_space().chains for c in chains)
+
+
+def test_size_classes():
+    assert size_class(None) == "" and size_class(0) == ""
+    assert size_class(5_000_000) == "small"
+    assert size_class(25_000_000) == "medium"  # ResNet-50
+    assert size_class(110_000_000) == "large"  # BERT-base
+    assert size_class(7_000_000_000) == "huge"
+
+
+def _prior(chain_steps, **kw):
+    d = {
+        "family": "cnn",
+        "size_class": "medium",
+        "device": "cpu",
+        "cpu": AMX.name,
+        "objective": "latency",
+        "score": 10.0,
+        "steps": chain_steps,
+    }
+    d.update(kw)
+    return d
+
+
+def test_an_earlier_search_for_a_similar_model_goes_first():
+    space = _cnn_space()
+    steps = [
+        {"pass": "fold_batchnorm", "params": {}},
+        {"pass": "export_onnx", "params": {}},
+        {"pass": "onnxruntime", "params": {}},
+    ]
+    ort = ("fold_batchnorm", "export_onnx", "onnxruntime")
+    priors = [
+        _prior(steps[:1], score=30.0, size_class="small"),  # another size class: after
+        _prior(steps, score=12.0),
+        _prior(steps[:1], family="transformer", score=99.0),  # another family: ignored
+        _prior(steps[:1], cpu="AMD EPYC", score=99.0),  # another CPU: ignored
+        _prior(steps[:1], device="cuda:0", score=99.0),  # another device: ignored
+        {"family": "cnn", "steps": "garbage"},  # not a prior: ignored
+    ]
+    seeds = plan_seeds(space, "cnn", features=AMX, priors=priors, size="medium")
+    assert seeds[1].chain == ort and seeds[1].why.startswith("earlier search")
+    assert seeds[2].chain == ("fold_batchnorm",)
+    # rules follow, without repeating a prior's chain
+    chains = [s.chain for s in seeds]
+    assert len(set(chains)) == len(chains)
+    relevant = relevant_priors(
+        priors, family="cnn", size="medium", device="cpu", objective="latency", cpu=AMX.name
+    )
+    assert [p.score for p in relevant] == [12.0, 30.0]
+
+
+def test_a_prior_brings_its_searched_values_within_their_domains():
+    space = build_space(
+        "torch", "cpu", layer_types={"linear"}, include=["export_onnx", "onnxruntime", "openvino"]
+    )
+    if "openvino" not in space.passes:
+        pytest.skip("needs openvino")
+    good = _prior(
+        [{"pass": "openvino", "params": {"precision": "bf16", "device": "CPU"}}], family="mlp"
+    )
+    bad = _prior([{"pass": "openvino", "params": {"precision": "int3"}}], family="mlp")
+    (seed,) = [
+        s for s in plan_seeds(space, "mlp", features=AMX, priors=[good]) if s.chain == ("openvino",)
+    ]
+    assert seed.values == {"openvino.precision": "bf16"}  # device is not searched: not taken
+    (seed,) = [
+        s for s in plan_seeds(space, "mlp", features=AMX, priors=[bad]) if s.chain == ("openvino",)
+    ]
+    assert seed.values == {}
+    assert (
+        Prior.from_dict({"family": "mlp", "device": "cpu", "steps": [{"pass": 3}], "score": "nan"})
+        is not None
+    )
+    assert Prior.from_dict({"family": "mlp", "device": "cpu", "steps": None}) is None
+
+
+def test_search_runs_the_prior_first(tmp_path):
+    cfg = SearchConfig(
+        model="zoo:mlp",
+        objective="size",
+        max_trials=2,
+        budget_s=None,
+        passes=("quantize_dynamic_int8", "export_onnx", "onnxruntime"),
+        out_dir=str(tmp_path),
+        bench_iters=2,
+        bench_rounds=1,
+        bench_min_time_s=0.0,
+        bench_warmup=1,
+    )
+    prior = _prior(
+        [{"pass": "export_onnx", "params": {}}, {"pass": "onnxruntime", "params": {}}],
+        family="mlp",
+        size_class="small",
+        cpu="",
+    )
+    info = ("torch", frozenset({"linear"}), {}, 1000)
+    res = run_search(cfg, InProcessExecutor(), model_info=info, priors=[prior])
+    assert [t.chain for t in res.trials] == [(), ("export_onnx", "onnxruntime")]
+    assert res.space["family"] == "mlp" and res.space["size_class"] == "small"
+    assert res.space["seed_origins"][1].startswith("earlier search")
+
+
+@needs_openvino
+def test_allowed_prune_and_distill_stack_onto_the_best_chains_after_the_lossless_seeds():
+    allow = ["prune", "distill"]
+    space = build_space(
+        "torch", "cpu", layer_types={"conv2d", "batchnorm", "linear"}, allow=allow, max_steps=6
+    )
+    seeds = plan_seeds(space, "cnn", features=AMX)
+    chains = [s.chain for s in seeds]
+    stacked = [i for i, c in enumerate(chains) if c[:2] == ("prune_channels", "distill")]
+    assert stacked and min(stacked) > max(
+        i for i, c in enumerate(chains) if c and "distill" not in c
+    )
+    assert ("prune_channels", "distill", *OV_INT8) == chains[stacked[0]]
+    assert ("prune_channels", "distill") in chains
