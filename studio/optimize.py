@@ -200,8 +200,7 @@ def optimize(
     on_inspected: Callable[[], None] | None = None,
 ) -> OptimizeOutcome:
     """Run a search and write its files to ``config.out_dir``. ``on_start(search_id,
-    where)`` is called once trials can start; ``on_inspected()`` once the model was
-    inspected, before any worker starts or anything is stored."""
+    where)`` is called once trials can start, ``on_inspected()`` before any worker."""
     from accel.search.engine import inspect_model
 
     started = time.monotonic()  # the budget counts the model's inspection too

@@ -44,7 +44,6 @@ PENDING: dict[str, int] = {
     # The search (issue 33) rewrites these.
     "accel/search/ray_cluster.py::RayExecutor.__init__": 71,
     "studio/optimize.py::optimize": 66,
-    "studio/commands/optimize.py::run": 66,
     "studio/commands/optimize.py::register": 66,
     # Generation (issue 31) changes the OpenVINO pass.
     "accel/passes/openvino.py::QuantizeOpenVinoPass.apply": 70,

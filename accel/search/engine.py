@@ -442,9 +442,8 @@ def run_search(
     """Search (see module docstring). ``on_trial`` is called when a trial is submitted
     (status ``running``) and when it ends; ``cancel()`` True stops after cancelling the
     running trials (finished ones are kept). ``priors``: the best recipes of earlier
-    searches (accel.search.seeds.Prior as dicts), tried first for a similar model.
-    ``started`` (``time.monotonic()``) is when the search began for its user, e.g. before
-    its model was inspected: the budget counts from then (default: now)."""
+    searches (accel.search.seeds.Prior as dicts), tried first for a similar model; the
+    budget counts from ``started`` (monotonic; default: now), e.g. before an inspection."""
     config.validate()
     is_cancelled = cancel or (lambda: False)
     t0 = time.monotonic() if started is None else started
