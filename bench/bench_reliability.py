@@ -140,6 +140,7 @@ def one_search(model: str, budget_s: float, timeout_s: float) -> dict:
         "telemetry_files": intel,
         "trials": trials,
         "tail": err.strip().splitlines()[-3:],
+        "out_tail": out.strip().splitlines()[-4:],  # the verdict (rc 1: no trial qualified)
     }
 
 
