@@ -592,7 +592,7 @@ def recipe_to_script(recipe: Recipe | dict[str, Any] | str) -> str:
         "parser.add_argument('--out', default='recipe_out', help='folder for artifacts and outputs')",
         f"parser.add_argument('--device', default={recipe.device!r})",
         "args = parser.parse_args()",
-        "OUT = Path(args.out)",
+        "OUT = Path(args.out).resolve()  # absolute: a step may work in a scratch folder",
         "OUT.mkdir(parents=True, exist_ok=True)",
         "device = args.device",
         "if THREADS:",

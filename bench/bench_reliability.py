@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -138,6 +140,7 @@ def one_search(model: str, budget_s: float, timeout_s: float) -> dict:
         "telemetry_files": intel,
         "trials": trials,
         "tail": err.strip().splitlines()[-3:],
+        "out_tail": out.strip().splitlines()[-4:],  # the verdict (rc 1: no trial qualified)
     }
 
 
@@ -240,6 +243,27 @@ def cancels(args: argparse.Namespace) -> list[dict]:
     return results
 
 
+def run_id_of(run_stdout: str) -> str:
+    """The run id ``studio run`` printed ("run ID queued ..."): ``export-run`` takes an id
+    or a prefix of one, not "latest"."""
+    found = re.search(r"^run ([0-9a-f]{32}) queued", run_stdout, re.MULTILINE)
+    if found is None:
+        raise ValueError(f"no run id in studio run's output: {run_stdout[:200]!r}")
+    return found.group(1)
+
+
+def check_row(ref: float, cand: float, low: float, high: float) -> tuple[bool, bool]:
+    """(p50_ref / p50_step inside [low, high], the interval was widened to it).
+
+    The interval is widened to contain the p50 ratio when the two estimates of the speedup
+    (median of per-round ratios, ratio of medians) disagree by more than the bootstrap
+    spread (accel.timing.stats.covering): then "inside" holds by construction and the ratio
+    sits on an edge, so those rows are counted apart."""
+    ratio = ref / cand
+    widened = any(math.isclose(ratio, b, rel_tol=1e-9) for b in (low, high))
+    return low <= ratio <= high, widened
+
+
 def tables(args: argparse.Namespace) -> list[dict]:
     """Every sample recipe once; each step's p50 ratio against its interval, from the run's
     export (what the store, the CLI and the panels show)."""
@@ -259,7 +283,7 @@ def tables(args: argparse.Namespace) -> list[dict]:
                 continue
             doc = json.loads(
                 subprocess.run(
-                    [sys.executable, "-m", "studio", "--db", db, "export-run", "latest"],
+                    [sys.executable, "-m", "studio", "--db", db, "export-run", run_id_of(p.stdout)],
                     cwd=tmp_path,
                     env=env,
                     capture_output=True,
@@ -274,13 +298,27 @@ def tables(args: argparse.Namespace) -> list[dict]:
             low, high = t.get("speedup_low"), t.get("speedup_high")
             if None in (ref, cand, low, high):
                 continue
-            inside = low <= ref / cand <= high
-            results.append({"recipe": recipe.name, "step": step.get("pass_name"), "ok": inside})
+            inside, widened = check_row(ref, cand, low, high)
+            results.append(
+                {
+                    "recipe": recipe.name,
+                    "step": step.get("pass_name"),
+                    "ok": inside,
+                    "widened": widened,
+                    **{k: t.get(k) for k in ("speedup", "speedup_low", "speedup_high")},
+                    "p50_ref_ms": ref,
+                    "p50_step_ms": cand,
+                }
+            )
             print(
                 f"{recipe.name:22s} {step.get('pass_name', ''):22s} p50 {ref:.3f}/{cand:.3f} = "
                 f"{ref / cand:.2f}x in [{low:.2f}-{high:.2f}] {'ok' if inside else 'OUTSIDE'}"
+                f"{' (interval widened to it)' if widened else ''}"
             )
-    print(f"\n{sum(r['ok'] for r in results)}/{len(results)} steps: p50 ratio inside its interval")
+    print(
+        f"\n{sum(r['ok'] for r in results)}/{len(results)} steps: p50 ratio inside its interval; "
+        f"{sum(r['widened'] for r in results)} of them only because the interval was widened"
+    )
     return results
 
 

@@ -70,6 +70,14 @@ MODEL_COMMANDS = frozenset(
 )
 
 
+_LAST_COMMAND: list[str | None] = [None]
+
+
+def last_command() -> str | None:
+    """The command the last ``main`` call ran (None before one was parsed)."""
+    return _LAST_COMMAND[0]
+
+
 def main(argv: list[str] | None = None) -> int:
     from accel.privacy import disable_telemetry
     from studio.logs import setup_logging
@@ -77,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     disable_telemetry()  # before any command imports a library that phones home
     parser, commands = _parser_and_commands()
     args = parser.parse_args(argv)
+    _LAST_COMMAND[0] = args.command or "gui"
     setup_logging(verbose=args.verbose)
     if args.command is None:
         args.command = "gui"

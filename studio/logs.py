@@ -8,9 +8,13 @@ and to the terminal only with ``-v``.
 from __future__ import annotations
 
 import contextlib
+import importlib.abc
+import importlib.util
 import logging
 import logging.handlers
+import sys
 from pathlib import Path
+from typing import Any
 
 OWN_LOGGERS = ("accel", "studio", "__main__")
 LOG_FILE = "studio.log"
@@ -82,3 +86,45 @@ def setup_logging(verbose: bool = False) -> None:
     # even if something (a warnings.catch_warnings block) has since put the default back.
     logging.captureWarnings(False)
     logging.captureWarnings(True)
+    _torch_logs_to_root()
+
+
+def _torch_logs_to_root() -> None:
+    """torch gives its loggers their own stderr handler when it is imported (its pytree
+    deprecations printed as ``W1205 ... torch/utils/_pytree.py:630] ...`` lines): hand its
+    records to ours instead, now if torch is loaded, else right after its import."""
+    if "torch" in sys.modules:
+        _reroute_torch_loggers()
+    elif not any(isinstance(f, _AfterTorchImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterTorchImport())
+
+
+def _reroute_torch_loggers() -> None:
+    with contextlib.suppress(Exception):  # a torch without this logging: nothing to undo
+        from torch._logging import _internal as torch_logs
+
+        for name in {"torch", *torch_logs.log_registry.get_log_qnames()}:
+            log = logging.getLogger(name)
+            for h in [h for h in log.handlers if torch_logs._is_torch_handler(h)]:
+                log.removeHandler(h)
+            log.propagate = True
+
+
+class _AfterTorchImport(importlib.abc.MetaPathFinder):
+    """Runs ``_reroute_torch_loggers`` once ``import torch`` has finished."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            run(module)
+            _reroute_torch_loggers()
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec

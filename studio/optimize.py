@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -196,16 +197,20 @@ def optimize(
     script: bool = False,
     search_id: str | None = None,
     on_start: Callable[[str, str], None] | None = None,
+    on_inspected: Callable[[], None] | None = None,
 ) -> OptimizeOutcome:
     """Run a search and write its files to ``config.out_dir``. ``on_start(search_id,
-    where)`` is called once trials can start."""
+    where)`` is called once trials can start, ``on_inspected()`` before any worker."""
     from accel.search.engine import inspect_model
 
+    started = time.monotonic()  # the budget counts the model's inspection too
     config.validate()
     search_id = search_id or uuid.uuid4().hex
     out = Path(config.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model_info = inspect_model(config)  # a bad model fails here, before any worker starts
+    if on_inspected is not None:
+        on_inspected()
     executor, cleanup, where = make_executor(
         config, search_id, repo=repo, cluster=cluster, pool=pool
     )
@@ -233,6 +238,7 @@ def optimize(
             cancel=cancel,
             model_info=model_info,
             priors=priors,
+            started=started,
         )
     except BaseException as exc:
         if repo is not None:
@@ -332,6 +338,10 @@ def write_outputs(
     return files
 
 
+class SearchCancelled(Exception):
+    """The search was cancelled before it started a worker or stored anything."""
+
+
 class SearchThread:
     """Runs ``optimize`` on a background thread (the GUI and the CLI's Ctrl-C handling)."""
 
@@ -347,6 +357,9 @@ class SearchThread:
         self.error: BaseException | None = None
         self._kwargs = kwargs
         self._config = config
+        # Cleared once the model was inspected: until then the search has started no worker
+        # and stored nothing, so a cancelled CLI need not wait for the inspection to end.
+        self.inspecting = True
         self.thread = threading.Thread(target=self._run, name="search", daemon=True)
         # Set when the search ended. Waiting on this, never on Thread.join: a Ctrl-C that
         # interrupts Thread.join on Python 3.11 leaves the thread marked as stopped while it
@@ -363,13 +376,23 @@ class SearchThread:
 
     def _run(self) -> None:
         try:
-            self.outcome = optimize(self._config, cancel=self.cancel_event.is_set, **self._kwargs)
+            self.outcome = optimize(
+                self._config,
+                cancel=self.cancel_event.is_set,
+                on_inspected=self._inspected,
+                **self._kwargs,
+            )
         except BaseException as exc:  # noqa: BLE001 - handed to whoever waits
             self.error = exc
         finally:
             self.done.set()
         if self.on_done is not None:
             self.on_done(self)
+
+    def _inspected(self) -> None:
+        self.inspecting = False
+        if self.cancel_event.is_set():  # cancelled during the inspection: start nothing
+            raise SearchCancelled("the search was cancelled before any trial started")
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait up to ``timeout`` seconds; True once the search has ended."""

@@ -43,7 +43,6 @@ PENDING: dict[str, int] = {
     "studio/commands/history.py::history": 69,
     # The search (issue 33) rewrites these.
     "accel/search/ray_cluster.py::RayExecutor.__init__": 71,
-    "studio/commands/optimize.py::run": 66,
     "studio/commands/optimize.py::register": 66,
     # Generation (issue 31) changes the OpenVINO pass.
     "accel/passes/openvino.py::QuantizeOpenVinoPass.apply": 70,

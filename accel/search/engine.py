@@ -452,14 +452,16 @@ def run_search(
     cancel: Callable[[], bool] | None = None,
     model_info: tuple[Any, ...] | None = None,
     priors: Sequence[Mapping[str, Any]] = (),
+    started: float | None = None,
 ) -> SearchResult:
     """Search (see module docstring). ``on_trial`` is called when a trial is submitted
     (status ``running``) and when it ends; ``cancel()`` True stops after cancelling the
     running trials (finished ones are kept). ``priors``: the best recipes of earlier
-    searches (accel.search.seeds.Prior as dicts), tried first for a similar model."""
+    searches (accel.search.seeds.Prior as dicts), tried first for a similar model; the
+    budget counts from ``started`` (monotonic; default: now), e.g. before an inspection."""
     config.validate()
     is_cancelled = cancel or (lambda: False)
-    t0 = time.monotonic()
+    t0 = time.monotonic() if started is None else started
     model_info = model_info or inspect_model(config)
     kind, layers, space, sensitivity = _search_space(config, model_info, is_cancelled, t0)
     space, settings = add_runtime_settings(space, config.objective, config.bench_threads)
@@ -605,11 +607,13 @@ class _TrialLoop:
         self.trials: list[TrialRecord] = []
         self.tried: dict[str, TrialRecord] = {}
         self.duplicates = 0
+        self.t0 = time.monotonic()  # when the search's budget began (set by ``run``)
         self.cache_total = {"hits": 0, "misses": 0, "stored": 0, "evicted": 0, "reused_steps": 0}
 
     def run(self, is_cancelled: Callable[[], bool], t0: float) -> tuple[str, str]:
         """Status and reason of how the loop ended."""
         config = self.config
+        self.t0 = t0
         while True:
             if is_cancelled():
                 return "cancelled", "cancelled by the user"
@@ -647,11 +651,22 @@ class _TrialLoop:
             self.tried[key] = rec
             self.trials.append(rec)
             spec = trial_spec(config, rec.number, steps)
-            if config.trial_timeout_s is not None:
-                spec["timeout_s"] = config.trial_timeout_s
+            timeout_s = self._trial_timeout()
+            if timeout_s is not None:
+                spec["timeout_s"] = timeout_s
             batch.append((ot, rec, self.executor.submit(rec.number, spec)))
             self.notify(rec)
         return batch
+
+    def _trial_timeout(self) -> float | None:
+        """The trial timeout, cut so that a trial started late in the budget still ends
+        with time to wind down inside budget + one trial timeout (the search's promise)."""
+        config = self.config
+        timeout_s = config.trial_timeout_s
+        if timeout_s is None or config.budget_s is None:
+            return timeout_s
+        left = config.budget_s + timeout_s - (time.monotonic() - self.t0) - WIND_DOWN_S
+        return max(min(timeout_s, left), timeout_s / 2)
 
     def _finish(self, ot: Any, rec: TrialRecord, outcome: dict[str, Any]) -> None:
         _record(rec, outcome)
@@ -698,6 +713,10 @@ def _exclude_sets(
 
     return add_exclude_sets(space, config, stop)
 
+
+# Time kept, out of budget + one trial timeout, for the search to stop its last trial's
+# worker, write its files and return.
+WIND_DOWN_S = 5.0
 
 # A trial that outlives its timeout by this much is given up here, whatever its executor
 # does (the pool and Ray stop it at its timeout; this holds the search's own promise).

@@ -32,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
         )
     script = recipe_to_script(recipe)
     if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)  # as --out does
         Path(args.output).write_text(script, encoding="utf-8")
         print(
             f"wrote {args.output} ({len(script.splitlines())} lines); run it with: python {args.output} --out results/",

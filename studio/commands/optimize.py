@@ -197,6 +197,18 @@ def trial_row(t: Any) -> list[Any]:
     ]
 
 
+def trial_line(t: Any) -> str:
+    """A finished trial as one line of the live log, its cells named by their headers."""
+    cell = dict(zip(HEADERS, trial_row(t), strict=True))
+    ref, p50, speedup = (cell[h] for h in TIMING_HEADERS)
+    return (
+        f"trial {cell['#']}: {cell['chain']}  {cell['status']}  ref p50 {ref} ms  p50 {p50} ms"
+        f"  speedup {speedup}  cos drop {cell['cos drop']}  size {cell['size']}"
+        + (f"  (reused {t.reused_steps} step(s))" if t.reused_steps else "")
+        + (f"  {cell['note']}" if cell["note"] else "")
+    )
+
+
 def _exclude_note(steps: list[dict[str, Any]]) -> str:
     """' (float: a, b +6)' when a step keeps layers in float (--allow sensitivity's sets)."""
     kept = [n for s in steps for n in (s.get("params") or {}).get("exclude") or []]
@@ -214,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
     from accel.search import SearchError
     from studio.commands._common import open_repo as _repo
     from studio.errors import UserError
-    from studio.optimize import SearchThread
+    from studio.optimize import SearchCancelled, SearchThread
 
     config = build_config(args)
     try:
@@ -249,14 +261,7 @@ def run(args: argparse.Namespace) -> int:
         if t.status == "running":
             print(f"  [{el:6.0f}s] trial {t.number}: {t.label} ...", flush=True)
             return
-        row = trial_row(t)
-        print(
-            f"  [{el:6.0f}s] trial {row[0]}: {row[1]}  {row[2]}  p50 {row[3]}  speedup {row[4]}"
-            f"  cos drop {row[5]}  size {row[6]}"
-            + (f"  (reused {t.reused_steps} step(s))" if t.reused_steps else "")
-            + (f"  {row[8]}" if row[8] else ""),
-            flush=True,
-        )
+        print(f"  [{el:6.0f}s] {trial_line(t)}", flush=True)
 
     th = SearchThread(
         config,
@@ -267,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
         on_start=on_start,
     ).start()
     interrupted = wait_for_search(th)
-    if th.error is not None:
+    if th.error is not None and not isinstance(th.error, SearchCancelled):
         if isinstance(th.error, AccelError):
             raise UserError(str(th.error)) from None
         raise th.error
@@ -293,6 +298,10 @@ def wait_for_search(th: Any) -> bool:
         pass
     print("cancelling the search (finished trials are kept) ...", file=sys.stderr, flush=True)
     th.cancel()
+    if getattr(th, "inspecting", False):
+        # No worker started and nothing stored yet: the inspection (seconds for a large
+        # model) stops with this process; the thread checks the cancel before going on.
+        return True
     deadline = time.monotonic() + CANCEL_WAIT_S
     while time.monotonic() < deadline:
         try:

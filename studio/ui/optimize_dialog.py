@@ -439,7 +439,9 @@ class OptimizeDialog(QDialog):
     def _on_finished(self, outcome: Any, error: Any) -> None:
         self.search = None
         self.outcome = outcome
-        if error is not None:
+        if error is not None and type(error).__name__ == "SearchCancelled":
+            self.status_label.setText("Cancelled before any trial started.")
+        elif error is not None:
             self.status_label.setText(f"The search could not run: {error}")
         elif outcome is not None:
             res = outcome.result

@@ -144,3 +144,30 @@ def test_every_option_writes_valid_python(steps):
             and "'TensorrtExecutionProvider', 'CUDAExecutionProvider'" in text
         )
         assert "keep_io_types=False" in text and "['Softmax']" in text and "['n1']" in text
+
+
+def test_script_runs_with_a_relative_out_from_another_folder(tmp_path):
+    """The docstring's own command (``--out results/``, relative), run from a folder other
+    than the script's: the quantization step's scratch folder must not break the paths."""
+    recipe = {
+        "name": "mlp-onnx-int8",
+        "model": {"source": "zoo:mlp(hidden=64)"},
+        "benchmark": BENCH,
+        "steps": [{"pass": "export_onnx"}, {"pass": "quantize_onnx_dynamic"}],
+    }
+    (tmp_path / "scripts").mkdir()
+    script = tmp_path / "scripts" / "s.py"
+    script.write_text(recipe_to_script(recipe))
+    (tmp_path / "elsewhere").mkdir()
+    proc = subprocess.run(
+        [sys.executable, "../scripts/s.py", "--out", "results_script/"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path / "elsewhere",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = tmp_path / "elsewhere" / "results_script"
+    results = json.loads((out / "results.json").read_text())
+    assert [r["step"] for r in results] == ["export_onnx", "quantize_onnx_dynamic"]
+    assert (out / "step_01_quantize_onnx_dynamic" / "model_int8_dynamic.onnx").is_file()

@@ -195,3 +195,40 @@ def test_budget_too_small_for_the_seeds_says_so(tmp_path):
     assert res.status == "no_feasible" and res.best is None
     assert "budget was too small for the seeds" in res.reason
     assert f"{len(res.trials)} of 5 known-good" in res.reason
+
+
+class _SpecsExecutor:
+    """Records each trial's spec and ends it at once as failed (nothing runs)."""
+
+    slots = 1
+
+    def __init__(self):
+        self.specs = []
+
+    def submit(self, number, spec):
+        self.specs.append(spec)
+        done = {"status": "failed", "result": {}, "error": "not run", "run_id": None}
+        return type(
+            "H", (), {"result": lambda self, timeout=None: done, "cancel": lambda self: None}
+        )()
+
+    def close(self):
+        pass
+
+
+def test_the_budget_counts_from_when_the_search_started_for_its_user(tmp_path):
+    """Time spent before the trial loop (the model's inspection: 18 s for a ResNet-50 from
+    transformers on a busy machine) is budget spent: a search whose budget went there runs
+    no trial, and one started late gives its trial only what is left of budget + timeout."""
+    import time
+
+    cfg = _config(tmp_path, budget_s=100.0, max_trials=None, trial_timeout_s=60.0)
+    info = ("torch", frozenset({"linear"}))
+    spent = _SpecsExecutor()
+    run_search(cfg, spent, model_info=info, started=time.monotonic() - 101.0)
+    assert spent.specs == []
+    late = _SpecsExecutor()
+    cfg = _config(tmp_path, budget_s=100.0, max_trials=1, trial_timeout_s=60.0)
+    run_search(cfg, late, model_info=info, started=time.monotonic() - 90.0)
+    assert len(late.specs) == 1
+    assert 30.0 <= late.specs[0]["timeout_s"] <= 100.0 + 60.0 - 90.0

@@ -93,3 +93,23 @@ def test_studio_run_of_a_sample_recipe_prints_no_foreign_lines(tmp_path):
     out = _studio(["--db", str(tmp_path / "s.db"), "run", str(recipe)], tmp_path)
     assert out.returncode == 0, out.stderr
     assert _foreign_lines(out.stderr) == [], out.stderr
+
+
+def test_torch_own_log_lines_go_to_the_log_file(tmp_path):
+    """torch prints its loggers' warnings with its own stderr handler (`W1205 ...
+    torch/utils/_pytree.py:630] ...`, shown by `studio optimize hf:resnet50` while the
+    model was inspected): after setup_logging they reach the log file, not the terminal."""
+    code = (
+        "import logging\n"
+        "from studio.logs import setup_logging\n"
+        "setup_logging(verbose=False)\n"
+        "import torch\n"
+        "logging.getLogger('torch.utils._pytree').warning('pytree register_constant noise')\n"
+    )
+    env = dict(os.environ, ACCEL_STUDIO_HOME=str(tmp_path), PYTHONPATH=str(ROOT))
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    assert "register_constant noise" not in out.stderr
+    assert "register_constant noise" in (tmp_path / "logs" / "studio.log").read_text()

@@ -153,3 +153,32 @@ def test_bad_input_is_a_clear_error(tmp_path, capsys, args, message):
     )
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_finished_trial_line_names_each_cell_by_its_column():
+    """The live log of `studio optimize` printed the reference's p50 as the trial's p50, the
+    trial's p50 as its speedup and the speedup as its cosine drop, once the table had gained
+    its reference column."""
+    from types import SimpleNamespace
+
+    from accel.timing.result import Latency, StepTiming
+    from studio.commands.optimize import trial_line
+
+    timing = StepTiming(
+        mode="interleaved",
+        reference=Latency(p50_ms=8.0, low_ms=7.0, high_ms=9.0),
+        step=Latency(p50_ms=2.0, low_ms=1.9, high_ms=2.1),
+        speedup=4.0,
+        speedup_low=3.5,
+        speedup_high=4.5,
+    )
+    trial = SimpleNamespace(
+        number=3, label="fold_batchnorm+openvino", steps=[], status="ok", timing=timing,
+        metrics={"cosine_drop": 1.5e-5, "size_bytes": 2048}, reused_steps=0, gate=None, error=None,
+    )  # fmt: skip
+    line = trial_line(trial)
+    assert "trial 3: fold_batchnorm+openvino  ok" in line
+    assert "ref p50 8.000 ms" in line, line
+    assert "  p50 2.000 ms" in line, line
+    assert "speedup 4.00x [3.50-4.50]" in line, line
+    assert "cos drop 1.50e-05" in line and "size 2.0 KiB" in line, line

@@ -75,3 +75,44 @@ def test_sigint_mid_trial_exits_130_with_no_traceback_and_no_orphans(tmp_path):
     time.sleep(0.5)
     assert _alive(workers) == [], "processes of the studio outlived it"
     assert (tmp_path / "out" / "search.json").exists(), (out, err)
+
+
+class _Inspecting:
+    """A search thread still inspecting its model (no worker, nothing stored): the first
+    wait is interrupted by Ctrl-C, later ones time out."""
+
+    def __init__(self):
+        self.inspecting = True
+        self.cancelled = False
+        self.waits_after_cancel = 0
+
+    def join(self, timeout=None):
+        if not self.cancelled:
+            raise KeyboardInterrupt
+        self.waits_after_cancel += 1
+        return False
+
+    def cancel(self):
+        self.cancelled = True
+
+
+def test_ctrl_c_while_the_model_is_inspected_returns_at_once(monkeypatch):
+    """Ctrl-C 7 s into `studio optimize` of a large model came while the CLI was still loading
+    it to inspect (up to 18 s here): the CLI waited for that to end (21 s to stop). Before
+    any worker started it has nothing to wind down and stops at once."""
+    from studio.commands import optimize as cmd
+    from studio.optimize import SearchCancelled, SearchThread
+
+    monkeypatch.setattr(cmd, "CANCEL_WAIT_S", 1.0)
+    th = _Inspecting()
+    assert cmd.wait_for_search(th) is True
+    assert th.cancelled and th.waits_after_cancel == 0
+    # ... and the search thread, once its inspection ends, starts nothing.
+    search = SearchThread(config=None)
+    search.cancel()
+    try:
+        search._inspected()
+        raise AssertionError("the search went on after a cancel during its inspection")
+    except SearchCancelled:
+        pass
+    assert search.inspecting is False
