@@ -12,7 +12,8 @@ settings (no consent file is written; nothing under ``~/intel`` or ``~/.cache`` 
 - ``openvino_telemetry`` cannot be imported (OpenVINO's converter and NNCF then use their own
   no-op stand-ins, as they do when the package is not installed); where it was imported
   before, its sender is made a no-op;
-- ONNX Runtime's telemetry events (Windows) are switched off when it is imported.
+- ONNX Runtime's telemetry is switched off: ``ORT_DISABLE_TELEMETRY`` (its Linux 1DS
+  client) and its telemetry events when it is imported.
 
 ``SCRIPT_PREAMBLE`` is the same in plain Python for exported scripts.
 """
@@ -41,6 +42,9 @@ TELEMETRY_ENV: dict[str, str] = {
     "DO_NOT_TRACK": "1",  # the cross-tool convention (consoledonottrack.com)
     "NNCF_CI": "1",  # NNCF's own switch to its no-op telemetry
     "GRADIO_ANALYTICS_ENABLED": "False",
+    # ONNX Runtime's Linux wheels carry a 1DS telemetry client that keeps a device id and an
+    # event store under ~/.cache/Microsoft/DeveloperTools/.onnxruntime; this switch stops it.
+    "ORT_DISABLE_TELEMETRY": "1",
 }
 # Packages whose only job is to send telemetry: never imported in a studio process.
 BLOCKED_PACKAGES: tuple[str, ...] = ("openvino_telemetry",)
@@ -49,7 +53,7 @@ BLOCKED_PACKAGES: tuple[str, ...] = ("openvino_telemetry",)
 def _script_preamble() -> str:
     env = "".join(f"        {k!r}: {v!r},\n" for k, v in TELEMETRY_ENV.items())
     return (
-        "# Third-party telemetry off (OpenVINO/NNCF, Ray, Hugging Face): this script sends\n"
+        "# Third-party telemetry off (OpenVINO/NNCF, ONNX Runtime, Ray, Hugging Face): this script sends\n"
         "# nothing. A blocked package fails to import and its users fall back to no-ops.\n"
         "os.environ.update(\n    {\n" + env + "    }\n)\n"
         f"sys.modules.update(dict.fromkeys({BLOCKED_PACKAGES!r}))\n"
