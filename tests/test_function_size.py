@@ -35,7 +35,6 @@ PENDING: dict[str, int] = {
     # The timing engine (issue 30, part 2: accel/timing/, the runner's and the script's
     # timing, the history tables) and generation's history columns (issue 31): split there.
     # The search (issue 33) rewrites these.
-    "accel/search/ray_cluster.py::RayExecutor.__init__": 71,
     "studio/optimize.py::optimize": 66,
     "studio/commands/optimize.py::run": 66,
     "studio/commands/optimize.py::register": 66,
