@@ -554,17 +554,7 @@ def recipe_to_script(recipe: Recipe | dict[str, Any] | str) -> str:
     helpers: list[str] = []
     kinds = [_source_kind(parse_source(recipe.model.source).target)]
     steps_code = _steps_code(recipe, imports, helpers, kinds)
-    # The recipe's calibration data (a file, a function, synthetic options): the script's
-    # calibration_batches() yields the studio's batches (defined after the default, so it wins).
-    from accel.data import calibration_script_helper, train_script_helper
-
-    calibration = calibration_script_helper(recipe.data.calibration, spec, recipe.seed)
-    if calibration:
-        helpers.append(calibration.strip())
-    train = train_script_helper(recipe.data.train, spec, recipe.seed)
-    if train:  # training steps (qat) use train_batches() when the script defines it
-        helpers.append(train.strip())
-    dims = dict(recipe.benchmark.dims)
+    helpers += _data_helpers(recipe, spec)
     generation = is_generate(recipe.benchmark)  # each step also generates (accel.generate)
     if generation:
         helpers.append(generate_script.HELPERS.strip())
@@ -588,6 +578,33 @@ def recipe_to_script(recipe: Recipe | dict[str, Any] | str) -> str:
         "\n\n\n".join(helpers),
         "",
         "",
+        *_main_code(recipe, model_stmt, steps_code),
+    ]
+    return "\n".join(p for p in parts if p is not None)
+
+
+def _data_helpers(recipe: Recipe, spec: InputSpec) -> list[str]:
+    """The script's helpers for the recipe's data: ``calibration_batches()`` yields the
+    studio's calibration batches (a file, a function, synthetic options; defined after the
+    default, so it wins), ``train_batches()`` its training batches (used by qat)."""
+    from accel.data import calibration_script_helper, train_script_helper
+
+    helpers = []
+    calibration = calibration_script_helper(recipe.data.calibration, spec, recipe.seed)
+    if calibration:
+        helpers.append(calibration.strip())
+    train = train_script_helper(recipe.data.train, spec, recipe.seed)
+    if train:  # training steps (qat) use train_batches() when the script defines it
+        helpers.append(train.strip())
+    return helpers
+
+
+def _main_code(recipe: Recipe, model_stmt: str, steps_code: list[str]) -> list[str]:
+    """The script's main part: its arguments, the model and its reference outputs, the
+    original's row, every step, the results file."""
+    dims = dict(recipe.benchmark.dims)
+    generation = is_generate(recipe.benchmark)
+    return [
         "parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])",
         "parser.add_argument('--out', default='recipe_out', help='folder for artifacts and outputs')",
         f"parser.add_argument('--device', default={recipe.device!r})",
@@ -619,4 +636,3 @@ def recipe_to_script(recipe: Recipe | dict[str, Any] | str) -> str:
         "(OUT / 'results.json').write_text(json.dumps(results, indent=2))",
         "",
     ]
-    return "\n".join(p for p in parts if p is not None)

@@ -34,15 +34,7 @@ EXCEPTIONS: dict[str, str] = {
 PENDING: dict[str, int] = {
     # The timing engine (issue 30, part 2: accel/timing/, the runner's and the script's
     # timing, the history tables) and generation's history columns (issue 31): split there.
-    "accel/timing/single.py::benchmark": 64,
-    "accel/timing/rounds.py::run_rounds": 67,
-    "accel/runner/loop.py::_Run.execute": 78,
-    "accel/codegen.py::recipe_to_script": 75,
-    "accel/runtimes/onnxruntime/onnx_io.py::create_session": 66,
-    "studio/commands/history.py::show": 79,
-    "studio/commands/history.py::history": 69,
     # The search (issue 33) rewrites these.
-    "accel/search/ray_cluster.py::RayExecutor.__init__": 71,
     "studio/commands/optimize.py::register": 66,
     # Generation (issue 31) changes the OpenVINO pass.
     "accel/passes/openvino.py::QuantizeOpenVinoPass.apply": 70,

@@ -95,7 +95,7 @@ class _Run:
     def execute(self, trust_pickle: bool, trusted_source: bool) -> RunResult:
         import torch
 
-        recipe, emit = self.recipe, self.emit
+        recipe = self.recipe
         # Before any work: a step order that cannot run fails now, not after the baseline
         # (with on_step_error: skip, such steps fail when they come and are skipped).
         planned = plan(recipe)
@@ -103,6 +103,22 @@ class _Run:
             return self.fail(PlanError(planned), None)
         torch.manual_seed(recipe.seed)
         torch.set_num_threads(self.setup.threads)  # restored by run_recipe
+        started = self._load_and_time_original(trust_pickle, trusted_source)
+        if isinstance(started, RunResult):
+            return started  # failed or cancelled
+        orig, not_applicable, baseline = started
+        self.result.baseline = baseline.metrics
+        self.result.baseline_timing = baseline.timing
+        self._started(orig, baseline)
+        return self._run_steps(orig, baseline, not_applicable)
+
+    def _load_and_time_original(
+        self, trust_pickle: bool, trusted_source: bool
+    ) -> tuple[Original, dict[int, str], Baseline] | RunResult:
+        """Load the original, check the steps against it and take its baseline: the
+        original, the steps that cannot apply to it (index -> why) and the baseline, or the
+        run's result when it ends here (failed or cancelled)."""
+        recipe, emit = self.recipe, self.emit
         try:
             emit(Progress(index=-1, fraction=0.0, message=f"loading {recipe.model.source}"))
             if recipe.model.trust_pickle and not trust_pickle:
@@ -134,9 +150,14 @@ class _Run:
             return self.fail(exc, None)
         if baseline is None:
             return self.cancelled()
-        self.result.baseline = baseline.metrics
-        self.result.baseline_timing = baseline.timing
-        self._started(orig, baseline)
+        return orig, not_applicable, baseline
+
+    def _run_steps(
+        self, orig: Original, baseline: Baseline, not_applicable: dict[int, str]
+    ) -> RunResult:
+        """Every enabled step in order, each on the model the one before left (a skipped or,
+        with on_step_error: skip, failed step leaves it as it was); the run's result."""
+        recipe = self.recipe
         # Passes may change the module they get in place; keep the original intact for passes
         # that need it (sensitivity, QAT) by handing the first step a copy.
         current = copy_model(orig.model)
@@ -144,7 +165,7 @@ class _Run:
             if self.is_cancelled():
                 return self.cancelled()
             if index in not_applicable:
-                emit(StepStarted(index=index, pass_name=step.pass_name, params=step.params))
+                self.emit(StepStarted(index=index, pass_name=step.pass_name, params=step.params))
                 self._skipped(index, step, not_applicable[index], 0.0, {})
                 continue
             # With on_step_error: skip, a failed step leaves the model as it was before it.
@@ -168,7 +189,9 @@ class _Run:
         self.result.status, self.result.model = "succeeded", current
         self.result.duration_s = time.perf_counter() - self.t_run
         summary = run_summary(self.result)
-        emit(RunFinished(status="succeeded", duration_s=self.result.duration_s, summary=summary))
+        self.emit(
+            RunFinished(status="succeeded", duration_s=self.result.duration_s, summary=summary)
+        )
         return self.result
 
     def _check_layers(self, orig: Original) -> RunResult | None:

@@ -154,6 +154,48 @@ class _RayHandle:
         self._ray.cancel(self._ref, force=True)
 
 
+def _connect(ray: Any, address: str, connect_timeout_s: float) -> None:
+    """``ray.init`` this driver to the cluster at ``address`` (no telemetry, the project on
+    the workers' PYTHONPATH) in a thread, so a host that is no Ray head fails after
+    ``connect_timeout_s`` (plus a margin) instead of hanging; SearchError when it fails."""
+    from accel.privacy import TELEMETRY_ENV
+
+    env = {
+        **TELEMETRY_ENV,
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])
+        ),
+    }
+    errors: list[BaseException] = []
+    hp = _host_port(address)
+    loopback = hp is not None and hp[0] in ("127.0.0.1", "localhost", "::1")
+
+    def connect() -> None:
+        try:
+            ray.init(
+                address=address,
+                # A cluster on loopback: the driver must not announce the LAN address.
+                _node_ip_address="127.0.0.1" if loopback else None,
+                runtime_env={"env_vars": env},
+                ignore_reinit_error=True,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+            )
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    t = threading.Thread(target=connect, name="ray-connect", daemon=True)
+    t.start()
+    t.join(connect_timeout_s + 2.0)
+    if t.is_alive():
+        raise SearchError(
+            f"the Ray cluster at {address} did not accept a connection within "
+            f"{connect_timeout_s + 2.0:g} s; is it a Ray head (GCS port, default 6379)?"
+        )
+    if errors:
+        raise SearchError(f"could not connect to the Ray cluster at {address}: {errors[0]}")
+
+
 class RayExecutor:
     """Submits trials to a Ray cluster (see module docstring). ``slots``: trials in flight
     (default: the cluster's GPUs for CUDA trials, else its CPUs / ``num_cpus``)."""
@@ -176,42 +218,7 @@ class RayExecutor:
         address = resolve_auto(address)
         check_reachable(address, connect_timeout_s)
         self._ray = ray
-        from accel.privacy import TELEMETRY_ENV
-
-        env = {
-            **TELEMETRY_ENV,
-            "PYTHONPATH": os.pathsep.join(
-                filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])
-            ),
-        }
-        errors: list[BaseException] = []
-        hp = _host_port(address)
-        loopback = hp is not None and hp[0] in ("127.0.0.1", "localhost", "::1")
-
-        def connect() -> None:
-            try:
-                ray.init(
-                    address=address,
-                    # A cluster on loopback: the driver must not announce the LAN address.
-                    _node_ip_address="127.0.0.1" if loopback else None,
-                    runtime_env={"env_vars": env},
-                    ignore_reinit_error=True,
-                    log_to_driver=False,
-                    logging_level=logging.WARNING,
-                )
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                errors.append(exc)
-
-        t = threading.Thread(target=connect, name="ray-connect", daemon=True)
-        t.start()
-        t.join(connect_timeout_s + 2.0)
-        if t.is_alive():
-            raise SearchError(
-                f"the Ray cluster at {address} did not accept a connection within "
-                f"{connect_timeout_s + 2.0:g} s; is it a Ray head (GCS port, default 6379)?"
-            )
-        if errors:
-            raise SearchError(f"could not connect to the Ray cluster at {address}: {errors[0]}")
+        _connect(ray, address, connect_timeout_s)
         self.device = device
         self.cuda = str(device).startswith("cuda")
         self.num_cpus = max(1, int(num_cpus))

@@ -234,6 +234,60 @@ def gc_paused():
             gc.enable()
 
 
+def _warmed_up(
+    calls: Mapping[str, Callable[[], Any]],
+    settings: TimingSettings,
+    sync: Callable[[], None],
+    first: Mapping[str, Callable[[], Any]] | None,
+    check_output: Callable[[Any, str], None] | None,
+    reference_warm: bool,
+) -> dict[str, Side]:
+    """Each side after its first call and warm-up (``first_and_warmup``), by name."""
+    sides = {}
+    for name, call in calls.items():
+        # the runner's baseline already warmed the reference up: one call is enough
+        warm = min(1, settings.warmup) if reference_warm and name == "reference" else None
+        check = None if check_output is None else (lambda out, n=name: check_output(out, n))
+        start = (first or {}).get(name, call)
+        sides[name] = first_and_warmup(
+            call, start, settings.warmup if warm is None else warm, sync, check
+        )
+    return sides
+
+
+def _timed_rounds(
+    order: Callable[[int], Sequence[tuple[Side, Callable[[], Any]]]],
+    settings: TimingSettings,
+    sync: Callable[[], None],
+    *,
+    time_scale: float = 1.0,
+    monitor: NoiseMonitor | None,
+    cancel: Callable[[], bool] | None,
+    progress: Callable[[float, str], None] | None = None,
+) -> tuple[int, NoiseReport | None]:
+    """Rounds until ``settings`` are met (``min_time_s`` against ``time_scale`` times the
+    timed seconds), garbage collection paused; ``order(round)``: the sides that round
+    times, in order. Returns the number of rounds and the monitor's report."""
+    from accel.errors import Cancelled
+
+    if monitor is not None:
+        monitor.start()
+    timed_s = 0.0
+    rounds = 0
+    with gc_paused():
+        while more_rounds(settings, rounds, time_scale * timed_s):
+            if cancel is not None and cancel():
+                raise Cancelled("timing cancelled")
+            for side, call in order(rounds):
+                timed_s += time_round(side, call, settings.per_round, sync)
+            rounds += 1
+            if monitor is not None:
+                monitor.tick()
+            if progress is not None:
+                progress(min(1.0, rounds / settings.base_rounds), f"timing round {rounds}")
+    return rounds, (monitor.stop() if monitor is not None else None)
+
+
 def run_rounds(
     reference: Callable[[], Any],
     candidate: Callable[[], Any],
@@ -257,36 +311,17 @@ def run_rounds(
     ``check_output(output, side)`` sees the first call's output (to reject NaN).
     ``reference_warm``: the reference already ran in this process (the runner's baseline),
     so it gets one warm-up call instead of ``settings.warmup``."""
-    from accel.errors import Cancelled
-
     calls = {"reference": reference, "candidate": candidate}
-    sides = {}
-    for name, call in calls.items():
-        # the runner's baseline already warmed the reference up: one call is enough
-        warm = min(1, settings.warmup) if reference_warm and name == "reference" else None
-        check = None if check_output is None else (lambda out, n=name: check_output(out, n))
-        start = (first or {}).get(name, call)
-        sides[name] = first_and_warmup(
-            call, start, settings.warmup if warm is None else warm, sync, check
-        )
-
-    if monitor is not None:
-        monitor.start()
-    timed_s = 0.0
-    rounds = 0
+    sides = _warmed_up(calls, settings, sync, first, check_output, reference_warm)
     order = ("reference", "candidate")
-    with gc_paused():
-        while more_rounds(settings, rounds, timed_s):
-            if cancel is not None and cancel():
-                raise Cancelled("timing cancelled")
-            for name in order if rounds % 2 == 0 else order[::-1]:
-                timed_s += time_round(sides[name], calls[name], settings.per_round, sync)
-            rounds += 1
-            if monitor is not None:
-                monitor.tick()
-            if progress is not None:
-                progress(min(1.0, rounds / settings.base_rounds), f"timing round {rounds}")
-    noise = monitor.stop() if monitor is not None else None
+
+    def alternating(rounds: int) -> list[tuple[Side, Callable[[], Any]]]:
+        names = order if rounds % 2 == 0 else order[::-1]
+        return [(sides[name], calls[name]) for name in names]
+
+    rounds, noise = _timed_rounds(
+        alternating, settings, sync, monitor=monitor, cancel=cancel, progress=progress
+    )
     ref, cand = sides["reference"], sides["candidate"]
     interval, reasons = _speedup_and_noise(ref, cand, noise, seed)
     return Comparison(
@@ -331,18 +366,8 @@ def run_alone(
 ) -> tuple[Side, int, NoiseReport | None]:
     """One model with ``run_rounds``' first call, warm-up, batching and rounds; ``min_time_s``
     counts its time twice (a comparison times two models in the same rounds)."""
-    from accel.errors import Cancelled
-
     side = first_and_warmup(call, first, settings.warmup, sync, check)
-    if monitor is not None:
-        monitor.start()
-    rounds, timed_s = 0, 0.0
-    with gc_paused():
-        while more_rounds(settings, rounds, 2 * timed_s):
-            if cancel is not None and cancel():
-                raise Cancelled("timing cancelled")
-            timed_s += time_round(side, call, settings.per_round, sync)
-            rounds += 1
-            if monitor is not None:
-                monitor.tick()
-    return side, rounds, (monitor.stop() if monitor is not None else None)
+    rounds, noise = _timed_rounds(
+        lambda _: [(side, call)], settings, sync, time_scale=2, monitor=monitor, cancel=cancel
+    )
+    return side, rounds, noise

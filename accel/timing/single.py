@@ -190,23 +190,11 @@ def benchmark(
     (and ``intra_op_num_threads`` of sessions created here). ``min_time_s`` keeps timing past
     ``iters`` until that many seconds of measured time have accumulated.
     """
-    if iters < 1:
-        raise ValueError(f"iters must be >= 1, got {iters}")
-    if warmup < 0:
-        raise ValueError(f"warmup must be >= 0, got {warmup}")
-    if threads is not None and threads < 1:
-        raise ValueError(f"threads must be >= 1 or None, got {threads}")
+    _check_counts(warmup, iters, threads)
     device = str(device)
     on_cuda = device.startswith("cuda")
-
     if on_cuda:
-        import torch  # checked before anything is moved to the device
-
-        if not torch.cuda.is_available():
-            raise AccelError(
-                f"device {device!r} was requested but CUDA is not available on this machine; "
-                "benchmark on device='cpu' instead"
-            )
+        _require_cuda(device)  # before anything is moved to the device
     prepared = prepare(model, inputs, device, threads)
     torch = sys.modules.get("torch") if prepared.uses_torch or on_cuda else None
     cuda_timing = on_cuda and prepared.runner != "onnxruntime"
@@ -235,6 +223,27 @@ def benchmark(
             torch.set_num_threads(old_threads)
     used_threads = _used_threads(prepared, torch, threads)
     return _result(run, prepared, inputs, device, warmup, used_threads)
+
+
+def _check_counts(warmup: int, iters: int, threads: int | None) -> None:
+    """Reject settings no run can honour."""
+    if iters < 1:
+        raise ValueError(f"iters must be >= 1, got {iters}")
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    if threads is not None and threads < 1:
+        raise ValueError(f"threads must be >= 1 or None, got {threads}")
+
+
+def _require_cuda(device: str) -> None:
+    """Fail with a clear message when ``device`` is CUDA and this machine has none."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise AccelError(
+            f"device {device!r} was requested but CUDA is not available on this machine; "
+            "benchmark on device='cpu' instead"
+        )
 
 
 @dataclass

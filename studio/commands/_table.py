@@ -2,12 +2,34 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
 from studio.fmt import fmt_bytes, fmt_count, fmt_ms, fmt_num
 
-__all__ = ["fmt_bytes", "fmt_count", "fmt_ms", "fmt_num", "render_pairs", "render_table"]
+__all__ = [
+    "fmt_bytes",
+    "fmt_count",
+    "fmt_duration",
+    "fmt_ms",
+    "fmt_num",
+    "fmt_when",
+    "render_pairs",
+    "render_table",
+]
+
+
+def fmt_when(t: dt.datetime | None) -> str:
+    """A stored time in the local zone, to the minute ("-" when unknown)."""
+    return t.astimezone().strftime("%Y-%m-%d %H:%M") if t else "-"
+
+
+def fmt_duration(s: float | None) -> str:
+    """Seconds as "12.3 s", or minutes from two minutes on ("-" when unknown)."""
+    if s is None:
+        return "-"
+    return f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min"
 
 
 def render_pairs(pairs: Sequence[tuple[str, str]]) -> str:

@@ -15,23 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 from studio.commands._common import add_trust_arguments
 from studio.commands._common import open_repo as _repo
-from studio.commands._table import fmt_bytes, fmt_num, render_table
-from studio.fmt import NOISY_MARK, intervals_overlap, is_noisy
-from studio.tables import (
-    P50_HEADER,
-    REF_HEADER,
-    TIMING_HEADERS,
-    p50_cell,
-    parity_verdict,
-    ref_cell,
-    speedup_cell,
-    step_verdict,
-    timing_cells,
-)
+from studio.commands._run_detail import print_run
+from studio.commands._table import fmt_duration, fmt_num, fmt_when, render_table
+from studio.fmt import NOISY_MARK, intervals_overlap
+from studio.tables import P50_HEADER, REF_HEADER, p50_cell, ref_cell, speedup_cell
 
 if TYPE_CHECKING:
     from accel.timing.result import StepTiming
+    from studio.store import RunFilter
     from studio.store.api import RunReader
+    from studio.store.records import RunRecord
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -101,46 +94,14 @@ def _run_arg(repo: RunReader, run_id: str) -> str:
         raise UserError(str(exc)) from None
 
 
-def _when(t: dt.datetime | None) -> str:
-    return t.astimezone().strftime("%Y-%m-%d %H:%M") if t else "-"
-
-
-def _dur(s: float | None) -> str:
-    if s is None:
-        return "-"
-    return f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min"
-
-
 def history(args: argparse.Namespace) -> int:
-    from studio.errors import UserError
-    from studio.store import RunFilter
-    from studio.store.models import RUN_STATUSES
     from studio.store.records import to_json
 
     if getattr(args, "searches", False):
         from studio.commands.optimize import list_searches
 
         return list_searches(args)
-    for s in args.status:
-        if s not in RUN_STATUSES:
-            raise UserError(f"unknown status {s!r}; one of {', '.join(RUN_STATUSES)}")
-    since = None
-    if args.since:
-        try:
-            since = dt.datetime.fromisoformat(args.since)
-        except ValueError:
-            raise UserError(f"--since {args.since!r}: give a date such as 2026-01-31") from None
-        if since.tzinfo is None:
-            since = since.astimezone()
-    f = RunFilter(
-        status=tuple(args.status),
-        model=args.model,
-        recipe=args.recipe,
-        device=args.device,
-        tags=tuple(args.tag),
-        search=" ".join(args.search) or None,
-        since=since,
-    )
+    f = _run_filter(args)
     with _repo(args) as repo:
         if getattr(args, "trials", None):
             from studio.commands.optimize import search_id_arg
@@ -154,15 +115,52 @@ def history(args: argparse.Namespace) -> int:
     if not runs:
         print("no runs" + (" match" if total == 0 and args.search else ""))
         return 0
+    print(_runs_table(runs))
+    if total > args.offset + len(runs):
+        print(f"... {total - args.offset - len(runs)} more (use --limit / --offset)")
+    return 0
+
+
+def _run_filter(args: argparse.Namespace) -> RunFilter:
+    """The store's filter from `studio history`'s options; a bad status or date is the
+    user's error."""
+    from studio.errors import UserError
+    from studio.store import RunFilter
+    from studio.store.models import RUN_STATUSES
+
+    for s in args.status:
+        if s not in RUN_STATUSES:
+            raise UserError(f"unknown status {s!r}; one of {', '.join(RUN_STATUSES)}")
+    since = None
+    if args.since:
+        try:
+            since = dt.datetime.fromisoformat(args.since)
+        except ValueError:
+            raise UserError(f"--since {args.since!r}: give a date such as 2026-01-31") from None
+        if since.tzinfo is None:
+            since = since.astimezone()
+    return RunFilter(
+        status=tuple(args.status),
+        model=args.model,
+        recipe=args.recipe,
+        device=args.device,
+        tags=tuple(args.tag),
+        search=" ".join(args.search) or None,
+        since=since,
+    )
+
+
+def _runs_table(runs: list[RunRecord]) -> str:
+    """One row per run: id, when, status, model, recipe, device, time, tags, note."""
     rows = [
         [
             r.short_id,
-            _when(r.created_at),
+            fmt_when(r.created_at),
             r.status,
             r.model_source or "-",
             r.recipe_name or (r.recipe_hash[:8] or "-"),
             r.device or "-",
-            _dur(r.duration_s),
+            fmt_duration(r.duration_s),
             ",".join(r.tags) or "-",
             (r.name or r.notes or r.error).splitlines()[0][:40]
             if (r.name or r.notes or r.error)
@@ -170,28 +168,11 @@ def history(args: argparse.Namespace) -> int:
         ]
         for r in runs
     ]
-    print(
-        render_table(
-            ["run", "created", "status", "model", "recipe", "device", "time", "tags", "note"],
-            rows,
-            "lllllllll",
-        )
+    return render_table(
+        ["run", "created", "status", "model", "recipe", "device", "time", "tags", "note"],
+        rows,
+        "lllllllll",
     )
-    if total > args.offset + len(runs):
-        print(f"... {total - args.offset - len(runs)} more (use --limit / --offset)")
-    return 0
-
-
-def _worst(step: Any) -> str:
-    worst = step.worst_parity()
-    if worst is None:
-        return step.error.splitlines()[0][:60] if step.error else ""
-    out, key, value = worst
-    return f"{out}: {key}={fmt_num(value, 3)}"
-
-
-def _verdict(step: Any) -> str:
-    return step_verdict(step.status, step.parity_passed, step.index)
 
 
 def show(args: argparse.Namespace) -> int:
@@ -201,77 +182,7 @@ def show(args: argparse.Namespace) -> int:
             print(json.dumps(repo.export_run(run_id), indent=2))
             return 0
         d = repo.get_run(run_id)
-    r = d.run
-    print(f"run {r.id}  {r.status}")
-    if r.name:
-        print(f"name      {r.name}")
-    print(f"model     {r.model_source or '-'} ({r.model_kind or '?'})")
-    print(f"recipe    {r.recipe_name or '-'} [{r.recipe_hash[:12]}]")
-    print(f"device    {r.device or '-'}")
-    print(f"created   {_when(r.created_at)}   took {_dur(r.duration_s)}")
-    if r.parent_run_id:
-        print(f"re-run of {r.parent_run_id}")
-    if r.tags:
-        print(f"tags      {', '.join(r.tags)}")
-    if r.notes:
-        print(f"notes     {r.notes}")
-    env = d.environment
-    if env:
-        keys = [k for k in ("torch", "onnxruntime", "python", "cpu", "gpu", "cuda") if env.get(k)]
-        print("env       " + " | ".join(f"{k} {env[k]}" for k in keys))
-    if d.run_dir:
-        print(f"folder    {d.run_dir}")
-    if r.error:
-        print(f"error     {r.error}")
-    if d.signal or (d.exit_code not in (None, 0)):
-        print(f"worker    exit code {d.exit_code} {d.signal}".rstrip())
-    if d.steps:
-        print()
-        rows = []
-        for st in d.steps:
-            m = st.metrics
-            rows.append(
-                [
-                    "0" if st.index < 0 else str(st.index + 1),
-                    "original" if st.index < 0 else st.pass_name,
-                    st.status,
-                    _dur(st.duration_s) if st.index >= 0 else "-",
-                    *timing_cells(st.timing),
-                    fmt_bytes(m.get("size_bytes")),
-                    _verdict(st) if st.index >= 0 else "-",
-                    _worst(st) if st.index >= 0 else "",
-                ]
-            )
-        headers = ["#", "step", "status", "time", *TIMING_HEADERS, "size", "parity", "worst"]
-        print(render_table(headers, rows, "llllrrrrll"))
-        noisy = [st for st in d.steps if st.index >= 0 and is_noisy(st.timing)]
-        if noisy:
-            why = next((r for st in noisy if (r := st.timing.noise_reason)), "")
-            print(
-                f"{NOISY_MARK} noisy timing in step(s) "
-                f"{', '.join(str(st.index + 1) for st in noisy)}: {why or 'see the step details'}"
-            )
-        for st in d.steps:
-            label = "original" if st.index < 0 else f"step {st.index + 1} {st.pass_name}"
-            extra = {k: v for k, v in st.metrics.items()}
-            if extra:
-                items = ", ".join(f"{k}={fmt_num(v)}" for k, v in sorted(extra.items()))
-                print(f"\n{label}: {items}")
-            if st.params:
-                print(f"  params: {json.dumps(st.params)}")
-            for p in st.parity:
-                verdict = parity_verdict(p.passed)
-                items = ", ".join(f"{k}={fmt_num(v)}" for k, v in sorted(p.metrics.items()))
-                print(f"  parity {p.output_name}: {verdict}  {items}")
-            for a in st.artifacts:
-                print(
-                    f"  artifact {a.kind}: {a.path} ({fmt_bytes(a.bytes)}, sha256 {a.sha256[:12]})"
-                )
-            if st.error:
-                print(f"  error: {st.error}")
-    if d.log_tail and r.status != "succeeded":
-        print("\nlast log lines:")
-        print("\n".join("  " + line for line in d.log_tail.splitlines()[-15:]))
+    print_run(d)
     return 0
 
 

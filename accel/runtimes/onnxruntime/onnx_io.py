@@ -140,6 +140,37 @@ def create_session(
 
     if path is None:
         raise ModelLoadError("ONNX model has no file path")
+    so = _session_options(options)
+    chosen = _providers_to_try(providers, device)
+    device_id = int(device.split(":", 1)[1]) if device.startswith("cuda:") else 0
+    last_exc: Exception | None = None
+    # A GPU provider can fail to start (TensorRT or cuDNN libraries missing): fall back to
+    # the next provider in the list, as the fallback order promises.
+    while chosen:
+        opts = [{"device_id": device_id} if p in _GPU_PROVIDERS else {} for p in chosen]
+        try:
+            return ort.InferenceSession(
+                str(path), sess_options=so, providers=chosen, provider_options=opts
+            )
+        except Exception as exc:  # ORT raises its own exception types
+            last_exc = exc
+            if chosen[0] not in _GPU_PROVIDERS:
+                break
+            log.warning(
+                "%s failed to start (%s); falling back", chosen[0], str(exc).splitlines()[0]
+            )
+            chosen = chosen[1:]
+    raise ModelLoadError(
+        f"ONNX Runtime cannot load {path}: {str(last_exc).splitlines()[0]}. Check the opset and op "
+        "support (`python -m onnx.checker`), or re-export the model."
+    ) from None
+
+
+def _session_options(options: dict[str, Any]) -> Any:
+    """ORT SessionOptions from the runtime's options (optimisation level, threads, execution
+    mode, spinning, the optimised model's path, profiling); warnings and errors only."""
+    import onnxruntime as ort
+
     so = ort.SessionOptions()
     level = options.get("graph_optimization_level")
     if level:
@@ -166,6 +197,12 @@ def create_session(
         if options.get("profile_prefix"):
             so.profile_file_prefix = str(options["profile_prefix"])
     so.log_severity_level = 3
+    return so
+
+
+def _providers_to_try(providers: list[str] | None, device: str) -> list[str]:
+    """The providers to try in order: the asked ones (default: CUDA then CPU on a cuda
+    device, else CPU) that can run here, with the CPU provider added when missing."""
     if not providers:
         providers = (
             ["CUDAExecutionProvider", "CPUExecutionProvider"]
@@ -176,28 +213,7 @@ def create_session(
     chosen = [p for p in providers if p in usable] or ["CPUExecutionProvider"]
     if "CPUExecutionProvider" not in chosen:
         chosen.append("CPUExecutionProvider")
-    device_id = int(device.split(":", 1)[1]) if device.startswith("cuda:") else 0
-    last_exc: Exception | None = None
-    # A GPU provider can fail to start (TensorRT or cuDNN libraries missing): fall back to
-    # the next provider in the list, as the fallback order promises.
-    while chosen:
-        opts = [{"device_id": device_id} if p in _GPU_PROVIDERS else {} for p in chosen]
-        try:
-            return ort.InferenceSession(
-                str(path), sess_options=so, providers=chosen, provider_options=opts
-            )
-        except Exception as exc:  # ORT raises its own exception types
-            last_exc = exc
-            if chosen[0] not in _GPU_PROVIDERS:
-                break
-            log.warning(
-                "%s failed to start (%s); falling back", chosen[0], str(exc).splitlines()[0]
-            )
-            chosen = chosen[1:]
-    raise ModelLoadError(
-        f"ONNX Runtime cannot load {path}: {str(last_exc).splitlines()[0]}. Check the opset and op "
-        "support (`python -m onnx.checker`), or re-export the model."
-    ) from None
+    return chosen
 
 
 _GPU_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider")
