@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -27,31 +27,21 @@ from PySide6.QtWidgets import (
     QSplitter,
     QTabWidget,
     QToolButton,
-    QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
 from accel.passes import list_passes
-from accel.plan import palette, placement, start_form, step_problems
+from accel.plan import placement, start_form, step_problems
 from accel.recipe import BenchSettings, Gates
 from accel.recipe_checks import step_warnings
 from studio.ui.param_form import ParamForm
 from studio.ui.recipe_edits import RecipeEditsMixin, _short
+from studio.ui.recipe_palette import PassPalette
 from studio.ui.slots import on_click
 
 log = logging.getLogger(__name__)
-
-CATEGORY_TITLES = {
-    "precision": "Precision",
-    "layout": "Layout",
-    "compile": "Compile",
-    "quantize": "Quantize",
-    "prune": "Prune",
-    "export": "Export",
-    "runtime": "Runtime",
-}
 
 
 class RecipeView(RecipeEditsMixin, QWidget):
@@ -82,43 +72,12 @@ class RecipeView(RecipeEditsMixin, QWidget):
     # -- building ----------------------------------------------------------------------------
     def _make_palette(self) -> QWidget:
         """The passes by category; double-click or Add puts one in the recipe."""
-        self.palette = QTreeWidget()
-        self.palette.setHeaderHidden(True)
-        self.palette.setObjectName("passPalette")
-        self.palette.itemDoubleClicked.connect(lambda item, _c: self._add_from_palette(item))
-        self.palette.viewport().installEventFilter(self)
-        self._palette_items: dict[str, QTreeWidgetItem] = {}
-        groups: dict[str, QTreeWidgetItem] = {}
-        for p in self._passes.values():
-            cat = p.category
-            if cat not in groups:
-                g = QTreeWidgetItem([CATEGORY_TITLES.get(cat, cat.title())])
-                g.setFlags(Qt.ItemFlag.ItemIsEnabled)
-                f = g.font(0)
-                f.setBold(True)
-                g.setFont(0, f)
-                self.palette.addTopLevelItem(g)
-                groups[cat] = g
-            item = QTreeWidgetItem([p.name])
-            item.setData(0, Qt.ItemDataRole.UserRole, p.name)
-            item.setToolTip(0, p.summary)
-            groups[cat].addChild(item)
-            self._palette_items[p.name] = item
-        self.palette.expandAll()
-        add_btn = QPushButton("Add step")
-        add_btn.clicked.connect(lambda: self._add_from_palette(self.palette.currentItem()))
-        self.palette_hint = QLabel()
-        self.palette_hint.setWordWrap(True)
-        self.palette_hint.setStyleSheet("color: palette(mid);")
-        self.palette.currentItemChanged.connect(self._palette_selected)
-        pal_box = QWidget()
-        pv = QVBoxLayout(pal_box)
-        pv.setContentsMargins(0, 0, 0, 0)
-        pv.addWidget(QLabel("<b>Passes</b>"))
-        pv.addWidget(self.palette, 1)
-        pv.addWidget(self.palette_hint)
-        pv.addWidget(add_btn)
-        return pal_box
+        self._pass_palette = PassPalette(self.state, self._passes)
+        self._pass_palette.addRequested.connect(self._add_from_palette)
+        self.palette = self._pass_palette.tree
+        self.palette_hint = self._pass_palette.hint
+        self._palette_items = self._pass_palette.items
+        return self._pass_palette
 
     def _make_steps(self) -> QWidget:
         """The recipe's steps (checked = enabled, drag to reorder) and their buttons."""
@@ -312,7 +271,7 @@ class RecipeView(RecipeEditsMixin, QWidget):
             self.skip_check.setChecked(recipe.on_step_error == "skip")
             self.gates_form.set_values(recipe.gates.model_dump())
             self.bench_form.set_values(recipe.benchmark.model_dump())
-            self._update_palette(start)
+            self._pass_palette.update_places(start)
         finally:
             self._syncing = False
         self._update_run_button()
@@ -361,45 +320,6 @@ class RecipeView(RecipeEditsMixin, QWidget):
         if not layers or self.state.model_source != self.state.recipe.model.source:
             return None
         return [(str(name), str(type_name)) for name, type_name in layers]
-
-    def _update_palette(self, start_form: str | None) -> None:
-        """Enable the passes accel.plan can place in the recipe; a disabled one shows why."""
-        recipe = self.state.recipe
-        for place in palette(recipe.steps, start_form, recipe.device):
-            item = self._palette_items.get(place.pass_name)
-            if item is None:
-                continue
-            reason, where = place.problem or "", ""
-            if place.index is not None:
-                step = f"{place.index + 1} ({recipe.steps[place.index].label})"
-                where = f"Added before step {step}: it cannot follow the last step."
-            note = f"Unavailable: {reason}" if reason else where
-            item.setDisabled(bool(reason))
-            tip = self._passes[place.pass_name].summary
-            item.setToolTip(0, f"{tip}\n\n{note}" if note else tip)
-            item.setData(0, Qt.ItemDataRole.UserRole + 1, reason)
-            item.setData(0, Qt.ItemDataRole.UserRole + 2, where)
-
-    def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt API
-        """A click on a greyed-out pass (Qt gives disabled items no signal) says why."""
-        if watched is self.palette.viewport() and event.type() == QEvent.Type.MouseButtonPress:
-            item = self.palette.itemAt(event.position().toPoint())
-            if item is not None and item.isDisabled():
-                self._palette_selected(item)
-                name = item.data(0, Qt.ItemDataRole.UserRole)
-                reason = item.data(0, Qt.ItemDataRole.UserRole + 1)
-                self.state.status.emit(f"{name} cannot be added here: {reason}")
-        return super().eventFilter(watched, event)
-
-    def _palette_selected(self, item: QTreeWidgetItem | None, _prev: Any = None) -> None:
-        if item is None or item.data(0, Qt.ItemDataRole.UserRole) is None:
-            self.palette_hint.setText("")
-            return
-        p = self._passes[item.data(0, Qt.ItemDataRole.UserRole)]
-        reason = item.data(0, Qt.ItemDataRole.UserRole + 1)
-        where = item.data(0, Qt.ItemDataRole.UserRole + 2)
-        note = f"\n⚠ {reason}" if reason else (f"\n{where}" if where else "")
-        self.palette_hint.setText(p.summary + note)
 
     def _show_step(self, row: int) -> None:
         if not self._syncing:  # refresh() syncs the form once it has rebuilt the list
