@@ -38,11 +38,6 @@ PENDING: dict[str, int] = {
     "studio/commands/optimize.py::register": 66,
     # Generation (issue 31) changes the OpenVINO pass.
     "accel/passes/openvino.py::QuantizeOpenVinoPass.apply": 70,
-    # studio/ui: the panels' builders, split by the GUI's own work (issues 28 and 30).
-    "studio/ui/profile_view.py::ProfileView.__init__": 94,
-    "studio/ui/open_model_dialog.py::OpenModelDialog.__init__": 94,
-    "studio/ui/runs_view.py::RunsView.__init__": 79,
-    "studio/ui/compare_view.py::CompareView._draw_latency": 61,
 }
 
 

@@ -197,19 +197,7 @@ class CompareView(QDialog):
                     [p[1] for p in present],
                     pen=pg.mkPen(color, width=1, style=Qt.PenStyle.DotLine),
                 )
-            bars = [(x, r, iv) for x, r in zip(xs, rows) if (iv := _own_interval(r)) is not None]
-            if bars:  # the latency's 95% interval, from the same rounds as the p50
-                mid = np.array([y_of(r.p50_ms) for _, r, _ in bars])
-                w.addItem(
-                    pg.ErrorBarItem(
-                        x=np.array([x for x, _, _ in bars]),
-                        y=mid,
-                        top=np.array([y_of(iv[1]) for _, _, iv in bars]) - mid,
-                        bottom=mid - np.array([y_of(iv[0]) for _, _, iv in bars]),
-                        beam=0.05,
-                        pen=pg.mkPen(color, width=1.5),
-                    )
-                )
+            _draw_intervals(w, xs, rows, y_of, color)
 
     def pareto_points(self) -> list[tuple[float, float, str]]:
         """(speedup, parity error = max abs, label) of every measured step of every run."""
@@ -322,6 +310,25 @@ def _legend_below(w: pg.PlotWidget) -> pg.LegendItem:
     item.layout.addItem(legend, 4, 1)
     item.legend = legend
     return legend
+
+
+def _draw_intervals(w: pg.PlotWidget, xs: list[float], rows: list, y_of, color) -> None:
+    """The latency's 95% interval of each row that has one, from the same rounds as its p50,
+    as error bars at ``xs`` (``y_of`` maps milliseconds to the axis)."""
+    bars = [(x, r, iv) for x, r in zip(xs, rows) if (iv := _own_interval(r)) is not None]
+    if not bars:
+        return
+    mid = np.array([y_of(r.p50_ms) for _, r, _ in bars])
+    w.addItem(
+        pg.ErrorBarItem(
+            x=np.array([x for x, _, _ in bars]),
+            y=mid,
+            top=np.array([y_of(iv[1]) for _, _, iv in bars]) - mid,
+            bottom=mid - np.array([y_of(iv[0]) for _, _, iv in bars]),
+            beam=0.05,
+            pen=pg.mkPen(color, width=1.5),
+        )
+    )
 
 
 def _own_interval(r: Any) -> tuple[float, float] | None:

@@ -73,7 +73,23 @@ class OpenModelDialog(QDialog):
         self.resize(620, 420)
         self.tabs = QTabWidget()
 
-        # -- file
+        self.tabs.addTab(self._file_tab(recent), "File")
+        self._make_zoo(last)
+        self.tabs.addTab(self.zoo, "Zoo")
+        self.tabs.addTab(self._factory_tab(), "module:factory")
+
+        self.buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Open | QDialogButtonBox.StandardButton.Cancel
+        )
+        self.buttons.accepted.connect(self._accept)
+        self.buttons.rejected.connect(self.reject)
+        lay = QVBoxLayout(self)
+        lay.addWidget(self.tabs, 1)
+        lay.addWidget(self.buttons)
+        self.tabs.setCurrentIndex(1)
+
+    def _file_tab(self, recent: list[str] | None) -> QWidget:
+        """A model file: its path, the trust box and what its pickles import; recent files."""
         file_tab = QWidget()
         self.path = QLineEdit(placeholderText="/path/to/model.onnx, .pt, .pt2, .ts")
         browse = QPushButton("Browse…")
@@ -109,9 +125,10 @@ class OpenModelDialog(QDialog):
             fl.addWidget(self.recent, 1)
         else:
             fl.addStretch(1)
-        self.tabs.addTab(file_tab, "File")
+        return file_tab
 
-        # -- zoo
+    def _make_zoo(self, last: str | None) -> None:
+        """The zoo's models, the last one picked selected."""
         self.zoo = QListWidget()
         for name, (desc, spec) in zoo_models().items():
             item = QListWidgetItem(f"zoo:{name}  —  {desc}")
@@ -126,9 +143,9 @@ class OpenModelDialog(QDialog):
         ]
         self.zoo.setCurrentRow(picked[0] if picked else (1 if self.zoo.count() > 1 else 0))
         self.zoo.itemDoubleClicked.connect(lambda _: self.accept())
-        self.tabs.addTab(self.zoo, "Zoo")
 
-        # -- module:factory
+    def _factory_tab(self) -> QWidget:
+        """A module:factory, its optional weights and the input spec."""
         fac_tab = QWidget()
         self.factory = QLineEdit(
             placeholderText="my_pkg.nets:build_model(width=64)  or  path/net.py:make"
@@ -145,17 +162,7 @@ class OpenModelDialog(QDialog):
         form.addRow("Weights", self.weights)
         form.addRow("Input spec", self.spec)
         form.addRow("", self.spec_error)
-        self.tabs.addTab(fac_tab, "module:factory")
-
-        self.buttons = QDialogButtonBox(
-            QDialogButtonBox.StandardButton.Open | QDialogButtonBox.StandardButton.Cancel
-        )
-        self.buttons.accepted.connect(self._accept)
-        self.buttons.rejected.connect(self.reject)
-        lay = QVBoxLayout(self)
-        lay.addWidget(self.tabs, 1)
-        lay.addWidget(self.buttons)
-        self.tabs.setCurrentIndex(1)
+        return fac_tab
 
     def _browse(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open model", "", MODEL_FILTER)

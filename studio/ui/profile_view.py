@@ -145,66 +145,9 @@ class ProfileView(QWidget):
         self.top_rows: list = []
         self._sized = False
 
-        self.summary = QLabel("No profile yet. Open a model and press Profile (Ctrl+P).")
-        self.summary.setWordWrap(True)
-        self.profile_btn = QPushButton("Profile")
-        self.profile_btn.setToolTip("Profile the current model in a worker (Ctrl+P)")
-        on_click(self.profile_btn.clicked, self._profile)
-        self.export_btn = QPushButton("Export trace…")
-        self.export_btn.setToolTip("Save the Chrome/Perfetto trace of the last profile")
-        on_click(self.export_btn.clicked, self.export_trace)
-        self.export_btn.setEnabled(False)
-        self.top_n = QSpinBox(minimum=5, maximum=50, value=15)
-        self.top_n.setPrefix("top ")
-        self.top_n.setToolTip("How many layers the chart shows")
-        self.top_n.valueChanged.connect(self._refresh_chart)
-        head = QHBoxLayout()
-        head.addWidget(self.summary, 1)
-        head.addWidget(self.top_n)
-        head.addWidget(self.profile_btn)
-        head.addWidget(self.export_btn)
-
-        # -- chart
-        pg.setConfigOptions(antialias=True)
-        self.plot = pg.PlotWidget()
-        self.plot.setMenuEnabled(False)
-        self.plot.setMouseEnabled(x=False, y=False)
-        self.plot.hideButtons()
-        # Plain "ms": pyqtgraph's SI prefixing would turn 0.3 ms into "300 mms".
-        self.plot.setLabel("bottom", "self time (ms)")
-        self.plot.getAxis("bottom").enableAutoSIPrefix(False)
-        self.plot.showGrid(x=True, y=False, alpha=0.25)
-        self.plot.getViewBox().invertY(True)
-        self.plot.getAxis("left").setWidth(170)
-        # One label per bar: pyqtgraph otherwise drops labels that touch the plot's edge or
-        # fill "too much" of the axis (15 bars came with 10-14 labels).
-        self.plot.getAxis("left").setStyle(
-            hideOverlappingLabels=False, textFillLimits=[(0, 1.0)], autoExpandTextSpace=False
-        )
-        self.plot.setMinimumHeight(160)
-        self.plot.scene().sigMouseClicked.connect(self._on_plot_click)
-        self.bars: pg.BarGraphItem | None = None
-
-        # -- tables
-        self.layers_model = _RowsModel(layer_columns(), self)
-        self.layers, self.layers_proxy = _table(self.layers_model)
-        self.layers.selectionModel().currentRowChanged.connect(self._on_layer_row)
-        self.ops_model = _RowsModel(op_columns(), self)
-        self.ops, self.ops_proxy = _table(self.ops_model)
-        self.ops.selectionModel().currentRowChanged.connect(self._on_op_row)
-        self.filter = QLineEdit(placeholderText="Filter rows")
-        self.filter.setClearButtonEnabled(True)
-        self._filtered_for = state.model_source
-        self.filter.textChanged.connect(self.layers_proxy.setFilterFixedString)
-        self.filter.textChanged.connect(self.ops_proxy.setFilterFixedString)
-        self.tabs = QTabWidget()
-        self.tabs.addTab(self.layers, "Layers")
-        self.tabs.addTab(self.ops, "Operators")
-        bottom = QWidget()
-        bl = QVBoxLayout(bottom)
-        bl.setContentsMargins(0, 0, 0, 0)
-        bl.addWidget(self.filter)
-        bl.addWidget(self.tabs)
+        head = self._make_head()
+        self._make_plot()
+        bottom = self._make_tables()
         # Side by side: the panel usually docks wide and short at the bottom.
         self.empty = QLabel("The chart of the slowest layers appears here after a profile.")
         self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -231,6 +174,73 @@ class ProfileView(QWidget):
             services.jobFailed.connect(self._on_failed)
         self._apply_theme()
         self._on_profile()
+
+    def _make_head(self) -> QHBoxLayout:
+        """The summary line, the top-N spin box, Profile and Export trace."""
+        self.summary = QLabel("No profile yet. Open a model and press Profile (Ctrl+P).")
+        self.summary.setWordWrap(True)
+        self.profile_btn = QPushButton("Profile")
+        self.profile_btn.setToolTip("Profile the current model in a worker (Ctrl+P)")
+        on_click(self.profile_btn.clicked, self._profile)
+        self.export_btn = QPushButton("Export trace…")
+        self.export_btn.setToolTip("Save the Chrome/Perfetto trace of the last profile")
+        on_click(self.export_btn.clicked, self.export_trace)
+        self.export_btn.setEnabled(False)
+        self.top_n = QSpinBox(minimum=5, maximum=50, value=15)
+        self.top_n.setPrefix("top ")
+        self.top_n.setToolTip("How many layers the chart shows")
+        self.top_n.valueChanged.connect(self._refresh_chart)
+        head = QHBoxLayout()
+        head.addWidget(self.summary, 1)
+        head.addWidget(self.top_n)
+        head.addWidget(self.profile_btn)
+        head.addWidget(self.export_btn)
+        return head
+
+    def _make_plot(self) -> None:
+        """The bar chart of the slowest layers' self time."""
+        pg.setConfigOptions(antialias=True)
+        self.plot = pg.PlotWidget()
+        self.plot.setMenuEnabled(False)
+        self.plot.setMouseEnabled(x=False, y=False)
+        self.plot.hideButtons()
+        # Plain "ms": pyqtgraph's SI prefixing would turn 0.3 ms into "300 mms".
+        self.plot.setLabel("bottom", "self time (ms)")
+        self.plot.getAxis("bottom").enableAutoSIPrefix(False)
+        self.plot.showGrid(x=True, y=False, alpha=0.25)
+        self.plot.getViewBox().invertY(True)
+        self.plot.getAxis("left").setWidth(170)
+        # One label per bar: pyqtgraph otherwise drops labels that touch the plot's edge or
+        # fill "too much" of the axis (15 bars came with 10-14 labels).
+        self.plot.getAxis("left").setStyle(
+            hideOverlappingLabels=False, textFillLimits=[(0, 1.0)], autoExpandTextSpace=False
+        )
+        self.plot.setMinimumHeight(160)
+        self.plot.scene().sigMouseClicked.connect(self._on_plot_click)
+        self.bars: pg.BarGraphItem | None = None
+
+    def _make_tables(self) -> QWidget:
+        """The layers' and operators' tables under one filter."""
+        self.layers_model = _RowsModel(layer_columns(), self)
+        self.layers, self.layers_proxy = _table(self.layers_model)
+        self.layers.selectionModel().currentRowChanged.connect(self._on_layer_row)
+        self.ops_model = _RowsModel(op_columns(), self)
+        self.ops, self.ops_proxy = _table(self.ops_model)
+        self.ops.selectionModel().currentRowChanged.connect(self._on_op_row)
+        self.filter = QLineEdit(placeholderText="Filter rows")
+        self.filter.setClearButtonEnabled(True)
+        self._filtered_for = self.state.model_source
+        self.filter.textChanged.connect(self.layers_proxy.setFilterFixedString)
+        self.filter.textChanged.connect(self.ops_proxy.setFilterFixedString)
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self.layers, "Layers")
+        self.tabs.addTab(self.ops, "Operators")
+        bottom = QWidget()
+        bl = QVBoxLayout(bottom)
+        bl.setContentsMargins(0, 0, 0, 0)
+        bl.addWidget(self.filter)
+        bl.addWidget(self.tabs)
+        return bottom
 
     # -- theme ----------------------------------------------------------------------------
     def _apply_theme(self) -> None:

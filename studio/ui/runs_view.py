@@ -126,40 +126,12 @@ class RunsView(QWidget):
         self.queue.setColumnWidth(4, 150)
         self.queue.currentItemChanged.connect(lambda *_: self._show_selected())
 
-        self.btn_cancel = QPushButton("Cancel")
-        self.btn_rerun = QPushButton("Re-run")
-        self.btn_rerun_skip = QPushButton("Re-run, skipping failing steps")
-        self.btn_rerun_skip.setObjectName("rerunSkip")
-        self.btn_rerun_skip.setToolTip(
-            "the run stopped at a failing step: run the recipe again with on_step_error: skip"
-        )
-        self.btn_folder = QPushButton("Open run folder")
-        on_click(self.btn_cancel.clicked, self.cancel_selected)
-        on_click(self.btn_rerun.clicked, self.rerun_selected)
-        on_click(self.btn_rerun_skip.clicked, self.rerun_skipping)
-        on_click(self.btn_folder.clicked, self.open_folder)
-        buttons = QHBoxLayout()
-        for b in (self.btn_cancel, self.btn_rerun, self.btn_rerun_skip, self.btn_folder):
-            buttons.addWidget(b)
-        buttons.addStretch(1)
+        buttons = self._make_buttons()
         self.empty = QLabel(
             "No runs yet. Build a recipe in the Recipe panel and press Run (Ctrl+R)."
         )
         self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
-
-        headers = [*RUN_STEP_HEADERS, *PANEL_HEADERS]  # generation: TTFT, TPOT, tokens/s
-        self.table = QTableWidget(0, len(headers))
-        self.table.setObjectName("stepTable")
-        self.table.setHorizontalHeaderLabels(headers)
-        self.table.verticalHeader().setVisible(False)
-        self.table.horizontalHeader().setSectionResizeMode(
-            RUN_STEP_HEADERS.index("worst metric"), QHeaderView.ResizeMode.Stretch
-        )
-        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-        self.log = QPlainTextEdit()
-        self.log.setObjectName("runLog")
-        self.log.setReadOnly(True)
-        self.log.setMaximumBlockCount(5000)
+        self._make_details()
 
         left = QWidget()
         lv = QVBoxLayout(left)
@@ -188,6 +160,42 @@ class RunsView(QWidget):
         services.runQueued.connect(self._run_queued)
         state.runsDeleted.connect(self.remove_runs)
         self._update_buttons()
+
+    def _make_buttons(self) -> QHBoxLayout:
+        """Cancel, Re-run (also skipping failing steps) and Open run folder."""
+        self.btn_cancel = QPushButton("Cancel")
+        self.btn_rerun = QPushButton("Re-run")
+        self.btn_rerun_skip = QPushButton("Re-run, skipping failing steps")
+        self.btn_rerun_skip.setObjectName("rerunSkip")
+        self.btn_rerun_skip.setToolTip(
+            "the run stopped at a failing step: run the recipe again with on_step_error: skip"
+        )
+        self.btn_folder = QPushButton("Open run folder")
+        on_click(self.btn_cancel.clicked, self.cancel_selected)
+        on_click(self.btn_rerun.clicked, self.rerun_selected)
+        on_click(self.btn_rerun_skip.clicked, self.rerun_skipping)
+        on_click(self.btn_folder.clicked, self.open_folder)
+        buttons = QHBoxLayout()
+        for b in (self.btn_cancel, self.btn_rerun, self.btn_rerun_skip, self.btn_folder):
+            buttons.addWidget(b)
+        buttons.addStretch(1)
+        return buttons
+
+    def _make_details(self) -> None:
+        """The selected run's steps table and its log."""
+        headers = [*RUN_STEP_HEADERS, *PANEL_HEADERS]  # generation: TTFT, TPOT, tokens/s
+        self.table = QTableWidget(0, len(headers))
+        self.table.setObjectName("stepTable")
+        self.table.setHorizontalHeaderLabels(headers)
+        self.table.verticalHeader().setVisible(False)
+        self.table.horizontalHeader().setSectionResizeMode(
+            RUN_STEP_HEADERS.index("worst metric"), QHeaderView.ResizeMode.Stretch
+        )
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.log = QPlainTextEdit()
+        self.log.setObjectName("runLog")
+        self.log.setReadOnly(True)
+        self.log.setMaximumBlockCount(5000)
 
     # -- pool -> view -----------------------------------------------------------------------
     def _entry(self, job_id: str, create: bool = False) -> RunEntry | None:
