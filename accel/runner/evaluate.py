@@ -225,36 +225,65 @@ def evaluate_step(
         write_json(step_dir / "generation.json", generation.parity.to_dict())
     write_json(step_dir / "parity.json", report.to_dict())
     progress(0.92, "timing against the original")
-    if generation is not None:
-        timing = generation.timing
-    elif original_alone is not None:  # too big for both side by side: timed apart
-        timing = measure_apart(original_alone, model, inputs, recipe, device, cancel)
-    else:
-        # The original and this step's model, timed in alternating rounds in this process:
-        # a change of load during the run hits both alike and cancels in the ratio.
-        timing = measure_against(
-            original,
-            model,
-            inputs,
-            recipe,
-            device,
-            progress=lambda f, m: progress(0.92 + 0.06 * f, m),
-            cancel=cancel,
-        )
+    timing = (
+        generation.timing
+        if generation is not None
+        else _time_step(original, model, inputs, recipe, device, progress, cancel, original_alone)
+    )
     metrics = _sizes(model)
     metrics.update(pass_metrics)
     if generation is not None:
         metrics.update(generation.metrics)
     ev = StepEvaluation("succeeded" if report.passed else "gate_failed", metrics, report, timing)
     if data.get("eval") is not None:
-        acc = accuracy(model, data, recipe)
-        metrics["accuracy"] = acc
-        drop = gates.max_accuracy_drop
-        if acc is not None and baseline.accuracy is not None:
-            metrics["accuracy_drop"] = baseline.accuracy - acc
-            if drop is not None and baseline.accuracy - acc > drop:
-                ev.status = "gate_failed"
-                ev.warnings.append(
-                    f"accuracy dropped {baseline.accuracy - acc:.4f} > max_accuracy_drop {drop}"
-                )
+        _gate_accuracy(ev, model, data, recipe, gates.max_accuracy_drop, baseline.accuracy)
     return ev
+
+
+def _time_step(
+    original: Any,
+    model: Any,
+    inputs: dict[str, Any],
+    recipe: Recipe,
+    device: str,
+    progress: Progress,
+    cancel: Callable[[], bool],
+    original_alone: OriginalAlone | None,
+) -> Any:
+    """The step's model timed against the original: apart when the original was timed
+    alone (too big for both side by side), else in alternating rounds."""
+    if original_alone is not None:
+        return measure_apart(original_alone, model, inputs, recipe, device, cancel)
+    # The original and this step's model, timed in alternating rounds in this process:
+    # a change of load during the run hits both alike and cancels in the ratio.
+    return measure_against(
+        original,
+        model,
+        inputs,
+        recipe,
+        device,
+        progress=lambda f, m: progress(0.92 + 0.06 * f, m),
+        cancel=cancel,
+    )
+
+
+def _gate_accuracy(
+    ev: StepEvaluation,
+    model: Any,
+    data: dict[str, Any],
+    recipe: Recipe,
+    drop: float | None,
+    baseline_accuracy: float | None,
+) -> None:
+    """Accuracy on the eval data into ``ev.metrics``; a drop past ``drop`` (the gate's
+    max_accuracy_drop) fails the step's gate."""
+    metrics = ev.metrics
+    acc = accuracy(model, data, recipe)
+    metrics["accuracy"] = acc
+    if acc is not None and baseline_accuracy is not None:
+        metrics["accuracy_drop"] = baseline_accuracy - acc
+        if drop is not None and baseline_accuracy - acc > drop:
+            ev.status = "gate_failed"
+            ev.warnings.append(
+                f"accuracy dropped {baseline_accuracy - acc:.4f} > max_accuracy_drop {drop}"
+            )
