@@ -221,20 +221,11 @@ def optimize(
 
     priors = _priors(repo)
 
-    def trial_done(t: TrialRecord) -> None:
-        if repo is not None and t.status != "running" and t.run_id:
-            try:
-                repo.add_search_trial(search_id, t.run_id)
-            except Exception:  # a store problem must not stop the search
-                log.exception("could not attach run %s to search %s", t.run_id, search_id)
-        if on_trial is not None:
-            on_trial(t)
-
     try:
         result = run_search(
             config,
             executor,
-            on_trial=trial_done,
+            on_trial=_trial_recorder(repo, search_id, on_trial),
             cancel=cancel,
             model_info=model_info,
             priors=priors,
@@ -250,6 +241,25 @@ def optimize(
         repo.finish_search(search_id, result.status, _summary(result))
     files = write_outputs(result, out, search_id=search_id, where=where, script=script)
     return OptimizeOutcome(search_id, result, files, where)
+
+
+def _trial_recorder(
+    repo: Store | None, search_id: str, on_trial: Callable[[TrialRecord], None] | None
+) -> Callable[[TrialRecord], None]:
+    """What run_search calls with each trial: a finished trial's run is attached to the
+    search in the store (a store problem is logged, never stops the search), then
+    ``on_trial``."""
+
+    def trial_done(t: TrialRecord) -> None:
+        if repo is not None and t.status != "running" and t.run_id:
+            try:
+                repo.add_search_trial(search_id, t.run_id)
+            except Exception:  # a store problem must not stop the search
+                log.exception("could not attach run %s to search %s", t.run_id, search_id)
+        if on_trial is not None:
+            on_trial(t)
+
+    return trial_done
 
 
 def _record_start(repo: Store, config: SearchConfig, search_id: str, where: str, out: Path) -> None:
