@@ -32,10 +32,6 @@ EXCEPTIONS: dict[str, str] = {
 
 # "path::qualified name": lines when recorded. Shrink only.
 PENDING: dict[str, int] = {
-    # The timing engine (issue 30, part 2: accel/timing/, the runner's and the script's
-    # timing, the history tables) and generation's history columns (issue 31): split there.
-    # The search (issue 33) rewrites these.
-    "studio/commands/optimize.py::register": 66,
     # Generation (issue 31) changes the OpenVINO pass.
     "accel/passes/openvino.py::QuantizeOpenVinoPass.apply": 70,
 }

@@ -29,6 +29,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_goal_arguments(p)
+    add_optimize_arguments(p)
+    _add_budget_arguments(p)
+    p.set_defaults(func=run)
+
+
+def _add_goal_arguments(p: argparse.ArgumentParser) -> None:
+    """The model, the device, the parity and accuracy budgets, the data and the objective."""
     p.add_argument("model", help="model source: zoo:NAME, file.onnx, pkg.mod:factory, ...")
     p.add_argument(
         "--input", dest="input_spec", help="input spec, e.g. 'x:float32[batch,3,224,224]'"
@@ -58,7 +66,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="latency/throughput/size of a forward call, or for decoder LMs generating: "
         "tokens_per_s or ttft (time to first token), gated on teacher-forced logits cosine",
     )
-    add_optimize_arguments(p)
+
+
+def _add_budget_arguments(p: argparse.ArgumentParser) -> None:
+    """The time and trial budget, the passes searched, where trials run and the outputs."""
     p.add_argument("--budget", default="15m", help="wall-time budget: 90s, 15m, 1h (default 15m)")
     p.add_argument("--trials", type=int, default=None, help="stop after N trials")
     p.add_argument(
@@ -98,7 +109,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--script", action="store_true", help="also export the best recipe as OUT/best.py"
     )
     p.add_argument("--trust-pickle", action="store_true", help="allow full unpickling of .pt files")
-    p.set_defaults(func=run)
 
 
 def parse_duration(text: str) -> float:

@@ -17,8 +17,6 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QSplitter,
-    QTableWidget,
-    QTableWidgetItem,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
@@ -36,29 +34,16 @@ from accel.events import (
 )
 from accel.timing.result import StepTiming
 from studio.fmt import is_noisy
-from studio.generation_columns import PANEL_HEADERS, has_generation, interval_text, panel_cells
-from studio.report import worst_metric
+from studio.generation_columns import has_generation, interval_text
 from studio.tables import (
-    RUN_STEP_HEADERS,
-    SPEEDUP_HEADER,
-    event_parity_passed,
     p50_cell,
     ref_cell,
-    run_step_cells,
     speedup_cell,
-    step_verdict,
-    timing_note,
 )
 from studio.ui.availability import set_available
+from studio.ui.run_steps import color_brush, fill_step_table, make_step_table, noise_reason, verdict
 from studio.ui.slots import on_click
 from studio.usecases import typed_event
-
-# Columns of the step table (studio.tables.RUN_STEP_HEADERS) that get a colour or alignment.
-PARITY_COL = RUN_STEP_HEADERS.index("parity")
-SPEEDUP_COL = RUN_STEP_HEADERS.index(SPEEDUP_HEADER)
-NUMBER_COLS = {
-    i for i, h in enumerate(RUN_STEP_HEADERS) if h not in ("#", "step", "parity", "worst metric")
-}
 
 STATUS_COLOR = {
     "succeeded": "#2e9d4a",
@@ -183,15 +168,7 @@ class RunsView(QWidget):
 
     def _make_details(self) -> None:
         """The selected run's steps table and its log."""
-        headers = [*RUN_STEP_HEADERS, *PANEL_HEADERS]  # generation: TTFT, TPOT, tokens/s
-        self.table = QTableWidget(0, len(headers))
-        self.table.setObjectName("stepTable")
-        self.table.setHorizontalHeaderLabels(headers)
-        self.table.verticalHeader().setVisible(False)
-        self.table.horizontalHeader().setSectionResizeMode(
-            RUN_STEP_HEADERS.index("worst metric"), QHeaderView.ResizeMode.Stretch
-        )
-        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.table = make_step_table()
         self.log = QPlainTextEdit()
         self.log.setObjectName("runLog")
         self.log.setReadOnly(True)
@@ -324,7 +301,7 @@ class RunsView(QWidget):
         item.setText(1, e.name)
         item.setText(2, e.model)
         item.setText(3, e.status)
-        item.setForeground(3, _color(STATUS_COLOR.get(e.status, "#888888")))
+        item.setForeground(3, color_brush(STATUS_COLOR.get(e.status, "#888888")))
         total = max(e.total, 1)
         frac = 1.0 if e.status == "succeeded" else min(1.0, (e.done + e.step_fraction) / total)
         if e.job_bar is not None:
@@ -360,63 +337,7 @@ class RunsView(QWidget):
         self._update_buttons()
 
     def _fill_table(self, e: RunEntry | None) -> None:
-        rows: list[list[Any]] = []  # cell text, or (text, tooltip) for generation cells
-        noisy: dict[int, str] = {}  # row -> why its speedup is not to be relied on
-        if e is not None:
-            b = e.baseline
-            if b or e.baseline_timing is not None:
-                rows.append(
-                    run_step_cells(
-                        0,
-                        "original",
-                        e.baseline_timing,
-                        b.get("size_bytes"),
-                        "reference",
-                        "",
-                        b.get("accuracy"),
-                    )
-                    + panel_cells(b)
-                )
-            for ev in e.steps:
-                m = ev.metrics or {}
-                if is_noisy(ev.timing):
-                    noisy[len(rows)] = _noise_reason(ev)
-                rows.append(
-                    run_step_cells(
-                        ev.index + 1,
-                        ev.pass_name,
-                        ev.timing,
-                        m.get("size_bytes"),
-                        _verdict(ev),
-                        worst_metric(ev.parity or {}, ", ") or (ev.error or ""),
-                        m.get("accuracy"),
-                    )
-                    + panel_cells(m)
-                )
-        self.table.setRowCount(len(rows))
-        for r, row in enumerate(rows):
-            for c, cell in enumerate(row):
-                text, tip = cell if isinstance(cell, tuple) else (cell, "")
-                it = QTableWidgetItem(text)
-                if tip:
-                    it.setToolTip(tip)
-                if c == PARITY_COL:
-                    it.setForeground(
-                        _color(
-                            {"pass": "#2e9d4a", "FAIL": "#d03030", "error": "#d03030"}.get(
-                                text, "#888888"
-                            )
-                        )
-                    )
-                if c in NUMBER_COLS or c >= len(RUN_STEP_HEADERS):
-                    it.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-                if c == SPEEDUP_COL and r in noisy:
-                    it.setForeground(_color("#d08020"))
-                    it.setToolTip(f"noisy timing: {noisy[r]}")
-                elif c == SPEEDUP_COL and r > 0:
-                    it.setToolTip("median speedup [95% interval] over alternating rounds")
-                self.table.setItem(r, c, it)
-        self.table.resizeColumnsToContents()
+        fill_step_table(self.table, e)
 
     def _update_buttons(self) -> None:
         e = self._selected()
@@ -478,27 +399,13 @@ class RunsView(QWidget):
             QDesktopServices.openUrl(QUrl.fromLocalFile(e.run_dir))
 
 
-def _color(hex_: str):
-    from PySide6.QtGui import QBrush, QColor
-
-    return QBrush(QColor(hex_))
-
-
-def _noise_reason(ev: StepFinished) -> str:
-    return timing_note(ev.timing) or "timed while the machine was busy"
-
-
-def _verdict(ev: StepFinished) -> str:
-    return step_verdict(ev.status, event_parity_passed(ev.parity), ev.index)
-
-
 def _step_line(ev: StepFinished) -> str:
     """The log line of a finished step: verdict, latency, speedup, noise, error."""
     t = ev.timing
     return (
-        f"step {ev.index + 1} {ev.pass_name}: {_verdict(ev)}, "
+        f"step {ev.index + 1} {ev.pass_name}: {verdict(ev)}, "
         f"p50 {p50_cell(t)} ms (original {ref_cell(t)} ms), speedup {speedup_cell(t)}"
         + (f", {interval_text(ev.metrics or {})}" if has_generation(ev.metrics or {}) else "")
-        + (f" (noisy: {_noise_reason(ev)})" if is_noisy(t) else "")
+        + (f" (noisy: {noise_reason(ev)})" if is_noisy(t) else "")
         + (f" — {ev.error}" if ev.error else "")
     )
