@@ -161,7 +161,7 @@ def profile(job: ProfileJob, emit: Emit, cancel: CancelCheck) -> ProfileResult:
     return result
 
 
-@declare_job(GenerateJob, warm=True)
+@declare_job(GenerateJob)  # not warm: a decoder may be big; its own worker ends with it
 def generate(job: GenerateJob, emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
     """A decoder LM generating alone (``accel.generate``): TTFT, TPOT, tokens/s with
     intervals, weights and KV-cache memory; JSON."""

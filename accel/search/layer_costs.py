@@ -158,7 +158,7 @@ def measure_module_times(
         float_model = _build(model, steps, work / "float", data)
         int8_model = _build(model, [*steps, {"pass": quantizer, "params": {}}], work / "int8", data)
         path_of = None
-        if float_model.kind == "onnx":
+        if float_model.onnx_path is not None:  # an ONNX graph: map its nodes to modules
             import onnx
 
             from accel.passes._onnx_quant_helpers import onnx_module_paths
