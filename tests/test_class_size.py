@@ -9,44 +9,22 @@ classes over the limit that another change is rewriting now; shrink only.
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
+from tests.code_sizes import CLASSES, ROOT, definition_sizes, tree_sizes
+
 LIMIT = 400
-ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("accel", "studio")
 
 # "path::qualified name": lines when recorded. Shrink only.
 PENDING: dict[str, int] = {}
 
 
 def class_sizes(source: str) -> dict[str, int]:
-    """Qualified name -> line count of every class (nested classes too)."""
-    sizes: dict[str, int] = {}
-
-    def visit(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.ClassDef):
-                name = prefix + child.name
-                sizes[name] = child.end_lineno - child.lineno + 1
-                visit(child, name + ".")
-            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                visit(child, prefix + child.name + ".")
-            else:
-                visit(child, prefix)
-
-    visit(ast.parse(source), "")
-    return sizes
+    return definition_sizes(source, CLASSES)
 
 
 def tree_class_sizes(root: Path = ROOT) -> dict[str, int]:
-    sizes: dict[str, int] = {}
-    for package in PACKAGES:
-        for path in sorted((root / package).rglob("*.py")):
-            rel = path.relative_to(root).as_posix()
-            for name, n in class_sizes(path.read_text(encoding="utf-8")).items():
-                sizes[f"{rel}::{name}"] = n
-    return sizes
+    return tree_sizes(CLASSES, root)
 
 
 def test_no_class_over_the_limit():

@@ -15,12 +15,11 @@ function instead.
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
+from tests.code_sizes import FUNCTIONS, PACKAGES, ROOT, definition_sizes, tree_sizes
+
 LIMIT = 60
-ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("accel", "studio")
 
 # "path::qualified name": why it stays longer. At most five.
 EXCEPTIONS: dict[str, str] = {
@@ -38,33 +37,11 @@ PENDING: dict[str, int] = {
 
 
 def function_sizes(source: str) -> dict[str, int]:
-    """Qualified name -> line count of every function (methods and nested ones too)."""
-    sizes: dict[str, int] = {}
-
-    def visit(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                name = prefix + child.name
-                sizes[name] = child.end_lineno - child.lineno + 1
-                visit(child, name + ".")
-            elif isinstance(child, ast.ClassDef):
-                visit(child, prefix + child.name + ".")
-            else:
-                visit(child, prefix)
-
-    visit(ast.parse(source), "")
-    return sizes
+    return definition_sizes(source, FUNCTIONS)
 
 
 def tree_function_sizes(root: Path = ROOT) -> dict[str, int]:
-    """``path::name`` -> lines of every function in accel/ and studio/."""
-    sizes: dict[str, int] = {}
-    for package in PACKAGES:
-        for path in sorted((root / package).rglob("*.py")):
-            rel = path.relative_to(root).as_posix()
-            for name, n in function_sizes(path.read_text(encoding="utf-8")).items():
-                sizes[f"{rel}::{name}"] = n
-    return sizes
+    return tree_sizes(FUNCTIONS, root)
 
 
 def test_no_function_over_the_limit():
