@@ -8,8 +8,9 @@ ratio of the two p50s, so a row cannot contradict itself.
 
 from __future__ import annotations
 
-from accel.generate.timing import GenerationComparison, GenerationFigures, median_interval
+from accel.generate.timing import GenerationComparison, GenerationFigures
 from accel.timing.result import BASELINE, INTERLEAVED, Latency, StepTiming
+from accel.timing.stats import covering, median_interval
 
 NOTE = (
     "generation: ms per generated token over the whole generation (prefill included); "
@@ -39,17 +40,15 @@ def comparison_timing(cmp: GenerationComparison) -> StepTiming:
     """A step generating against the original in alternating rounds."""
     ref, step = token_latency(cmp.reference), token_latency(cmp.candidate)
     iv = cmp.ratio("tokens_per_s")
-    low, high = iv.low, iv.high
     if ref is not None and step is not None and step.p50_ms > 0:
-        ratio = ref.p50_ms / step.p50_ms
-        low, high = min(low, ratio), max(high, ratio)
+        iv = covering(iv, ref.p50_ms / step.p50_ms)  # as every comparison's row does
     return StepTiming(
         INTERLEAVED,
         ref,
         step,
         speedup=iv.value,
-        speedup_low=low,
-        speedup_high=high,
+        speedup_low=iv.low,
+        speedup_high=iv.high,
         rounds=len(cmp.candidate.tokens_per_s),
         noisy=cmp.noisy,
         note=NOTE,

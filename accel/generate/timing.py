@@ -10,15 +10,15 @@ both alike; its ratios come with 95% bootstrap intervals over the paired rounds.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from accel.generate.decoders import Decoder
+from accel.timing.stats import Interval, median_interval
 
 Clock = Callable[[], float]
 NOISY_SPREAD = 0.10  # rounds whose tokens/s vary more than this (relative) are called noisy
-BOOTSTRAP = 1000
 
 
 @dataclass(frozen=True)
@@ -76,29 +76,6 @@ def time_generation(
         times.append(clock())
         out.append(token)
     return GenerationTiming(start, tuple(times), int(prompt.shape[0]), torch.cat(out, dim=1))
-
-
-@dataclass(frozen=True)
-class Interval:
-    value: float
-    low: float
-    high: float
-
-    def to_dict(self) -> dict[str, float]:
-        return {"value": self.value, "low": self.low, "high": self.high}
-
-
-def median_interval(values: Sequence[float], seed: int = 0) -> Interval:
-    """The median with a 95% bootstrap interval (a single value: the interval is that value)."""
-    import numpy as np
-
-    a = np.asarray(values, dtype=float)
-    med = float(np.median(a))
-    if len(a) < 2:
-        return Interval(med, med, med)
-    rng = np.random.default_rng(seed)
-    boot = np.median(rng.choice(a, size=(BOOTSTRAP, len(a)), replace=True), axis=1)
-    return Interval(med, float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5)))
 
 
 @dataclass
