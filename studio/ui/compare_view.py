@@ -109,7 +109,8 @@ class CompareView(QDialog):
                     [parity_verdict(v) for v in verdicts],
                 )
             )
-        rows.sort(key=lambda r: (self._place[r[0].split(".", 1)[0]], r[0]))  # aligned order
+        # aligned order; within a step, as built: ref p50, p50, speedup, then the others
+        rows.sort(key=lambda r: self._place[r[0].split(".", 1)[0]])
         t = QTableWidget(len(rows), len(self.details))
         t.setObjectName("compareTable")
         t.setHorizontalHeaderLabels([d.run.id[:8] for d in self.details])
