@@ -4,8 +4,10 @@ a live line per step and a summary table. Ctrl-C cancels the run (recorded as ca
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +140,20 @@ def _print_update(printer: Any, u: Any) -> None:
     if u.what == "event":
         printer.on_event(u.data)
     elif u.what == "log" and u.data.get("level") in ("warning", "error", "critical"):
-        print(f"{u.data['level']}: {u.data['message']}", file=sys.stderr, flush=True)
+        worker_log(u.data)
+
+
+def worker_log(data: Mapping[str, Any]) -> None:
+    """A worker's warning: the studio's own on stderr; another library's (torchao's kernels
+    that did not load, a deprecation) through this process's logging, so it lands in the
+    log file and on the terminal only with -v, as the CLI's own foreign warnings do."""
+    from studio.logs import is_own
+
+    level, logger, message = data["level"], str(data.get("logger") or ""), data["message"]
+    if is_own(logger) or not logger:
+        print(f"{level}: {message}", file=sys.stderr, flush=True)
+    else:
+        logging.getLogger(logger).log(getattr(logging, level.upper(), logging.WARNING), message)
 
 
 def _wait(handle: Any, pool: Any) -> Any:
