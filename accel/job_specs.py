@@ -248,11 +248,18 @@ class RunRecipeJob(JobParams):
     recipe: dict[str, Any] | str = Field(description="the recipe (dict) or its file path")
     model: str | None = Field(None, description="a model source overriding the recipe's")
     out: str | None = Field(None, description="the run folder")
+    generate: dict[str, int] | None = Field(
+        None,
+        description="a generation recipe's prompt_tokens / new_tokens for this run (a "
+        "prompt-length sweep); nothing else of the recipe can be set",
+    )
     trust_pickle: bool = False
     trust_recipe_code: bool = False
 
     def to_params(self) -> dict[str, Any]:
         d = super().to_params()
+        if d.get("generate") is None:
+            d.pop("generate", None)
         for key in ("trust_pickle", "trust_recipe_code"):  # only an opt-in is sent
             if not d.get(key):
                 d.pop(key, None)

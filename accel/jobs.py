@@ -76,13 +76,18 @@ def _progress(emit: Emit) -> Callable[[float, str], None]:
 @declare_job(RunRecipeJob, records_run=True, folders=JobFolders(recipe=True))
 def run_recipe_job(job: RunRecipeJob, emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
     """Run a recipe (``recipe`` dict or file path, optional ``model`` source overriding the
-    recipe's, ``device``, ``out`` run folder, the caller's opt-ins ``trust_pickle`` and
+    recipe's, ``generate`` prompt/new tokens overriding a generation recipe's, ``device``, ``out`` run folder, the caller's opt-ins ``trust_pickle`` and
     ``trust_recipe_code``, never taken from the recipe). Returns the run's JSON summary."""
     from accel.runner import run_recipe
 
     recipe: Any = job.recipe
     if isinstance(recipe, str):
         recipe = Path(recipe)
+    if job.generate:  # one length of a prompt-length sweep
+        from accel.generate.settings import with_generate_settings
+        from accel.recipe import load_recipe
+
+        recipe = with_generate_settings(load_recipe(recipe), job.generate)
 
     def on_event(event: Any) -> None:
         emit(to_json(event))

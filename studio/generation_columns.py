@@ -150,13 +150,15 @@ def compare_cells(
     rows: Mapping[tuple[int, str, str], list[Any]], index: int, pass_name: str, metric: str
 ) -> list[str] | None:
     """``studio compare``'s cells of one generation metric row (the value with its interval
-    per run); [] for the rows shown inside another (``_low``/``_high``); None: not ours."""
-    keys = {key for key, *_ in FIGURES}
-    if metric.removesuffix("_low").removesuffix("_high") in keys and metric not in keys:
+    per run; the step's own figures and the original's measured beside it, ``baseline_``);
+    [] for the rows shown inside another (``_low``/``_high``); None: not ours."""
+    digits_of = {key: d for key, _l, _u, d in FIGURES}
+    digits_of.update({"baseline_" + key: d for key, d in list(digits_of.items())})
+    if metric.removesuffix("_low").removesuffix("_high") in digits_of and metric not in digits_of:
         return []
-    if metric not in keys:
+    if metric not in digits_of:
         return None
-    digits = next(d for key, _l, _u, d in FIGURES if key == metric)
+    digits = digits_of[metric]
     values = rows[(index, pass_name, metric)]
     out = []
     for i in range(len(values)):
@@ -167,3 +169,16 @@ def compare_cells(
         }
         out.append(with_interval(m, metric, digits))
     return out
+
+
+def sweep_settings(recipe: Mapping[str, Any] | None) -> tuple[int, int] | None:
+    """(prompt tokens, new tokens) of a stored generation run's recipe; None otherwise."""
+    from accel.generate.settings import DEFAULT_NEW_TOKENS, DEFAULT_PROMPT_TOKENS
+
+    bench = (recipe or {}).get("benchmark") or {}
+    if bench.get("workload") != "generate":
+        return None
+    return (
+        int(bench.get("prompt_tokens") or DEFAULT_PROMPT_TOKENS),
+        int(bench.get("new_tokens") or DEFAULT_NEW_TOKENS),
+    )
