@@ -84,3 +84,15 @@ def sweep_series(details: Iterable[Any]) -> list[SweepSeries]:
     for s in out:
         s.points.sort(key=lambda p: p.prompt_tokens)
     return out
+
+
+def short_labels(series: list[SweepSeries]) -> tuple[list[str], str]:
+    """Each series' label without the parts all of them share (those come back as one line:
+    "hf:llama_small · 16 new"); the model form (last part) always stays."""
+    parts = [s.label.split(" · ") for s in series]
+    if not parts:
+        return [], ""
+    width = min(len(p) for p in parts)
+    shared = {i for i in range(width - 1) if len({p[i] for p in parts}) == 1}
+    labels = [" · ".join(x for i, x in enumerate(p) if i not in shared) for p in parts]
+    return labels, " · ".join(parts[0][i] for i in sorted(shared))

@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
 
-from studio.generation_sweep import CHARTS, SweepSeries, sweep_series
+from studio.generation_sweep import CHARTS, SweepSeries, short_labels, sweep_series
 from studio.ui import plot_theme
 
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
@@ -41,16 +41,25 @@ class GenerationCharts(QWidget):
             w.showGrid(x=True, y=True, alpha=0.25)
             w.setLabel("bottom", "prompt tokens")
             w.setLabel("left", title)
-            w.setMinimumHeight(160)
+            w.setMinimumSize(220, 120)
             self.plots[key] = w
-            row.addWidget(w, 1)
+            row.addWidget(w, 3)
+        # One legend for both charts, beside them (a short dock keeps the charts' height).
+        self.legend = QLabel()
+        self.legend.setObjectName("generationLegend")
+        self.legend.setWordWrap(True)
+        self.legend.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        scroll = QScrollArea()
+        scroll.setWidget(self.legend)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setMinimumWidth(180)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        row.addWidget(scroll, 1)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(2, 2, 2, 2)
         lay.addWidget(self.note)
         lay.addLayout(row, 1)
-        self.legend = QLabel()  # one legend for both charts, under them
-        self.legend.setObjectName("generationLegend")
-        lay.addWidget(self.legend)
         self._apply_theme()
 
     def changeEvent(self, event) -> None:  # noqa: N802 - Qt API
@@ -79,12 +88,15 @@ class GenerationCharts(QWidget):
             )
         for key, w in self.plots.items():
             self._draw(w, key)
+        labels, shared = short_labels(self.series)
+        head = f"<b>{html.escape(shared)}</b><br><br>" if shared else ""
         self.legend.setText(
-            "<br>".join(
+            head
+            + "<br>".join(
                 f"<span style='color:{COLORS[i % len(COLORS)]}'>"
                 f"{'╌╌╌' if s.label.endswith('· original') else '━━━'}</span> "
-                f"{html.escape(s.label)}"
-                for i, s in enumerate(self.series)
+                f"{_breakable(label)}"
+                for i, (s, label) in enumerate(zip(self.series, labels, strict=True))
             )
         )
 
@@ -92,22 +104,27 @@ class GenerationCharts(QWidget):
         w.clear()
         xs = sorted({x for s in self.series for x in s.xs()})
         log_x = len(xs) > 1 and xs[-1] / max(xs[0], 1) >= 8  # 32, 128, 512: even steps
-        w.setLogMode(x=log_x, y=False)
+        ys = [y for s in self.series for y in s.ys(key) if y is not None and y > 0]
+        log_y = bool(ys) and max(ys) / min(ys) >= 30  # series of very different speeds
+        w.setLogMode(x=log_x, y=log_y)
         for i, s in enumerate(self.series):
-            self._draw_series(w, s, key, COLORS[i % len(COLORS)], log_x)
+            self._draw_series(w, s, key, COLORS[i % len(COLORS)], (log_x, log_y))
         w.enableAutoRange()
 
-    def _draw_series(self, w: pg.PlotWidget, s: SweepSeries, key: str, color: str, log_x: bool):
-        pts = [p for p in s.points if p.value(key) is not None]
+    def _draw_series(self, w: pg.PlotWidget, s: SweepSeries, key: str, color: str, logs: tuple):
+        """A series' line (pyqtgraph maps it to log axes itself), its hover points and
+        interval whiskers (placed in the axes' own, maybe log, coordinates)."""
+        pts = [p for p in s.points if (p.value(key) or 0) > 0]
         if not pts:
             return
-        x_of = (lambda x: math.log10(x)) if log_x else float
+        x_of, y_of = ((lambda v: math.log10(v)) if log else float for log in logs)
         xs = [x_of(p.prompt_tokens) for p in pts]
-        ys = [p.value(key) for p in pts]
+        raw = [p.value(key) for p in pts]
+        ys = [y_of(y) for y in raw]
         style = {"style": Qt.PenStyle.DashLine} if s.label.endswith("· original") else {}
         w.plot(
             [p.prompt_tokens for p in pts],
-            ys,
+            raw,
             pen=pg.mkPen(color, width=2, **style),
             symbol="o",
             symbolBrush=color,
@@ -130,13 +147,22 @@ class GenerationCharts(QWidget):
         )
         intervals = [p.interval(key) for p in pts]
         if any(intervals):
-            tops = [(iv[1] - y) if iv else 0.0 for iv, y in zip(intervals, ys, strict=True)]
-            bottoms = [(y - iv[0]) if iv else 0.0 for iv, y in zip(intervals, ys, strict=True)]
+            iv_ = [(y_of(max(iv[0], 1e-9)), y_of(iv[1])) if iv else None for iv in intervals]
+            tops = [(iv[1] - y) if iv else 0.0 for iv, y in zip(iv_, ys, strict=True)]
+            bottoms = [(y - iv[0]) if iv else 0.0 for iv, y in zip(iv_, ys, strict=True)]
             bars = pg.ErrorBarItem(
                 x=np.array(xs), y=np.array(ys), top=np.array(tops), bottom=np.array(bottoms),
                 beam=0.0, pen=pg.mkPen(color, width=1),
             )  # fmt: skip
             w.addItem(bars)
+
+
+def _breakable(text: str) -> str:
+    """HTML of ``text`` that may wrap inside long names (a model file path, a factory)."""
+    out = html.escape(text)
+    for ch in ("/", ":", ".", "_"):
+        out = out.replace(ch, ch + "\u200b")
+    return out
 
 
 def _tip(p: Any, key: str) -> str:

@@ -7,7 +7,7 @@ import pyqtgraph as pg
 import pytest
 from PySide6.QtWidgets import QLabel, QTabWidget
 
-from studio.generation_sweep import sweep_series
+from studio.generation_sweep import short_labels, sweep_series
 from studio.store import Repository
 
 
@@ -94,6 +94,8 @@ def test_runs_of_other_settings_or_failed_runs_make_no_points(sweep, tmp_path):
     assert labels["gen · hf:llama_small · 64 new · original"] == [32]
     assert labels["defaults · hf:llama_small · 16 new · original"] == [128]
     assert len(labels) == 6
+    short, shared = short_labels(sweep_series(details))
+    assert shared == "hf:llama_small" and "gen · 64 new · original" in short
 
 
 def _plotted(chart, key: str) -> list[tuple[list[float], list[float]]]:
@@ -119,8 +121,10 @@ def test_compare_has_the_prompt_length_tab_for_generation_runs(qtbot, sweep):
     assert ([32.0, 128.0, 512.0], [292.0, 268.0, 172.0]) in lines
     assert ([32.0, 128.0, 512.0], [96.0, 84.0, 36.0]) in lines  # the original's
     assert chart.plots["tokens_per_s"].getPlotItem().ctrl.logXCheck.isChecked()  # 32..512
-    legend = chart.findChild(QLabel, "generationLegend").text()
+    legend = chart.findChild(QLabel, "generationLegend").text().replace("\u200b", "")
     assert "2 static_kv_cache" in legend and "original" in legend
+    assert legend.count("hf:llama_small") == 1  # what all series share: said once, on top
+    assert legend.startswith("<b>gen · hf:llama_small · 16 new</b>")
 
 
 def test_compare_of_forward_runs_has_no_generation_tab(qtbot, tmp_path):
