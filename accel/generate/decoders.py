@@ -3,6 +3,8 @@
 ``CacheDecoder`` drives a Hugging Face causal LM through its KV cache (a DynamicCache, or a
 StaticCache of the whole generation's length when the module's generation config says
 ``cache_implementation: static``, which is what a compiled decode step wants: fixed shapes).
+A runtime that keeps the cache itself gives its own decoder (``Runtime.lm_decoder``: a
+stateful OpenVINO LM's prefill resets the request's state, each step feeds one token).
 ``RecomputeDecoder`` runs any other loaded model (an ONNX or OpenVINO export, a TorchScript
 module) on the whole sequence for every token: no KV cache, so each step costs a prefill; it
 is what such a model does, and its figures say so (``kv_cache`` is ``none``).
@@ -19,7 +21,7 @@ from accel.generate.settings import GenerateError, lm_config
 class Decoder(Protocol):
     """One generation at a time: prefill returns the last position's logits [batch, vocab]."""
 
-    kv_cache: str  # "dynamic", "static" or "none"
+    kv_cache: str  # "dynamic", "static", "stateful" (held by the runtime) or "none"
 
     def prefill(self, ids: Any) -> Any: ...
 
@@ -174,7 +176,14 @@ class RecomputeDecoder:
 
 
 def decoder_for(model: Any, max_len: int) -> Decoder:
-    """The decoder of a loaded model: its KV cache when it has one, else recompute."""
+    """The decoder of a loaded model: its KV cache when it has one (a torch LM's cache
+    object, or the runtime's own state: a stateful OpenVINO LM), else recompute."""
+    from accel.models.runtime import runtime_of
+
+    if getattr(model, "kind", None) is not None:
+        held = runtime_of(model).lm_decoder(model, max_len)
+        if held is not None:
+            return held
     module = getattr(model, "module", None)
     if module is not None and lm_config(module) is not None:
         if cache_argument(_forward_params(module)) is not None:

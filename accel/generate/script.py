@@ -15,8 +15,9 @@ def _lm(m):
 
 
 class Decoder:
-    """Greedy generation of a state: a Hugging Face LM through its KV cache, any other model
-    by recomputing the whole sequence for every token (no KV cache)."""
+    """Greedy generation of a state: a Hugging Face LM through its KV cache, a stateful
+    OpenVINO LM through its request's state, any other model by recomputing the whole
+    sequence for every token (no KV cache)."""
 
     def __init__(self, state, max_len):
         import inspect
@@ -31,6 +32,10 @@ class Decoder:
         self.keep = "logits_to_keep" in params
         self.static = self.arg is not None and getattr(
             _lm(m).generation_config, "cache_implementation", None) == "static"
+        # A stateful OpenVINO LM keeps its KV cache in the infer request's state.
+        c = state["compiled"] if state["request"] is not None else None
+        self.ov_names = {n for p in c.inputs for n in p.get_names()} if c is not None else set()
+        self.stateful = "beam_idx" in self.ov_names
 
     def _cached(self, ids):
         from transformers import DynamicCache, StaticCache
@@ -45,13 +50,30 @@ class Decoder:
         self.pos = 0
         return self.step(ids)
 
+    def _ov_step(self, ids):
+        x = ids.detach().cpu().numpy()
+        b, n = x.shape
+        feed = {"input_ids": x, "attention_mask": np.ones((b, self.pos + n), dtype=np.int64),
+                "beam_idx": np.arange(b, dtype=np.int32)}
+        if "position_ids" in self.ov_names:
+            feed["position_ids"] = np.tile(np.arange(self.pos, self.pos + n, dtype=np.int64), (b, 1))
+        logits = self.state["request"].infer(feed)["logits"]
+        self.pos += n
+        return torch.from_numpy(np.array(logits[:, -1, :], dtype=np.float32))
+
     def prefill(self, ids):
+        if self.stateful:
+            self.state["request"].reset_state()
+            self.pos = 0
+            return self._ov_step(ids)
         if self.arg is None:
             self.ids = ids
             return self._recompute()
         return self._cached(ids)
 
     def step(self, ids):
+        if self.stateful:
+            return self._ov_step(ids)
         if self.arg is None:
             self.ids = torch.cat([self.ids, ids], dim=1)
             return self._recompute()

@@ -183,6 +183,7 @@ class Runtime(Protocol[ModelT]):
     def native_timing_target(
         self, obj: Any, inputs: Any, device: str, threads: int | None
     ) -> TimingTarget | None: ...
+    def lm_decoder(self, model: ModelT, max_len: int) -> Any: ...
 
     # insight
     def profile(

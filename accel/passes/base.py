@@ -269,6 +269,9 @@ class Pass:
     output_kind: ClassVar[str | None] = None
     # How the recipe search may use the pass; None: never part of a searched chain.
     search: ClassVar[SearchSpec | None] = None
+    # A pass with an output_kind whose model still decodes through a KV cache (a stateful
+    # OpenVINO LM): generation objectives search it (accel.search.generation).
+    keeps_kv_cache: ClassVar[bool] = False
 
     def apply(self, model: LoadedModel, config: PassConfig, ctx: PassContext) -> LoadedModel:
         raise NotImplementedError

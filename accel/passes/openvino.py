@@ -8,11 +8,9 @@ the compiled model (see accel/runtimes/openvino/).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
@@ -20,7 +18,12 @@ from pydantic import Field
 from accel.errors import PassError
 from accel.layer_patterns import PATTERN_HELP
 from accel.models.calls import bind_dynamic_shapes, bind_inputs
-from accel.passes._openvino_helpers import finish_ov_step
+from accel.passes._openvino_helpers import (
+    OV_PRECISION_HELPER,
+    compile_options,
+    finish_ov_step,
+    root_logging_kept,
+)
 from accel.passes.base import (
     KEEP_FLOAT,
     STAGE_LOWER,
@@ -75,22 +78,6 @@ def _spec_shapes(model: LoadedModel) -> list[tuple[str, list[int]]]:
 _OP_RE = re.compile(r"(aten::[A-Za-z0-9_.]+|prim::[A-Za-z0-9_]+|[A-Za-z]+Op\b)")
 
 
-@contextlib.contextmanager
-def _root_logging_kept() -> Iterator[None]:
-    """Undo changes to the root logger: when a conversion fails, OpenVINO's torch frontend
-    sets the root level to ERROR and adds a stderr handler, silencing every later warning
-    of the process (the studio's included)."""
-    root = logging.getLogger()
-    level, handlers = root.level, list(root.handlers)
-    try:
-        yield
-    finally:
-        root.setLevel(level)
-        for h in list(root.handlers):
-            if h not in handlers:
-                root.removeHandler(h)
-
-
 def _export_keyword_call(model: LoadedModel, module: Any, ctx: PassContext) -> Any:
     """torch.export of a forward that takes keyword-only inputs, the spec's symbolic dims
     dynamic (OpenVINO converts ExportedPrograms with the keyword structure kept)."""
@@ -113,7 +100,7 @@ def _export_keyword_call(model: LoadedModel, module: Any, ctx: PassContext) -> A
 
 def convert_to_ov(model: LoadedModel, ctx: PassContext) -> Any:
     """``ov.Model`` of a torch module (traced on the recipe's inputs) or an ONNX file."""
-    with _root_logging_kept():
+    with root_logging_kept():
         return _convert(model, ctx)
 
 
@@ -163,47 +150,6 @@ def _convert(model: LoadedModel, ctx: PassContext) -> Any:
         ) from None
 
 
-def _auto_precision(device: str, ctx: PassContext) -> str:
-    """precision: auto on ``device``: bf16 where the CPU's flags show bf16 matrix kernels and
-    OpenVINO reports BF16 for the device, else f32; the choice and why go in the details."""
-    from accel.hardware import cpu_features, default_openvino_precision
-    from accel.runtimes.openvino.ir import bf16_supported
-
-    features = cpu_features()
-    chosen = "f32"
-    if device in ("CPU", "AUTO") and default_openvino_precision(features) == "bf16":
-        chosen = "bf16" if bf16_supported("CPU") else "f32"
-    ctx.details["precision_auto"] = f"{chosen} ({features.summary()})"
-    return chosen
-
-
-def _options(config: OpenVinoConfig, ctx: PassContext) -> dict[str, Any]:
-    from accel.runtimes.openvino.ir import bf16_supported
-
-    precision = config.precision
-    if precision == "auto":
-        precision = _auto_precision(config.device, ctx)
-    elif precision == "bf16" and config.device == "CPU" and not bf16_supported("CPU"):
-        ctx.warn(
-            "bf16 asked for, but this CPU has no bf16 support (AVX-512 BF16 / AMX): "
-            "the precision hint fell back to f32"
-        )
-        precision = "f32"
-    threads = None
-    if ctx.recipe is not None:
-        threads = getattr(getattr(ctx.recipe, "benchmark", None), "threads", None)
-    opts: dict[str, Any] = {
-        "device": config.device,
-        "precision": precision,
-        "performance_hint": config.performance_hint,
-    }
-    if threads:
-        opts["threads"] = int(threads)
-    if config.streams:
-        opts["streams"] = int(config.streams)
-    return opts
-
-
 @register_pass
 class OpenVinoPass(Pass):
     name = "openvino"
@@ -221,7 +167,9 @@ class OpenVinoPass(Pass):
     )
 
     def apply(self, model: LoadedModel, config: OpenVinoConfig, ctx: PassContext) -> LoadedModel:
-        options = _options(config, ctx)
+        options = compile_options(
+            config.device, config.precision, config.performance_hint, config.streams, ctx
+        )
         ctx.progress(0.1, "converting to OpenVINO")
         if model.runtime_file is not None:  # already OpenVINO: recompile with new hints
             from accel.runtimes.openvino.ir import read_ir
@@ -259,20 +207,8 @@ class OpenVinoPass(Pass):
                 ]
             ),
             imports=["import openvino as ov"],
-            helpers=[_BF16_HELPER],
+            helpers=[OV_PRECISION_HELPER],
         )
-
-
-_BF16_HELPER = '''
-def ov_precision(wanted, device="CPU"):
-    """The precision hint to use: bf16 only where the CPU supports it (as the studio does);
-    auto: bf16 where the CPU has bf16 matrix kernels (AMX, AVX-512 BF16), else f32."""
-    if wanted == "auto":
-        cpu_caps = ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
-        return "bf16" if device in ("CPU", "AUTO") and "BF16" in cpu_caps else "f32"
-    caps = ov.Core().get_property(device, "OPTIMIZATION_CAPABILITIES")
-    return "f32" if wanted == "bf16" and "BF16" not in caps else wanted
-'''
 
 
 def _compile_lines(config: Any) -> list[str]:

@@ -207,6 +207,11 @@ class RuntimeBase:
         output is not comparable). Empty when the runtime exposes no intermediate values."""
         return {}, set()
 
+    def lm_decoder(self, model: LoadedModel, max_len: int) -> Any:
+        """A decoder (accel.generate's Decoder protocol) that keeps the KV cache inside the
+        runtime, for a model exported with one (a stateful OpenVINO LM); None otherwise."""
+        return None
+
     def layer_notes(self, model: Any) -> list[str]:
         """Why per-layer parity sees less of ``model`` than its layers (phrases that follow
         "the original model" / "the optimized model"); empty when it sees them all."""

@@ -1,8 +1,9 @@
 """The search's generation objectives (``tokens_per_s``, ``ttft``): what a trial gates on
 (teacher-forced logits cosine against the original's continuation, accel.generate) and what
 it times (both models generating in alternating rounds). Passes that leave torch are not
-searched for these objectives: their models run here without a KV cache (no stateful
-export), recomputing the whole sequence for every token."""
+searched for these objectives (their models run here without a KV cache, recomputing the
+whole sequence for every token), except those that keep one (``Pass.keeps_kv_cache``: the
+stateful OpenVINO export, whose cache lives in the infer request)."""
 
 from __future__ import annotations
 
@@ -22,12 +23,16 @@ NO_KV_CACHE = (
 )
 
 
-# Stacks tried first for a generation objective: the decode step compiled with a static KV
-# cache, on float or on int8 weights, and the weights alone.
+# Stacks tried first for a generation objective: on CPUs the stateful OpenVINO LM with int8
+# or int4 weights (NNCF; the CPU's fastest decoding), the decode step compiled with a static
+# KV cache on float or on int8 weights, the weights alone, the stateful LM alone. Chains the
+# device's space lacks (OpenVINO on CUDA) are dropped.
 SEEDS = (
+    ("openvino_stateful", "compress_weights_openvino"),
     ("static_kv_cache",),
     ("quantize_weight_only", "static_kv_cache"),
     ("quantize_weight_only",),
+    ("openvino_stateful",),
 )
 
 
@@ -51,7 +56,8 @@ def generation_exclusions(config: Any) -> dict[str, str]:
     return {
         cls.name: NO_KV_CACHE
         for cls in list_passes(include_test=True)
-        if cls.search is not None and cls.output_kind is not None  # moves it to another runtime
+        # moves it to another runtime, without a KV cache there
+        if cls.search is not None and cls.output_kind is not None and not cls.keeps_kv_cache
     }
 
 

@@ -52,6 +52,8 @@ def compile_config(options: Mapping[str, Any]) -> dict[str, Any]:
         cfg["INFERENCE_NUM_THREADS"] = int(options["threads"])
     if options.get("streams"):
         cfg["NUM_STREAMS"] = int(options["streams"])
+    if options.get("kv_cache_precision"):  # the CPU plugin's, for stateful LMs
+        cfg["KV_CACHE_PRECISION"] = str(options["kv_cache_precision"])
     if options.get("perf_count"):
         cfg["PERF_COUNT"] = True
     return cfg

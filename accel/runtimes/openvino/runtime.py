@@ -116,9 +116,28 @@ class OpenVinoRuntime(RuntimeBase):
         return model._session
 
     def forward(self, model: LoadedModel, inputs: Mapping[str, Any]) -> Any:
+        from accel.runtimes.openvino.stateful import full_forward, has_lm_inputs
+
         compiled, request = self.session(model)
+        if has_lm_inputs(compiled.inputs):  # a stateful LM: the sequence from an empty cache
+            return full_forward(compiled, request, self.prepare_inputs(model, inputs))
         feed = to_numpy_feed(compiled, self.prepare_inputs(model, inputs))
         return outputs_as_torch(compiled, request.infer(feed))
+
+    def lm_decoder(self, model: LoadedModel, max_len: int) -> Any:
+        """A stateful LM IR generates through its request's state (else None)."""
+        from accel.runtimes.openvino.stateful import (
+            StatefulDecoder,
+            has_lm_inputs,
+            kv_bytes_per_token,
+            kv_precision_of,
+        )
+
+        compiled, request = self.session(model)
+        if not has_lm_inputs(compiled.inputs) or not request.query_state():
+            return None
+        per_token = kv_bytes_per_token(read_ir(model.runtime_file), kv_precision_of(compiled))
+        return StatefulDecoder(compiled, request, per_token, max_len)
 
     def concurrent_throughput(
         self, model: LoadedModel, inputs: Mapping[str, Any], seconds: float = 1.0
@@ -196,6 +215,16 @@ class OpenVinoRuntime(RuntimeBase):
     def script(self) -> ScriptRuntime:
         return ScriptRuntime(
             run_branch=(
+                "ov_names = {n for p in compiled.inputs for n in p.get_names()}\n"
+                "if 'beam_idx' in ov_names:  # a stateful LM: the sequence from an empty cache\n"
+                "    ids = feed['input_ids'].detach().cpu().numpy()\n"
+                "    b, n = ids.shape\n"
+                "    lm_feed = {'input_ids': ids, 'attention_mask': np.ones((b, n), dtype=np.int64),\n"
+                "               'beam_idx': np.arange(b, dtype=np.int32)}\n"
+                "    if 'position_ids' in ov_names:\n"
+                "        lm_feed['position_ids'] = np.tile(np.arange(n, dtype=np.int64), (b, 1))\n"
+                "    request.reset_state()\n"
+                "    return (torch.from_numpy(np.array(request.infer(lm_feed)['logits'])),)\n"
                 "ov_feed = {}\n"
                 "for i, port in enumerate(compiled.inputs):\n"
                 "    x = list(feed.values())[i].detach().cpu()\n"

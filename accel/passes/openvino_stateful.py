@@ -1,0 +1,185 @@
+"""``openvino_stateful``: a Hugging Face causal LM as a stateful OpenVINO IR, its KV cache in
+the infer request's state (accel/passes/_lm_stateful.py says how it is built).
+
+A plain ``openvino`` export of a decoder has no cache inputs, so each generated token costs a
+prefill; this one keeps the cache in the request: the prefill feeds the prompt once, each
+decode step one token. ``kv_cache_precision`` is the CPU plugin's KV_CACHE_PRECISION (u8
+and u4 quantize the cached keys and values per token; f16 / bf16 / f32 keep them in float).
+``compress_weights_openvino`` (NNCF int8 / int4 weights) applies on top and keeps the state.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field
+
+from accel.errors import NotApplicable, PassError
+from accel.models.forms import EAGER
+from accel.passes._openvino_helpers import (
+    OV_PRECISION_HELPER,
+    compile_options,
+    finish_ov_step,
+    root_logging_kept,
+)
+from accel.passes.base import (
+    STAGE_LOWER,
+    Choice,
+    Pass,
+    PassConfig,
+    PassContext,
+    Requirements,
+    ScriptStep,
+    SearchSpec,
+    register_pass,
+)
+
+if TYPE_CHECKING:
+    from accel.models.loaded import LoadedModel
+
+KV_CACHE_PRECISIONS = ("u8", "u4", "f16", "bf16", "f32")
+
+
+class OpenVinoStatefulConfig(PassConfig):
+    precision: Literal["auto", "f32", "bf16"] = Field(
+        "auto",
+        description="inference precision hint: auto is bf16 on a CPU with bf16 matrix kernels "
+        "(AMX or AVX-512 BF16) and f32 elsewhere; bf16 without them falls back to f32",
+    )
+    kv_cache_precision: Literal["u8", "u4", "f16", "bf16", "f32"] = Field(
+        "u8",
+        description="precision of the cached keys and values (the CPU plugin's "
+        "KV_CACHE_PRECISION): u8 (OpenVINO's CPU default) and u4 are quantized per token, "
+        "f16 / bf16 / f32 stay float (f32: exact)",
+    )
+
+
+def causal_lm(module: Any) -> Any:
+    """The Hugging Face causal LM in ``module``; NotApplicable (naming the check) when it is
+    not one with a KV cache this export can carry."""
+    inner = getattr(module, "_orig_mod", module)
+    config = getattr(inner, "config", None)
+    gen = getattr(inner, "generation_config", None)
+    forward = getattr(inner, "forward", None)
+    params = set(inspect.signature(forward).parameters) if callable(forward) else set()
+    if config is None or gen is None or not params & {"cache", "past_key_values"}:
+        raise NotApplicable(
+            "openvino_stateful needs a Hugging Face causal language model (a generation config "
+            "and a KV cache argument in forward); this model has none. Use the openvino pass."
+        )
+    if getattr(config, "is_encoder_decoder", False):
+        raise NotApplicable(
+            "openvino_stateful exports decoder-only LMs; this model is an encoder-decoder"
+        )
+    if any(t != "full_attention" for t in getattr(config, "layer_types", None) or ()):
+        raise NotApplicable(
+            "openvino_stateful: the model has sliding-window or other non-full attention "
+            "layers (config.layer_types), whose cache this export does not carry"
+        )
+    if not all(isinstance(getattr(config, a, None), int) for a in ("num_hidden_layers",)):
+        raise NotApplicable("openvino_stateful: the model's config has no num_hidden_layers")
+    return inner
+
+
+def _convert(lm: Any, ctx: PassContext) -> Any:
+    from accel.passes._lm_stateful import lm_to_openvino, make_ir_stateful
+
+    try:
+        with root_logging_kept():
+            ov_model, past, present = lm_to_openvino(lm)
+            ctx.details["state_variables"] = len(past)
+            return make_ir_stateful(ov_model, past, present)
+    except Exception as exc:  # tracing and OpenVINO's frontend raise many kinds
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        useful = [ln for ln in lines if not ln.startswith(("Check '", "FrontEnd API failed"))]
+        first = (useful or lines or [""])[0][:300]
+        raise PassError(
+            f"openvino_stateful: converting {type(lm).__name__} with its KV cache failed: "
+            f"{type(exc).__name__}: {first}. The openvino pass converts it without a cache."
+        ) from None
+
+
+@register_pass
+class OpenVinoStatefulPass(Pass):
+    name = "openvino_stateful"
+    summary = (
+        "Decoder LM to a stateful OpenVINO IR: the KV cache lives in the infer request "
+        "(KV-cache precision u8/u4/f16/bf16/f32); fast CPU generation, int4 weights on top."
+    )
+    category = "runtime"
+    Config = OpenVinoStatefulConfig
+    requires = Requirements(
+        model_kinds=("torch",),
+        libraries=("openvino",),
+        note="Hugging Face causal LMs (full attention); CPU; generation workloads",
+        accepts=(EAGER,),
+    )
+    output_kind = "openvino"
+    keeps_kv_cache = True
+    search = SearchSpec(
+        stage=STAGE_LOWER,
+        params={"precision": Choice(("auto", "f32")), "kv_cache_precision": Choice(("u8", "f16"))},
+        devices=("cpu",),
+        when=("attention",),
+        exportable=False,
+    )
+
+    def preflight(self, model: LoadedModel, config: OpenVinoStatefulConfig) -> None:
+        causal_lm(model.module)
+
+    def apply(
+        self, model: LoadedModel, config: OpenVinoStatefulConfig, ctx: PassContext
+    ) -> LoadedModel:
+        from accel.runtimes.openvino.ir import bf16_supported
+        from accel.runtimes.openvino.stateful import kv_precision_of
+
+        lm = causal_lm(model.module)
+        if config.kv_cache_precision == "bf16" and not bf16_supported("CPU"):
+            raise PassError(
+                "openvino_stateful: kv_cache_precision bf16 needs a CPU with bf16 support "
+                "(AVX-512 BF16 / AMX); use f16 or u8"
+            )
+        options = compile_options("CPU", config.precision, "latency", None, ctx)
+        options["kv_cache_precision"] = config.kv_cache_precision
+        ctx.progress(0.1, "converting the LM with its KV cache to OpenVINO")
+        t0 = time.perf_counter()
+        ov_model = _convert(lm, ctx)
+        ctx.metrics["convert_time_s"] = time.perf_counter() - t0
+        ctx.details["attn_implementation"] = str(getattr(lm.config, "_attn_implementation", ""))
+        ctx.check_cancelled()
+        ctx.progress(0.6, "saving and compiling the stateful IR")
+        new = finish_ov_step(model, ov_model, ctx, options, "openvino_ir_stateful")
+        ctx.details["kv_cache_precision_ran"] = kv_precision_of(new.session()[0])
+        return new
+
+    def to_script(self, config: OpenVinoStatefulConfig) -> ScriptStep:
+        from accel.passes import _lm_stateful as lms
+
+        lines = [
+            "if kind != 'torch':",
+            "    raise SystemExit('openvino_stateful converts the torch model: put it first')",
+            "ov_model, _past, _present = lm_to_openvino(getattr(model, '_orig_mod', model))",
+            "ov_model = make_ir_stateful(ov_model, _past, _present)",
+            'ov_path = step_dir / "model.xml"',
+            "ov.save_model(ov_model, str(ov_path), compress_to_fp16=False)",
+            "ov_config = {",
+            '    "PERFORMANCE_HINT": "LATENCY",',
+            f'    "INFERENCE_PRECISION_HINT": ov_precision({config.precision!r}, "CPU"),',
+            f'    "KV_CACHE_PRECISION": {config.kv_cache_precision!r},',
+            "}",
+            "if THREADS:",
+            '    ov_config["INFERENCE_NUM_THREADS"] = THREADS',
+            "compiled = ov.Core().compile_model(ov.Core().read_model(str(ov_path)), 'CPU', ov_config)",
+            "request = compiled.create_infer_request()",
+            'kind, model, session, input_casts = "openvino", None, None, {}',
+        ]
+        trace = f"TRACE_BATCH, TRACE_PAST, TRACE_NEW = {lms.TRACE_BATCH!r}, {lms.TRACE_PAST!r}, {lms.TRACE_NEW!r}"
+        sources = [inspect.getsource(f) for f in (lms.kv_shape, lms.flat_cache_lm)]
+        sources += [inspect.getsource(f) for f in (lms.lm_to_openvino, lms.make_ir_stateful)]
+        return ScriptStep(
+            code="\n".join(lines),
+            imports=["import openvino as ov", "from typing import Any"],
+            helpers=[OV_PRECISION_HELPER, trace, *sources],
+        )

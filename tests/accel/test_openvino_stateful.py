@@ -1,0 +1,189 @@
+"""The stateful OpenVINO LM path (issue 31, part 3): a Hugging Face causal LM exported with its
+KV cache in the infer request's state, generating through it; NNCF weights on top; refusals;
+the exported script. Tiny decoders (tests/accel/tiny_decoder.py), no timing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("openvino")
+
+from accel.errors import NotApplicable, RecipeError  # noqa: E402
+from accel.generate.decoders import CacheDecoder, decoder_for  # noqa: E402
+from accel.generate.parity import compare_generation_parity, reference_continuation  # noqa: E402
+from accel.generate.settings import GenerateSettings, prompt_ids  # noqa: E402
+from accel.generate.timing import time_generation  # noqa: E402
+from accel.models.inputs import InputSpec  # noqa: E402
+from accel.models.loaded import LoadedModel  # noqa: E402
+from accel.parity import Tolerances  # noqa: E402
+from accel.passes import PassContext, get_pass  # noqa: E402
+from tests.accel.tiny_decoder import SPEC, gpt2, llama  # noqa: E402
+
+TINY = str(Path(__file__).with_name("tiny_decoder.py"))
+EXACT = {"precision": "f32", "kv_cache_precision": "f32"}
+
+
+def _torch_lm(build) -> LoadedModel:
+    return LoadedModel(source="t", kind="torch", input_spec=InputSpec.parse(SPEC), module=build())
+
+
+def _apply(name: str, model: LoadedModel, params: dict, work: Path):
+    cls = get_pass(name)
+    ctx = PassContext(inputs=model.example_inputs(), work_dir=work, original=model)
+    return cls().apply(model, cls.parse_config(params), ctx), ctx
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """The tiny Llama and its stateful IR (f32, f32 KV cache), converted once."""
+    lm = _torch_lm(llama)
+    ir, ctx = _apply("openvino_stateful", lm, EXACT, tmp_path_factory.mktemp("stateful"))
+    return lm, ir, ctx
+
+
+def _reference(lm: LoadedModel, batch: int = 2):
+    prompt = prompt_ids(GenerateSettings(12, 10, batch), 256)
+    tokens, logits = reference_continuation(CacheDecoder(lm.module, 22), prompt, 10)
+    return prompt, tokens, logits
+
+
+def test_the_stateful_ir_generates_through_its_state_like_the_torch_lm(exported):
+    from accel.runtimes.openvino.ir import read_ir
+    from accel.runtimes.openvino.stateful import is_stateful_lm
+
+    lm, ir, ctx = exported
+    assert is_stateful_lm(read_ir(ir.runtime_file)) and ctx.details["state_variables"] == 4
+    assert ir.session_options["kv_cache_precision"] == "f32"
+    assert ctx.details["kv_cache_precision_ran"] == "f32"
+    dec = decoder_for(ir, 22)
+    assert dec.kv_cache == "stateful"
+    prompt, tokens, logits = _reference(lm)
+    par = compare_generation_parity(tokens, logits, dec, prompt, Tolerances(min_cosine=0.9999))
+    m = par.metrics()
+    assert par.passed and m["tf_cosine_min"] > 0.9999 and m["tf_top1"] == 1.0
+    # prompt 12 + 9 tokens fed after it, 2 rows, 2 layers x (k, v) x 2 heads x 16, f32
+    assert dec.kv_cache_bytes() == 21 * 2 * 2 * 2 * 2 * 16 * 4
+    # The plain forward (the runner's parity, the forward workload): the whole sequence.
+    with torch.no_grad():
+        full = lm.module(input_ids=prompt).logits
+    torch.testing.assert_close(ir.forward({"input_ids": prompt})[0], full, rtol=1e-4, atol=1e-4)
+
+
+def test_two_generations_in_a_row_give_the_same_tokens(exported):
+    lm, ir, _ = exported
+    dec = decoder_for(ir, 30)
+    one = prompt_ids(GenerateSettings(9, 8, 1), 256)
+    first = time_generation(dec, one, 8).tokens
+    other = prompt_ids(GenerateSettings(14, 8, 1), 256, seed=3)
+    time_generation(dec, other, 8)  # a longer generation in between: the state is reset
+    assert torch.equal(time_generation(dec, one, 8).tokens, first)
+    assert torch.equal(time_generation(CacheDecoder(lm.module, 30), one, 8).tokens, first)
+
+
+def test_int8_weights_on_top_keep_the_state_and_the_logits(exported, tmp_path):
+    pytest.importorskip("nncf")
+    lm, ir, _ = exported
+    int8, _ = _apply("compress_weights_openvino", ir, {"mode": "int8_asym"}, tmp_path)
+    assert int8.session_options["kv_cache_precision"] == "f32"  # kept from the export
+    dec = decoder_for(int8, 22)
+    assert dec.kv_cache == "stateful"
+    prompt, tokens, logits = _reference(lm)
+    m = compare_generation_parity(tokens, logits, dec, prompt, Tolerances()).metrics()
+    assert m["tf_cosine_mean"] > 0.99 and m["tf_top1"] >= 0.9
+    assert int8.size_bytes < 0.6 * ir.size_bytes
+
+
+def test_gpt2_exports_with_its_learned_positions(tmp_path):
+    lm = _torch_lm(gpt2)
+    ir, _ = _apply("openvino_stateful", lm, {**EXACT, "kv_cache_precision": "u8"}, tmp_path)
+    prompt, tokens, logits = _reference(lm, batch=1)
+    m = compare_generation_parity(tokens, logits, decoder_for(ir, 22), prompt, Tolerances())
+    assert m.metrics()["tf_cosine_min"] > 0.999 and m.metrics()["tf_top1"] >= 0.9  # u8 cache
+
+
+@pytest.mark.parametrize(
+    ("params", "named"),
+    [
+        ({"kv_cache_precision": "i8"}, "kv_cache_precision"),
+        ({"kv_cache_precision": "u8'); import os; ('"}, "kv_cache_precision"),
+        ({"precision": "f16"}, "precision"),
+        ({"device": "GPU"}, "device"),
+    ],
+)
+def test_invalid_or_hostile_parameters_are_refused_naming_them(params, named):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=named):
+        get_pass("openvino_stateful").parse_config(params)
+
+
+def test_a_model_without_a_kv_cache_is_refused_before_any_work(tmp_path):
+    from accel.models import load_model
+
+    mlp = load_model("zoo:mlp")
+    cls = get_pass("openvino_stateful")
+    with pytest.raises(NotApplicable, match="causal language model"):
+        cls().preflight(mlp, cls.parse_config({}))
+    with pytest.raises(NotApplicable, match="causal language model"):
+        _apply("openvino_stateful", mlp, {}, tmp_path)
+
+
+def test_generation_objectives_search_the_stateful_export():
+    from accel.search.engine import SearchConfig
+    from accel.search.generation import SEEDS, generation_exclusions
+
+    config = SearchConfig(model="hf:llama_small", objective="tokens_per_s")
+    excluded = generation_exclusions(config)
+    assert "openvino" in excluded and "openvino_stateful" not in excluded
+    assert ("openvino_stateful", "compress_weights_openvino") in SEEDS
+
+
+def _script_recipe() -> dict:
+    bench = {"workload": "generate", "prompt_tokens": 8, "new_tokens": 4, "rounds": 3}
+    steps = [
+        {"pass": "openvino_stateful", "params": EXACT},
+        {"pass": "compress_weights_openvino", "params": {"mode": "int8_asym"}},
+    ]
+    return {
+        "model": {"source": f"{TINY}:llama", "input_spec": SPEC},
+        "steps": steps,
+        "benchmark": {**bench, "warmup": 0, "iters": 3},
+    }
+
+
+def test_the_exported_script_compiles_with_the_values_as_literals():
+    from accel.codegen import recipe_to_script
+
+    text = recipe_to_script(_script_recipe())
+    compile(text, "recipe.py", "exec")
+    assert "\"KV_CACHE_PRECISION\": 'f32'" in text and "make_ir_stateful" in text
+    bad = _script_recipe()
+    bad["steps"][0]["params"] = {"kv_cache_precision": "f32'}; import os #"}
+    with pytest.raises((RecipeError, ValueError)):
+        recipe_to_script(bad)
+
+
+@pytest.mark.slow
+def test_the_exported_script_generates_through_the_state(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from accel.codegen import recipe_to_script
+
+    script = tmp_path / "recipe.py"
+    script.write_text(recipe_to_script(_script_recipe()))
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads((out / "results.json").read_text())
+    assert len(rows) == 2 and rows[0]["tf_top1"] == 1.0 and rows[0]["tf_cosine_mean"] > 0.9999
+    assert rows[1]["tf_top1"] >= 0.75 and rows[1]["tokens_per_s"] > 0
