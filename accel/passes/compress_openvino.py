@@ -48,12 +48,31 @@ class CompressWeightsConfig(PassConfig):
         allow_inf_nan=False,
         description="int4: share of the layers in int4, the rest in int8 (1.0: all int4)",
     )
+    group_size_fallback: Literal["adjust", "ignore", "error"] = Field(
+        "adjust",
+        description="int4: a layer whose input size group_size does not divide: adjust (the "
+        "largest power-of-two group that divides it, at least 16), ignore (leave it in int8) "
+        "or error (refuse)",
+    )
 
 
 def _kwargs(config: CompressWeightsConfig) -> dict[str, object]:
     if config.mode.startswith("int8"):
         return {}
     return {"group_size": config.group_size, "ratio": config.ratio}
+
+
+def _advanced(config: CompressWeightsConfig) -> dict[str, object]:
+    """NNCF's advanced parameters: what to do with layers the group size does not divide."""
+    if config.mode.startswith("int8") or config.group_size_fallback == "error":
+        return {}
+    from nncf.quantization.advanced_parameters import (
+        AdvancedCompressionParameters,
+        GroupSizeFallbackMode,
+    )
+
+    mode = GroupSizeFallbackMode[config.group_size_fallback.upper()]
+    return {"advanced_parameters": AdvancedCompressionParameters(group_size_fallback_mode=mode)}
 
 
 @register_pass
@@ -68,7 +87,8 @@ class CompressWeightsOpenVino(Pass):
     requires = Requirements(
         model_kinds=("openvino",),
         libraries=("openvino", "nncf"),
-        note="MatMul and embedding weights; group_size must divide the layers' input size",
+        note="MatMul and embedding weights; int4 groups that do not divide a layer's input "
+        "size are adjusted (group_size_fallback)",
     )
     search = SearchSpec(
         stage=STAGE_RUNTIME_NUMERIC,
@@ -90,12 +110,15 @@ class CompressWeightsOpenVino(Pass):
         ctx.progress(0.1, f"compressing weights to {config.mode}")
         t0 = time.perf_counter()
         try:
-            compressed = nncf.compress_weights(ov_model, mode=mode, **_kwargs(config))
+            compressed = nncf.compress_weights(
+                ov_model, mode=mode, **_kwargs(config), **_advanced(config)
+            )
         except Exception as exc:  # NNCF raises many kinds; the first line says what failed
             first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
             raise PassError(
                 f"NNCF compress_weights failed: {type(exc).__name__}: {first}. Try another "
-                "group_size (one that divides the layers' input size) or mode int8_asym"
+                "group_size (one that divides the layers' input size), group_size_fallback "
+                "adjust, or mode int8_asym"
             ) from None
         ctx.metrics["compress_time_s"] = time.perf_counter() - t0
         ctx.check_cancelled()
@@ -110,11 +133,22 @@ class CompressWeightsOpenVino(Pass):
 
     def to_script(self, config: CompressWeightsConfig) -> ScriptStep:
         kwargs = "".join(f", {k}={v!r}" for k, v in _kwargs(config).items())
+        advanced = ""
+        if _advanced(config):
+            fallback = config.group_size_fallback.upper()
+            advanced = (
+                ", advanced_parameters=AdvancedCompressionParameters("
+                f"group_size_fallback_mode=GroupSizeFallbackMode.{fallback})"
+            )
         lines = [
             "import nncf",
+            "from nncf.quantization.advanced_parameters import (",
+            "    AdvancedCompressionParameters,",
+            "    GroupSizeFallbackMode,",
+            ")",
             "ov_model = ov.Core().read_model(str(ov_path))",
             "ov_model = nncf.compress_weights(",
-            f"    ov_model, mode=nncf.CompressWeightsMode.{config.mode.upper()}{kwargs}",
+            f"    ov_model, mode=nncf.CompressWeightsMode.{config.mode.upper()}{kwargs}{advanced}",
             ")",
             'ov_path = step_dir / "model.xml"',
             "ov.save_model(ov_model, str(ov_path), compress_to_fp16=False)",

@@ -96,6 +96,34 @@ def test_int8_weights_on_top_keep_the_state_and_the_logits(exported, tmp_path):
     assert int8.size_bytes < 0.6 * ir.size_bytes
 
 
+def test_int4_groups_that_do_not_divide_a_layer_are_adjusted_or_refused(exported, tmp_path):
+    """The tiny Llama's attention layers take 64 inputs: group 128 does not divide them (the
+    corpus hf:llama_small's MLP takes 1376 = 32 x 43: neither 64 nor 128 divides it)."""
+    pytest.importorskip("nncf")
+    from accel.errors import PassError
+
+    lm, ir, _ = exported
+    params = {"mode": "int4_sym", "group_size": 128}
+    with pytest.raises(PassError, match="group_size_fallback adjust"):
+        _apply(
+            "compress_weights_openvino", ir, {**params, "group_size_fallback": "error"}, tmp_path
+        )
+    int4, _ = _apply("compress_weights_openvino", ir, params, tmp_path / "adjust")
+    prompt, tokens, logits = _reference(lm)
+    m = compare_generation_parity(tokens, logits, decoder_for(int4, 22), prompt, Tolerances())
+    assert m.metrics()["tf_cosine_mean"] > 0.9
+    assert int4.size_bytes < 0.5 * ir.size_bytes
+    script = get_pass("compress_weights_openvino")().to_script(
+        get_pass("compress_weights_openvino").parse_config(params)
+    )
+    assert "group_size_fallback_mode=GroupSizeFallbackMode.ADJUST" in script.code
+    compile(script.code, "step", "exec")
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="group_size_fallback"):
+        get_pass("compress_weights_openvino").parse_config({"group_size_fallback": "os.system"})
+
+
 def test_gpt2_exports_with_its_learned_positions(tmp_path):
     lm = _torch_lm(gpt2)
     ir, _ = _apply("openvino_stateful", lm, {**EXACT, "kv_cache_precision": "u8"}, tmp_path)
