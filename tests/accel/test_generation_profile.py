@@ -142,3 +142,23 @@ def test_old_profiles_load_and_new_ones_round_trip():
     d["generation"]["future"] = 1
     d["generation"]["rows"][0]["future"] = 2
     assert ModelProfile.from_dict(d).generation == gen
+
+
+def test_the_profile_job_adds_the_split_and_it_crosses_the_worker_boundary():
+    from accel.job_results import ProfileResult
+    from accel.job_specs import JobParamsError, ProfileJob
+    from accel.jobs import profile
+    from tests.accel.test_generate import TINY
+    from tests.accel.tiny_decoder import SPEC
+
+    model = {"source": f"{TINY}:llama", "input_spec": SPEC}
+    params = {"model": model, "iters": 1, "warmup": 0, "ops": False, "threads": 1}
+    gen = {"generate": True, "prompt_tokens": 8, "new_tokens": 3, "gen_rounds": 1}
+    job = ProfileJob.from_params({**params, **gen})
+    result = profile(job, lambda event: None, lambda: False)
+    back = ProfileResult.from_dict(result.to_dict()).profile
+    assert back.rows and back.generation is not None
+    assert (back.generation.prompt_tokens, back.generation.new_tokens) == (8, 3)
+    assert back.generation.kv_lengths == [8, 9, 10]
+    with pytest.raises(JobParamsError, match="needs layers"):
+        ProfileJob.from_params({**params, **gen, "layers": False, "benchmark": True})
