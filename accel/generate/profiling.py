@@ -74,3 +74,25 @@ def cache_dtype_bytes(module: Any) -> int:
         if p.is_floating_point():
             return int(p.element_size())
     return 4
+
+
+def layer_split_problem(model: Any) -> str | None:
+    """Why ``model``'s generation cannot be split per layer (None: it can): a torch decoder
+    LM that generates through its KV cache is what the hooks time token by token."""
+    from accel.generate.decoders import decoder_for
+    from accel.generate.settings import GenerateError, lm_config, vocab_size
+
+    module = getattr(model, "module", None)
+    inner = getattr(module, "_orig_mod", module)
+    can_generate = getattr(inner, "can_generate", None)
+    if inner is None or not callable(can_generate) or not can_generate():
+        return "not a decoder language model (a Hugging Face model that generates)"
+    if vocab_size(lm_config(module)) is None:
+        return "the model's config has no vocab_size"
+    try:
+        decoder = decoder_for(model, 2)
+    except GenerateError as exc:
+        return str(exc)
+    if decoder.kv_cache == "none":
+        return "its forward takes no KV cache: every token would recompute the prompt"
+    return None

@@ -65,3 +65,22 @@ def test_profile_generate_prints_the_split_and_the_kv_growth(capsys):
     for n in (8, 9, 10, 11):  # measured and closed form agree at each length
         kib = f"{n * 512 / 1024:.1f} KiB"
         assert re.search(rf"^ +{n} +{kib} +{kib}$", out, re.M), out
+
+
+def test_a_stored_generation_profile_reads_back_and_old_ones_have_none(tmp_path):
+    from accel.job_results import ProfileResult
+    from accel.profile import ModelProfile
+    from studio.store import Repository
+    from studio.usecases import store_profile
+
+    facts = {"source": "tiny:llama", "kind": "torch", "content_hash": "h", "input_spec": SPEC}
+    repo = Repository.open(str(tmp_path / "studio.db"))
+    try:
+        for gen in (None, _gen()):
+            prof = ModelProfile(kind="torch", device="cpu", total_ms=3.0, generation=gen)
+            store_profile(repo, ProfileResult(facts, "", profile=prof))
+        old, new = repo.get_profiles(model_source="tiny:llama")
+    finally:
+        repo.close()
+    assert "generation" not in old.summary
+    assert GenerationLayers.from_dict(new.summary["generation"]) == _gen()
