@@ -109,13 +109,12 @@ def split_text(gen: Any, top: int = 10) -> str:
 
 
 def summary_html(gen: Any) -> str:
-    """The Profile panel's line under its summary for a decoder profiled generating."""
+    """The Profile panel's summary of a decoder profiled generating (one short line)."""
     tpot = f", TPOT <b>{fmt_ms(gen.tpot_ms)} ms</b>" if gen.tpot_ms else ""
-    cover = f"{100 * (gen.prefill_coverage or 0):.0f} %"
+    cover = f"{100 * (gen.prefill_coverage or 0):.0f}"
     if gen.decode_coverage is not None:
-        cover += f" / {100 * gen.decode_coverage:.0f} %"
+        cover += f" / {100 * gen.decode_coverage:.0f}"
     return (
-        f"generating ({gen.prompt_tokens} + {gen.new_tokens} tokens): TTFT "
-        f"<b>{fmt_ms(gen.ttft_ms)} ms</b>{tpot}; layers cover {cover} of them; the bars and "
-        "the graph show decode time per token"
+        f"generating {gen.prompt_tokens} + {gen.new_tokens} tokens: TTFT "
+        f"<b>{fmt_ms(gen.ttft_ms)} ms</b>{tpot}, layers cover {cover} %"
     )

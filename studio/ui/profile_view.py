@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPushButton,
+    QSizePolicy,
     QSpinBox,
     QSplitter,
     QStackedWidget,
@@ -159,12 +160,14 @@ class ProfileView(QWidget):
         self.chart.addWidget(self.empty)
         self.chart.addWidget(self.plot)
         # A decoder profiled generating: its prefill / decode bars and KV growth as tabs.
-        self.gen_charts = GenerationCharts()
-        self.chart_tabs = QTabWidget()
+        self.gen_charts, self.chart_tabs = GenerationCharts(), QTabWidget()
         self.chart_tabs.addTab(self.chart, "Layers")
         for page, title in self.gen_charts.pages:
             self.chart_tabs.addTab(page, title)
         split = QSplitter(Qt.Orientation.Horizontal)
+        # Plots hint at 480 px: the panel outgrew its dock's scroll area, cutting axes off.
+        split.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Ignored)
+        split.setMinimumHeight(180)
         split.addWidget(self.chart_tabs)
         split.addWidget(bottom)
         split.setSizes([480, 620])
@@ -229,7 +232,7 @@ class ProfileView(QWidget):
         self.plot.getAxis("left").setStyle(
             hideOverlappingLabels=False, textFillLimits=[(0, 1.0)], autoExpandTextSpace=False
         )
-        self.plot.setMinimumHeight(160)
+        self.plot.setMinimumHeight(130)
         self.plot.scene().sigMouseClicked.connect(self._on_plot_click)
         self.bars: pg.BarGraphItem | None = None
 
@@ -329,7 +332,7 @@ class ProfileView(QWidget):
         if not self._sized:
             # Fixed widths: measuring every cell of a big profile would stall the GUI.
             self._sized = True
-            for view in (self.layers, self.ops):
+            for view in (self.layers, self.ops, self.gen_table):
                 view.setColumnWidth(0, 190)
                 view.setColumnWidth(1, 110)
                 fm = view.horizontalHeader().fontMetrics()

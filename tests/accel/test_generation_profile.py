@@ -162,3 +162,13 @@ def test_the_profile_job_adds_the_split_and_it_crosses_the_worker_boundary():
     assert back.generation.kv_lengths == [8, 9, 10]
     with pytest.raises(JobParamsError, match="needs layers"):
         ProfileJob.from_params({**params, **gen, "layers": False, "benchmark": True})
+
+
+def test_only_a_decoder_lm_with_a_kv_cache_can_be_split():
+    from accel.generate.profiling import layer_split_problem
+
+    ids = {"input_ids": torch.zeros(1, 8, dtype=torch.long)}
+    assert layer_split_problem(adopt(llama(), ids)) is None
+    assert layer_split_problem(adopt(gpt2(), ids)) is None
+    mlp = adopt(torch.nn.Linear(4, 4), {"x": torch.zeros(1, 4)})
+    assert "not a decoder language model" in layer_split_problem(mlp)
