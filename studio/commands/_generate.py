@@ -26,6 +26,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_generate(args: argparse.Namespace) -> int:
     from accel.job_specs import GenerateJob
+    from studio.errors import UserError
+
+    if args.store or args.trace:
+        raise UserError(
+            "--generate does not store a profile or write a trace: leave out --store / "
+            "--trace, or profile the model in the studio with Generation ticked (it stores "
+            "the per-layer split)"
+        )
     from studio.commands._table import render_pairs
     from studio.generation_columns import profile_lines
     from studio.usecases import model_job, run_boxed

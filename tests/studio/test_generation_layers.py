@@ -62,6 +62,8 @@ def test_profile_generate_prints_the_split_and_the_kv_growth(capsys):
         assert f"\n{group} " in out, out
     assert "% of the TPOT" in out and "top 5 layers by decode time per token:" in out
     assert "KV cache (dynamic): 512 B per position" in out
+    assert main([*argv, "--store"]) == 2
+    assert "--generate does not store a profile" in capsys.readouterr().err
     for n in (8, 9, 10, 11):  # measured and closed form agree at each length
         kib = f"{n * 512 / 1024:.1f} KiB"
         assert re.search(rf"^ +{n} +{kib} +{kib}$", out, re.M), out

@@ -97,3 +97,12 @@ def test_the_graph_overlay_paints_decode_time_for_a_generation_profile():
     assert overlays.overlay_values(g, view.nodes, "latency", prof)[
         GROUP_PREFIX + "fc"
     ] == pytest.approx(7.0)
+
+
+def test_the_charts_do_not_make_the_panel_outgrow_a_short_dock(view):
+    # Plots hint at their current size (480 px); the dock's scroll area follows the panel's
+    # height for its width, and on a real display it cut the charts' axes off.
+    view.state.set_model("tiny:llama", {"kind": "torch", "generation_split": None})
+    view.state.set_profile(_profile())
+    assert view.layout().totalHeightForWidth(900) < 300
+    assert view.minimumSizeHint().height() < 300
