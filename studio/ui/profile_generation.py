@@ -134,11 +134,11 @@ class GenerationCharts:
         if closed:
             dash = pg.mkPen(CLOSED_FORM_COLOR, width=2, style=Qt.PenStyle.DashLine)
             self.kv_curves.append(self.kv_plot.plot(xs, [b / scale for b in closed], pen=dash))
-        per_text = f"{fmt_bytes(per)} per position" if per is not None else "size unknown"
+        per_text = f"{fmt_bytes(per)}/position" if per is not None else "size unknown"
         self.kv_plot.setTitle(
             f"<span style='color:{DECODE_COLOR}'>&#9632; measured</span> &nbsp; "
             f"<span style='color:{CLOSED_FORM_COLOR}'>- - closed form</span>: {per_text} "
-            f"({gen.kv_cache}, batch {gen.batch})",
+            f"({gen.kv_cache}" + (f", batch {gen.batch})" if gen.batch > 1 else ")"),
             size="8pt",
         )
         if xs:
