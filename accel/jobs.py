@@ -163,6 +163,13 @@ def profile(job: ProfileJob, emit: Emit, cancel: CancelCheck) -> ProfileResult:
             progress=_progress(emit),
             cancel=cancel,
         )
+    if job.generate:
+        from accel.profile import profile_generation_layers
+
+        result.profile.generation = profile_generation_layers(
+            model, job.generation_settings(), rounds=job.gen_rounds, threads=job.threads,
+            progress=_progress(emit), cancel=cancel,
+        )  # fmt: skip
     return result
 
 
@@ -178,12 +185,21 @@ def generate(job: GenerateJob, emit: Emit, cancel: CancelCheck) -> dict[str, Any
     progress(0.3, "generating")
     bench = job.model_dump(include={"prompt_tokens", "new_tokens", "batch", "rounds", "threads"})
     prof = profile_generation(model, bench, seed=job.seed)
+    layers = None
+    if job.layers:
+        from accel.profile import profile_generation_layers
+
+        progress(0.7, "per-layer generation profile")
+        layers = profile_generation_layers(
+            model, bench, rounds=job.layer_rounds, threads=job.threads, seed=job.seed
+        ).to_dict()
     return {
         "model": model_facts(model),
         "workload": prof.settings.to_dict(),
         "kv_cache": prof.figures.kv_cache,
         "rounds": len(prof.figures.tokens_per_s),
         "metrics": prof.metrics(),
+        "layers": layers,
     }
 
 
