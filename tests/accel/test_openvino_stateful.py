@@ -104,6 +104,24 @@ def test_gpt2_exports_with_its_learned_positions(tmp_path):
     assert m.metrics()["tf_cosine_min"] > 0.999 and m.metrics()["tf_top1"] >= 0.9  # u8 cache
 
 
+def test_the_forward_workload_times_the_whole_sequence_from_an_empty_state(exported, tmp_path):
+    from accel.models.runtime import runtime_of
+
+    _, ir, _ = exported
+    target = runtime_of(ir).timing_target(ir, ir.example_inputs(), "cpu", None)
+    request = target.first()
+    logits = request.get_tensor("logits").data.copy()
+    for _ in range(2):  # each call starts from an empty state: the same logits
+        assert (target.call().get_tensor("logits").data == logits).all()
+
+
+def test_calibrated_int8_refuses_a_stateful_lm(exported, tmp_path):
+    pytest.importorskip("nncf")
+    _, ir, _ = exported
+    with pytest.raises(NotApplicable, match="compress_weights_openvino"):
+        _apply("quantize_openvino", ir, {"samples": 1}, tmp_path)
+
+
 @pytest.mark.parametrize(
     ("params", "named"),
     [
