@@ -328,7 +328,8 @@ def check_batches(model: LoadedModel, batches: list[dict[str, Any]], what: str) 
                 )
 
 
-def _refuse_stateful(ov_model: Any) -> None:
+def _not_stateful(ov_model: Any) -> Any:
+    """``ov_model``, refused (NotApplicable) when it is a stateful LM."""
     from accel.errors import NotApplicable
     from accel.runtimes.openvino.stateful import is_stateful_lm
 
@@ -338,6 +339,7 @@ def _refuse_stateful(ov_model: Any) -> None:
             "stateful LM (KV cache in the request). Use compress_weights_openvino (int8/int4 "
             "weights) on it instead"
         )
+    return ov_model
 
 
 def _is_transformer(ov_model: Any) -> bool:
@@ -381,8 +383,7 @@ class QuantizeOpenVinoPass(Pass):
         if not batches:
             raise PassError("quantize_openvino got no calibration batches; check data.calibration")
         check_batches(model, batches, "calibration")
-        ov_model = read_ir(model.runtime_file)
-        _refuse_stateful(ov_model)
+        ov_model = _not_stateful(read_ir(model.runtime_file))
         names, unmatched = _ov_ignored_names(ov_model, list(config.exclude))
         if unmatched:
             raise PassError(_ov_unmatched_message(ov_model, unmatched))
