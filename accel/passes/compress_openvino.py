@@ -41,6 +41,12 @@ class CompressWeightsConfig(PassConfig):
         description="int4: weights per scale along the input dim (-1: per channel); int8 "
         "modes are always per channel",
     )
+    group_size_fallback: Literal["adjust", "error", "ignore"] = Field(
+        "adjust",
+        description="int4: a layer whose input size group_size does not divide gets the "
+        "largest power-of-two group (>= 32) that does (adjust), stops the step (error) or "
+        "stays in the int8 backup (ignore)",
+    )
     ratio: float = Field(
         1.0,
         gt=0,
@@ -54,6 +60,19 @@ def _kwargs(config: CompressWeightsConfig) -> dict[str, object]:
     if config.mode.startswith("int8"):
         return {}
     return {"group_size": config.group_size, "ratio": config.ratio}
+
+
+def _advanced(config: CompressWeightsConfig) -> dict[str, object]:
+    """NNCF's advanced parameters: the int4 group-size fallback."""
+    if config.mode.startswith("int8"):
+        return {}
+    from nncf.quantization.advanced_parameters import (
+        AdvancedCompressionParameters,
+        GroupSizeFallbackMode,
+    )
+
+    mode = GroupSizeFallbackMode[config.group_size_fallback.upper()]
+    return {"advanced_parameters": AdvancedCompressionParameters(group_size_fallback_mode=mode)}
 
 
 @register_pass
@@ -87,10 +106,14 @@ class CompressWeightsOpenVino(Pass):
         ov_model = read_ir(model.runtime_file)
         mode = nncf.CompressWeightsMode[config.mode.upper()]
         ctx.details.update(mode=config.mode, **_kwargs(config))
+        if not config.mode.startswith("int8"):
+            ctx.details["group_size_fallback"] = config.group_size_fallback
         ctx.progress(0.1, f"compressing weights to {config.mode}")
         t0 = time.perf_counter()
         try:
-            compressed = nncf.compress_weights(ov_model, mode=mode, **_kwargs(config))
+            compressed = nncf.compress_weights(
+                ov_model, mode=mode, **_kwargs(config), **_advanced(config)
+            )
         except Exception as exc:  # NNCF raises many kinds; the first line says what failed
             first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
             raise PassError(
@@ -110,8 +133,15 @@ class CompressWeightsOpenVino(Pass):
 
     def to_script(self, config: CompressWeightsConfig) -> ScriptStep:
         kwargs = "".join(f", {k}={v!r}" for k, v in _kwargs(config).items())
+        if not config.mode.startswith("int8"):
+            kwargs += (
+                ", advanced_parameters=AdvancedCompressionParameters(group_size_fallback_mode="
+                f"GroupSizeFallbackMode.{config.group_size_fallback.upper()})"
+            )
         lines = [
             "import nncf",
+            "from nncf.quantization.advanced_parameters import (",
+            "    AdvancedCompressionParameters, GroupSizeFallbackMode)",
             "ov_model = ov.Core().read_model(str(ov_path))",
             "ov_model = nncf.compress_weights(",
             f"    ov_model, mode=nncf.CompressWeightsMode.{config.mode.upper()}{kwargs}",

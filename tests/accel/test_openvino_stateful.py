@@ -96,6 +96,23 @@ def test_int8_weights_on_top_keep_the_state_and_the_logits(exported, tmp_path):
     assert int8.size_bytes < 0.6 * ir.size_bytes
 
 
+def test_int4_weights_adjust_the_group_where_it_does_not_divide(exported, tmp_path):
+    pytest.importorskip("nncf")
+    from accel.errors import PassError
+
+    lm, ir, _ = exported
+    int4 = {"mode": "int4_sym", "group_size": 128}  # the tiny LM's layers take 64 inputs
+    with pytest.raises(PassError, match="group_size"):
+        _apply("compress_weights_openvino", ir, {**int4, "group_size_fallback": "error"}, tmp_path)
+    small, ctx = _apply("compress_weights_openvino", ir, int4, tmp_path / "adjust")
+    assert ctx.details["group_size_fallback"] == "adjust"
+    dec = decoder_for(small, 22)
+    prompt, tokens, logits = _reference(lm)
+    m = compare_generation_parity(tokens, logits, dec, prompt, Tolerances()).metrics()
+    assert dec.kv_cache == "stateful" and m["tf_cosine_mean"] > 0.9
+    assert small.size_bytes < 0.55 * ir.size_bytes  # embeddings stay int8 (backup)
+
+
 def test_gpt2_exports_with_its_learned_positions(tmp_path):
     lm = _torch_lm(gpt2)
     ir, _ = _apply("openvino_stateful", lm, {**EXACT, "kv_cache_precision": "u8"}, tmp_path)
@@ -175,8 +192,11 @@ def _script_recipe() -> dict:
 def test_the_exported_script_compiles_with_the_values_as_literals():
     from accel.codegen import recipe_to_script
 
-    text = recipe_to_script(_script_recipe())
+    recipe = _script_recipe()
+    recipe["steps"][1]["params"] = {"mode": "int4_sym", "group_size": 64}
+    text = recipe_to_script(recipe)
     compile(text, "recipe.py", "exec")
+    assert "group_size_fallback_mode=GroupSizeFallbackMode.ADJUST" in text
     assert "\"KV_CACHE_PRECISION\": 'f32'" in text and "make_ir_stateful" in text
     bad = _script_recipe()
     bad["steps"][0]["params"] = {"kv_cache_precision": "f32'}; import os #"}
