@@ -7,6 +7,9 @@ config; random weights): batch 1, ``--prompt`` prompt tokens, ``--new`` new toke
 
 - eager fp32 (the reference), eager bf16, torch.compile with a static KV cache,
   torchao weight-only int8 and int4 (hand-written, the torch peers);
+- the studio's stateful OpenVINO LM (``openvino_stateful``: KV cache in the infer request,
+  ``--kv-cache`` precision) in f32 and bf16, and with NNCF int8 / int4 weights on the f32 one
+  (``compress_weights_openvino``), built by the passes themselves (``--no-openvino``: skip);
 - optimum-intel OpenVINO int8 / int4 when optimum-intel is installed (else the row says so);
 - the studio's best: ``studio optimize --objective tokens_per_s`` (``accel.search``, trials in
   this process) within ``--budget``, no hand-picking; its recipe is rebuilt and timed here.
@@ -83,6 +86,45 @@ def hand_written(module: Any) -> dict[str, Any]:
         filter_fn=lambda m, _n: isinstance(m, torch.nn.Linear) and m.in_features % 128 == 0,
     )
     out["torchao int4 weight-only (intx, g128)"] = int4
+    return out
+
+
+def openvino_stateful(original: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """The studio's stateful OpenVINO LM (``openvino_stateful``, u8 KV cache) in f32 and bf16,
+    and NNCF int8 / int4 weights on the f32 one (``compress_weights_openvino``): label ->
+    LoadedModel, or the reason the contender is missing."""
+    from accel.models.runtime import runtime_of
+    from accel.passes import PassContext, get_pass
+    from accel.runtimes.openvino.ir import bf16_supported
+
+    def apply(name: str, model: Any, params: dict[str, Any], sub: str) -> Any:
+        cls = get_pass(name)
+        ctx = PassContext(inputs=model.example_inputs(), work_dir=work / sub, original=original)
+        new = cls().apply(model, cls.parse_config(params), ctx)
+        return runtime_of(new).with_threads(new, args.threads)
+
+    out: dict[str, Any] = {}
+    kv = {"kv_cache_precision": args.kv_cache}
+    print("  exporting the stateful OpenVINO LM (f32)", flush=True)
+    f32 = apply("openvino_stateful", original, {"precision": "f32", **kv}, "ov_f32")
+    out[f"OpenVINO stateful f32 ({args.kv_cache} KV)"] = f32
+    if bf16_supported("CPU"):
+        bf16 = apply("openvino_stateful", original, {"precision": "bf16", **kv}, "ov_bf16")
+        out[f"OpenVINO stateful bf16 ({args.kv_cache} KV)"] = bf16
+    else:
+        out[f"OpenVINO stateful bf16 ({args.kv_cache} KV)"] = "no bf16 kernels on this CPU"
+    for mode, params in (
+        ("int8", {"mode": "int8_asym"}),
+        ("int4", {"mode": "int4_sym", "group_size": args.int4_group}),
+    ):
+        label = f"OpenVINO stateful f32 + {mode} weights"
+        if mode == "int4":
+            label += f" (g{args.int4_group})"
+        print(f"  compressing weights to {mode}", flush=True)
+        try:
+            out[label] = apply("compress_weights_openvino", f32, params, f"ov_{mode}")
+        except Exception as exc:  # noqa: BLE001 - a failed contender is a row that says why
+            out[label] = f"{type(exc).__name__}: {str(exc)[:200]}"
     return out
 
 
@@ -179,6 +221,14 @@ def bench_model(key: str, args: argparse.Namespace, work: Path) -> dict[str, Any
     modules = {"eager fp32": module, **hand_written(module)}
     decoders = {k: CacheDecoder(m, total) for k, m in modules.items()}
     weights = {k: tensor_bytes(getattr(m, "_orig_mod", m)) for k, m in modules.items()}
+    unavailable: dict[str, str] = {}
+    if args.openvino:
+        for label, m in openvino_stateful(original, args, work / key).items():
+            if isinstance(m, str):
+                unavailable[label] = m
+                continue
+            decoders[label] = decoder_for(m, total)
+            weights[label] = int(m.size_bytes or 0)
     best_info: dict[str, Any] = {}
     if args.budget_s > 0:
         print(
@@ -214,7 +264,7 @@ def bench_model(key: str, args: argparse.Namespace, work: Path) -> dict[str, Any
         "model": source,
         "settings": settings.to_dict(),
         "rows": rows,
-        "unavailable": optimum_rows(),
+        "unavailable": {**unavailable, **optimum_rows()},
         "search": best_info,
     }
 
@@ -259,6 +309,9 @@ def main() -> int:
     p.add_argument("--trials", type=int, default=8)
     p.add_argument("--max-cosine-drop", type=float, default=0.01)
     p.add_argument("--json", default=None)
+    p.add_argument("--no-openvino", dest="openvino", action="store_false")
+    p.add_argument("--kv-cache", default="u8", help="stateful OpenVINO KV-cache precision")
+    p.add_argument("--int4-group", type=int, default=128)
     args = p.parse_args()
     b = args.budget.strip().lower()
     args.budget_s = float(b[:-1]) * 60 if b.endswith("m") else float(b.rstrip("s"))

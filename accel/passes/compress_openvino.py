@@ -41,18 +41,18 @@ class CompressWeightsConfig(PassConfig):
         description="int4: weights per scale along the input dim (-1: per channel); int8 "
         "modes are always per channel",
     )
+    group_size_fallback: Literal["adjust", "error", "ignore"] = Field(
+        "adjust",
+        description="int4: a layer whose input size group_size does not divide gets the "
+        "largest power-of-two group (>= 32) that does (adjust), stops the step (error) or "
+        "stays in the int8 backup (ignore)",
+    )
     ratio: float = Field(
         1.0,
         gt=0,
         le=1,
         allow_inf_nan=False,
         description="int4: share of the layers in int4, the rest in int8 (1.0: all int4)",
-    )
-    group_size_fallback: Literal["adjust", "ignore", "error"] = Field(
-        "adjust",
-        description="int4: a layer whose input size group_size does not divide: adjust (the "
-        "largest power-of-two group that divides it, at least 16), ignore (leave it in int8) "
-        "or error (refuse)",
     )
 
 
@@ -63,8 +63,8 @@ def _kwargs(config: CompressWeightsConfig) -> dict[str, object]:
 
 
 def _advanced(config: CompressWeightsConfig) -> dict[str, object]:
-    """NNCF's advanced parameters: what to do with layers the group size does not divide."""
-    if config.mode.startswith("int8") or config.group_size_fallback == "error":
+    """NNCF's advanced parameters: the int4 group-size fallback."""
+    if config.mode.startswith("int8"):
         return {}
     from nncf.quantization.advanced_parameters import (
         AdvancedCompressionParameters,
@@ -87,8 +87,7 @@ class CompressWeightsOpenVino(Pass):
     requires = Requirements(
         model_kinds=("openvino",),
         libraries=("openvino", "nncf"),
-        note="MatMul and embedding weights; int4 groups that do not divide a layer's input "
-        "size are adjusted (group_size_fallback)",
+        note="MatMul and embedding weights; group_size must divide the layers' input size",
     )
     search = SearchSpec(
         stage=STAGE_RUNTIME_NUMERIC,
@@ -107,6 +106,8 @@ class CompressWeightsOpenVino(Pass):
         ov_model = read_ir(model.runtime_file)
         mode = nncf.CompressWeightsMode[config.mode.upper()]
         ctx.details.update(mode=config.mode, **_kwargs(config))
+        if not config.mode.startswith("int8"):
+            ctx.details["group_size_fallback"] = config.group_size_fallback
         ctx.progress(0.1, f"compressing weights to {config.mode}")
         t0 = time.perf_counter()
         try:
@@ -133,22 +134,18 @@ class CompressWeightsOpenVino(Pass):
 
     def to_script(self, config: CompressWeightsConfig) -> ScriptStep:
         kwargs = "".join(f", {k}={v!r}" for k, v in _kwargs(config).items())
-        advanced = ""
-        if _advanced(config):
-            fallback = config.group_size_fallback.upper()
-            advanced = (
-                ", advanced_parameters=AdvancedCompressionParameters("
-                f"group_size_fallback_mode=GroupSizeFallbackMode.{fallback})"
+        if not config.mode.startswith("int8"):
+            kwargs += (
+                ", advanced_parameters=AdvancedCompressionParameters(group_size_fallback_mode="
+                f"GroupSizeFallbackMode.{config.group_size_fallback.upper()})"
             )
         lines = [
             "import nncf",
             "from nncf.quantization.advanced_parameters import (",
-            "    AdvancedCompressionParameters,",
-            "    GroupSizeFallbackMode,",
-            ")",
+            "    AdvancedCompressionParameters, GroupSizeFallbackMode)",
             "ov_model = ov.Core().read_model(str(ov_path))",
             "ov_model = nncf.compress_weights(",
-            f"    ov_model, mode=nncf.CompressWeightsMode.{config.mode.upper()}{kwargs}{advanced}",
+            f"    ov_model, mode=nncf.CompressWeightsMode.{config.mode.upper()}{kwargs}",
             ")",
             'ov_path = step_dir / "model.xml"',
             "ov.save_model(ov_model, str(ov_path), compress_to_fp16=False)",

@@ -328,6 +328,20 @@ def check_batches(model: LoadedModel, batches: list[dict[str, Any]], what: str) 
                 )
 
 
+def _not_stateful(ov_model: Any) -> Any:
+    """``ov_model``, refused (NotApplicable) when it is a stateful LM."""
+    from accel.errors import NotApplicable
+    from accel.runtimes.openvino.stateful import is_stateful_lm
+
+    if is_stateful_lm(ov_model):
+        raise NotApplicable(
+            "quantize_openvino calibrates activations on whole-sequence inputs; this is a "
+            "stateful LM (KV cache in the request). Use compress_weights_openvino (int8/int4 "
+            "weights) on it instead"
+        )
+    return ov_model
+
+
 def _is_transformer(ov_model: Any) -> bool:
     types = {op.get_type_name() for op in ov_model.get_ordered_ops()}
     attention = {"Softmax", "ScaledDotProductAttention"} & types
@@ -369,7 +383,7 @@ class QuantizeOpenVinoPass(Pass):
         if not batches:
             raise PassError("quantize_openvino got no calibration batches; check data.calibration")
         check_batches(model, batches, "calibration")
-        ov_model = read_ir(model.runtime_file)
+        ov_model = _not_stateful(read_ir(model.runtime_file))
         names, unmatched = _ov_ignored_names(ov_model, list(config.exclude))
         if unmatched:
             raise PassError(_ov_unmatched_message(ov_model, unmatched))

@@ -165,18 +165,26 @@ class OpenVinoRuntime(RuntimeBase):
     def timing_target(
         self, model: LoadedModel, inputs: Any, device: str, threads: int | None
     ) -> TimingTarget:
+        from accel.runtimes.openvino.stateful import has_lm_inputs
         from accel.runtimes.openvino.timing import request_target
 
         if not isinstance(inputs, Mapping):
             inputs = dict(zip(model.input_spec.names, inputs))
         fed = self.prepare_inputs(model, inputs)
+        stateful = has_lm_inputs(self.session(model)[0].inputs)
+        if stateful:  # a stateful LM: the whole sequence, from an empty state each call
+            from accel.runtimes.openvino.stateful import input_names, lm_feed
+
+            ids = next(iter(fed.values()))
+            ids = ids.detach().cpu().numpy() if hasattr(ids, "detach") else ids
+            fed = lm_feed(input_names(self.session(model)[0].inputs), ids, 0)
 
         def compile_model() -> Any:
             if threads and threads != model.session_options.get("threads"):
                 return self.compile(model, threads=int(threads))
             return self.session(model)[0]
 
-        return request_target(compile_model, fed, model.size_bytes or None)
+        return request_target(compile_model, fed, model.size_bytes or None, stateful)
 
     # -- insight -------------------------------------------------------------------------
     def profile(

@@ -11,9 +11,13 @@ from accel.runtimes.openvino.ir import ov_tensor, to_numpy_feed
 
 
 def request_target(
-    compile_model: Callable[[], Any], fed: Mapping[str, Any], size: int | None
+    compile_model: Callable[[], Any],
+    fed: Mapping[str, Any],
+    size: int | None,
+    stateful: bool = False,
 ) -> TimingTarget:
-    """The target of ``compile_model()``'s compiled model on the prepared inputs ``fed``."""
+    """The target of ``compile_model()``'s compiled model on the prepared inputs ``fed``;
+    ``stateful``: each call starts from an empty state (a stateful LM's whole sequence)."""
     state: dict[str, Any] = {}
 
     def first() -> Any:
@@ -24,10 +28,14 @@ def request_target(
         for i, x in to_numpy_feed(compiled, fed).items():
             request.set_input_tensor(i, ov_tensor(x))
         state["request"] = request
+        if stateful:
+            request.reset_state()
         request.infer()
         return request
 
     def call() -> Any:
+        if stateful:
+            state["request"].reset_state()
         state["request"].infer()
         return state["request"]
 
