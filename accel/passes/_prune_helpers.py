@@ -454,6 +454,25 @@ def distill(student, teacher, batches, steps, lr=1e-3, on_step=None, heldout=())
     return loss_value, before, after
 
 
+def bake_reparametrized(module, name):
+    """A weight computed from others (weight norm, spectral norm, a torch parametrization, as
+    wav2vec2's positional conv has) made a plain Parameter of its current value: same outputs,
+    and torch.nn.utils.prune can then mask it in place."""
+    from torch.nn.utils import parametrize
+
+    if parametrize.is_parametrized(module, name):
+        # A deep copy shares its parametrized class with the original, and the removal deletes
+        # the weight's property from that class: the module gets its own class first.
+        cls = module.__class__
+        own = {k: v for k, v in cls.__dict__.items() if k not in ("__dict__", "__weakref__")}
+        module.__class__ = type(cls.__name__, cls.__bases__, own)
+        parametrize.remove_parametrizations(module, name, leave_parametrized=True)
+    for key, hook in list(module._forward_pre_hooks.items()):
+        if getattr(hook, "name", None) == name and hasattr(hook, "remove"):  # older hook API
+            hook.remove(module)
+            del module._forward_pre_hooks[key]
+
+
 def prune_unstructured_magnitude(
     model, amount=0.5, global_pruning=True, ignore=(), ignore_head=True
 ):
@@ -481,6 +500,8 @@ def prune_unstructured_magnitude(
         params += [(module, w) for w in weights]
     if not params:
         return 0.0, []
+    for m, p in params:
+        bake_reparametrized(m, p)
     if global_pruning:
         prune.global_unstructured(params, pruning_method=prune.L1Unstructured, amount=amount)
     else:

@@ -252,6 +252,36 @@ def test_prune_unstructured_covers_lstm_weights(tmp_path):
     assert out.forward(out.example_inputs()).shape == (2, 4)
 
 
+@pytest.mark.parametrize("api", ["parametrizations", "hooks"])
+def test_prune_unstructured_takes_weight_normed_layers(api):
+    """hf:wav2vec2_base crashed ('cannot assign ... to parameter weight_orig'): its positional
+    conv's weight is computed by weight norm. The weight is baked to a plain Parameter of the
+    same value first; outputs before pruning are unchanged, the conv is pruned, and the model
+    it was copied from (the pass works on a deep copy, which shares a parametrized class)
+    still runs."""
+    from accel.passes._prune_helpers import bake_reparametrized, prune_unstructured_magnitude
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv1d(4, 4, 3, padding=1), torch.nn.Linear(5, 2))
+    if api == "parametrizations":
+        torch.nn.utils.parametrizations.weight_norm(model[0], dim=2)
+    else:
+        torch.nn.utils.weight_norm(model[0], dim=2)
+    x = torch.randn(2, 4, 5)
+    with torch.no_grad():  # the hook API's computed weight must stay a leaf for deepcopy
+        ref = model(x)
+    original, model = model, copy.deepcopy(model)
+    baked = copy.deepcopy(model)
+    bake_reparametrized(baked[0], "weight")
+    assert isinstance(baked[0]._parameters.get("weight"), torch.nn.Parameter)
+    torch.testing.assert_close(baked(x), ref)
+    sparsity, layers = prune_unstructured_magnitude(model, amount=0.5, global_pruning=False)
+    assert layers == ["0"] and abs(sparsity - 0.5) < 0.1
+    assert abs(1 - model[0].weight.count_nonzero().item() / model[0].weight.numel() - 0.5) < 0.1
+    assert model(x).shape == ref.shape
+    torch.testing.assert_close(original(x), ref)  # the copies' source is untouched
+
+
 # -- 2:4 ------------------------------------------------------------------------------------------
 
 
