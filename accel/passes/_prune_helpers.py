@@ -55,11 +55,12 @@ def prunable_layers_to_ignore(model, patterns=(), ignore_head=True, keep=()):
     return ignored, names
 
 
-def output_norm_layers(model, inputs):
-    """Leaf modules other than Linear (norms, activations, convs) whose outputs are the
-    model's outputs: their channels must stay, or the pruned model's outputs change shape (a
-    Hugging Face encoder returns the residual stream straight from a LayerNorm, an image
-    decoder its image straight from a conv). The last Linear is ``ignore_head``'s."""
+def output_norm_layers(model, inputs, linears=True):
+    """Leaf modules (norms, activations, convs, and with ``linears`` Linear layers) whose
+    outputs are the model's outputs: their channels must stay, or the pruned model's outputs
+    change shape (a Hugging Face encoder returns the residual stream straight from a
+    LayerNorm, an image decoder its image straight from a conv, DETR its class logits from a
+    Linear that is not the last one)."""
     import weakref
 
     import torch
@@ -79,7 +80,7 @@ def output_norm_layers(model, inputs):
             return [t for o in out for t in tensors(o)]
         return []
 
-    skip = (torch.nn.Linear,)
+    skip = () if linears else (torch.nn.Linear,)
     leaves = [m for m in model.modules() if not list(m.children()) and not isinstance(m, skip)]
     handles = [m.register_forward_hook(hook) for m in leaves]
     try:
@@ -342,7 +343,7 @@ def prune_channels_tp(
     layer coupled to them). Returns a dict of facts (ignored layers, channels before/after).
     """
     model.eval()
-    outputs = output_norm_layers(model, inputs)
+    outputs = output_norm_layers(model, inputs, linears=ignore_head)
     ignored, ignored_names = prunable_layers_to_ignore(
         model, ignore, ignore_head, [*outputs, *keep]
     )

@@ -515,3 +515,39 @@ def test_prune_channels_refuses_a_graph_torch_pruning_cannot_follow(tmp_path):
     ctx = PassContext(inputs=short.example_inputs(), original=short, work_dir=tmp_path)
     out = cls().apply(short, cls.parse_config({"ratio": 0.5}), ctx)
     assert out.module.a.out_channels < 8
+
+
+class _TwoHeads(torch.nn.Module):
+    """DETR's shape: class logits straight from a Linear that is not the last one (the box
+    MLP comes after it in module order)."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Linear(8, 32)
+        self.classifier = torch.nn.Linear(32, 6)
+        self.box = torch.nn.Sequential(
+            torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)
+        )
+
+    def forward(self, x):
+        h = torch.relu(self.body(x))
+        return self.classifier(h), self.box(h).sigmoid()
+
+
+def test_prune_channels_keeps_every_linear_whose_output_is_a_model_output():
+    """hf:detr_resnet50's logits went from 92 to 64 classes ('ok' with a parity shape
+    mismatch, and distill after it crashed): only the last Linear was kept as the head."""
+    from accel.passes._prune_helpers import prune_channels_tp
+
+    torch.manual_seed(0)
+    model = _TwoHeads().eval()
+    inputs = {"x": torch.randn(2, 8)}
+    facts = prune_channels_tp(model, inputs, ratio=0.5)
+    logits, boxes = model(**inputs)
+    assert logits.shape == (2, 6) and boxes.shape == (2, 4)
+    assert "classifier" in facts["ignored_layers"]
+    assert model.body.out_features < 32  # the rest is still pruned
+    # ignore_head=False asks for the heads to be pruned too: then nothing is kept for them.
+    model = _TwoHeads().eval()
+    prune_channels_tp(model, inputs, ratio=0.5, ignore_head=False)
+    assert model.classifier.out_features < 6
