@@ -48,12 +48,31 @@ class CompressWeightsConfig(PassConfig):
         allow_inf_nan=False,
         description="int4: share of the layers in int4, the rest in int8 (1.0: all int4)",
     )
+    group_size_fallback: Literal["adjust", "ignore", "error"] = Field(
+        "adjust",
+        description="int4: a layer whose input size group_size does not divide gets the largest "
+        "power-of-two group (>= 32) that does, or int8 (adjust), stays uncompressed (ignore), "
+        "or stops the step (error)",
+    )
 
 
 def _kwargs(config: CompressWeightsConfig) -> dict[str, object]:
     if config.mode.startswith("int8"):
         return {}
     return {"group_size": config.group_size, "ratio": config.ratio}
+
+
+def _advanced(config: CompressWeightsConfig) -> dict[str, object]:
+    """NNCF's advanced parameters for ``config`` (int4: the group-size fallback)."""
+    if config.mode.startswith("int8"):
+        return {}
+    from nncf.quantization.advanced_parameters import (
+        AdvancedCompressionParameters,
+        GroupSizeFallbackMode,
+    )
+
+    mode = GroupSizeFallbackMode[config.group_size_fallback.upper()]
+    return {"advanced_parameters": AdvancedCompressionParameters(group_size_fallback_mode=mode)}
 
 
 @register_pass
@@ -87,10 +106,14 @@ class CompressWeightsOpenVino(Pass):
         ov_model = read_ir(model.runtime_file)
         mode = nncf.CompressWeightsMode[config.mode.upper()]
         ctx.details.update(mode=config.mode, **_kwargs(config))
+        if not config.mode.startswith("int8"):
+            ctx.details["group_size_fallback"] = config.group_size_fallback
         ctx.progress(0.1, f"compressing weights to {config.mode}")
         t0 = time.perf_counter()
         try:
-            compressed = nncf.compress_weights(ov_model, mode=mode, **_kwargs(config))
+            compressed = nncf.compress_weights(
+                ov_model, mode=mode, **_kwargs(config), **_advanced(config)
+            )
         except Exception as exc:  # NNCF raises many kinds; the first line says what failed
             first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
             raise PassError(
@@ -110,6 +133,11 @@ class CompressWeightsOpenVino(Pass):
 
     def to_script(self, config: CompressWeightsConfig) -> ScriptStep:
         kwargs = "".join(f", {k}={v!r}" for k, v in _kwargs(config).items())
+        if _advanced(config):
+            kwargs += (
+                ", advanced_parameters=nncf.AdvancedCompressionParameters(group_size_fallback_mode="
+                f"nncf.GroupSizeFallbackMode({config.group_size_fallback!r}))"
+            )
         lines = [
             "import nncf",
             "ov_model = ov.Core().read_model(str(ov_path))",
