@@ -34,6 +34,7 @@ from accel.search.generation import (
 from accel.search.generation import PRIMARY as GENERATION_PRIMARY
 from accel.search.runtime_settings import add_runtime_settings
 from accel.search.seeds import Seed, model_family, plan_seeds, size_class
+from accel.search.sensitivity_space import AFTER as SENSITIVITY_AFTER
 from accel.search.sensitivity_space import ALLOW as SENSITIVITY
 from accel.search.space import SearchError, SearchSpace, build_space, model_layer_types, steps_for
 from accel.timing.result import StepTiming
@@ -463,7 +464,7 @@ def run_search(
     is_cancelled = cancel or (lambda: False)
     t0 = time.monotonic() if started is None else started
     model_info = model_info or inspect_model(config)
-    kind, layers, space, sensitivity = _search_space(config, model_info, is_cancelled, t0)
+    kind, layers, space = _search_space(config, model_info)
     space, settings = add_runtime_settings(space, config.objective, config.bench_threads)
     info = list(model_info)
     size = size_class(info[3] if len(info) > 3 else None)
@@ -479,7 +480,13 @@ def run_search(
     )
     study = _study(config, space, seeds)
     loop = _TrialLoop(config, space, study, executor, len(seeds), on_trial or (lambda t: None))
+    if SENSITIVITY in config.allow:  # after the first seeds: the first minute goes to them
+        loop.refine_after = min(len(seeds), SENSITIVITY_AFTER)
+        loop.refine = lambda sp: _exclude_sets(sp, config, is_cancelled, t0)
     status, reason = loop.run(is_cancelled, t0)
+    space, sensitivity = loop.space, loop.refined
+    if SENSITIVITY in config.allow and sensitivity is None:
+        sensitivity = {"reason": f"not run: the search ended after {len(loop.trials)} trial(s)"}
     executor.close()
     trials = loop.trials
     ok, best = _scores_and_best(config, trials)
@@ -542,13 +549,10 @@ def _space_facts(space: Any, seeds: Sequence[Seed]) -> dict[str, Any]:
 
 
 def _search_space(
-    config: SearchConfig,
-    model_info: tuple[Any, ...],
-    is_cancelled: Callable[[], bool],
-    t0: float,
-) -> tuple[str, frozenset[str], SearchSpace, dict[str, Any] | None]:
-    """The model's kind and layer types, the space of chains for it, and (--allow
-    sensitivity) the sensitivity analysis the exclude sets came from."""
+    config: SearchConfig, model_info: tuple[Any, ...]
+) -> tuple[str, frozenset[str], SearchSpace]:
+    """The model's kind and layer types and the space of chains for it (the exclude sets of
+    --allow sensitivity come later, from ``_TrialLoop.refine``)."""
     kind, layers, *rest = model_info
     not_applicable: dict[str, str] = rest[0] if rest else {}
     space = build_space(
@@ -566,10 +570,7 @@ def _search_space(
         space.excluded[name] = why
     for name, why in not_applicable.items():
         space.excluded[name] = f"nothing to do on this model: {why}"
-    sensitivity: dict[str, Any] | None = None
-    if SENSITIVITY in config.allow:
-        space, sensitivity = _exclude_sets(space, config, is_cancelled, t0)
-    return kind, layers, space, sensitivity
+    return kind, layers, space
 
 
 def _study(config: SearchConfig, space: SearchSpace, seeds: Sequence[Seed]) -> Any:
@@ -609,6 +610,11 @@ class _TrialLoop:
         self.duplicates = 0
         self.t0 = time.monotonic()  # when the search's budget began (set by ``run``)
         self.cache_total = {"hits": 0, "misses": 0, "stored": 0, "evicted": 0, "reused_steps": 0}
+        # Once refine_after trials have run: space -> (refined space, summary), e.g. the
+        # exclude sets of the sensitivity analysis (same chains, more parameters).
+        self.refine: Callable[[SearchSpace], tuple[SearchSpace, dict[str, Any]]] | None = None
+        self.refine_after = 0
+        self.refined: dict[str, Any] | None = None
 
     def run(self, is_cancelled: Callable[[], bool], t0: float) -> tuple[str, str]:
         """Status and reason of how the loop ended."""
@@ -621,6 +627,10 @@ class _TrialLoop:
                 return "finished", ""
             if config.budget_s is not None and config.budget_s - (time.monotonic() - t0) <= 0:
                 return "finished", ""
+            if self.refine is not None and len(self.trials) >= self.refine_after:
+                self.space, self.refined = self.refine(self.space)
+                self.refine = None
+                continue  # the budget is checked again
             batch = self._submit_batch()
             if not batch:
                 return "finished", "every chain in the space was tried"

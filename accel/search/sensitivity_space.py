@@ -1,8 +1,10 @@
 """Quantization exclude sets from the sensitivity analysis as a search dimension.
 
 With ``--allow sensitivity`` (``SearchConfig.allow``) the search runs
-``accel.sensitivity.analyze_sensitivity`` once on the model, before the first trial (its
-time counts in the budget), and gives every quantization pass in the space that keeps an
+``accel.sensitivity.analyze_sensitivity`` once on the model, after its first ``AFTER`` trials
+(the original and the first seeds, the best known recipes: the analysis takes minutes on a
+BERT-base, and the first minute of a search goes to what is known to work; its time counts
+in the budget), and from then on gives every quantization pass in the space that keeps an
 ``exclude`` list a Choice of exclude sets: none, the most sensitive layer, the 3 most
 sensitive, and the most sensitive 10 % of the layers that pass quantizes (distinct sets
 only), each from the ranked layers of the kinds it quantizes. The OpenVINO and ONNX Runtime
@@ -41,6 +43,7 @@ from accel.search.space import SearchSpace
 log = logging.getLogger(__name__)
 
 ALLOW = "sensitivity"  # the --allow word
+AFTER = 3  # trials run before the analysis (fewer when there are fewer seeds)
 MAX_LAYERS = 16  # layers analysed (a sample for larger models, see accel.sensitivity.pick_layers)
 SETS = (("top1", 1), ("top3", 3))  # plus top10% of the layers the pass quantizes
 

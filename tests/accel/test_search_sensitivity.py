@@ -6,7 +6,7 @@ import re
 
 from accel.search import InProcessExecutor, SearchConfig, build_space, run_search
 from accel.search.engine import trial_spec
-from accel.search.sensitivity_space import exclude_sets
+from accel.search.sensitivity_space import AFTER, exclude_sets
 from accel.search.space import steps_for
 
 PASSES = ("quantize_dynamic_int8", "export_onnx", "quantize_onnx_dynamic")
@@ -68,10 +68,17 @@ def test_seeded_search_with_sensitivity_tries_exclude_sets(tmp_path):
     # zoo:mlp has 3 Linear layers: none or the most sensitive one (top3 would quantize nothing).
     top = sens["ranking"][0]
     assert sens["sets"] == {"quantize_dynamic_int8": {"none": [], "top1": [top]}}
+    # The analysis ran after the first seeds (the original, then the known-good stack): the
+    # first minute of a search goes to them, their steps carry no exclude set.
+    n_first = min(AFTER, len(a.space["seeds"]))
+    assert n_first == 2 and a.trials[1].chain == ("quantize_dynamic_int8",)
+    assert all("exclude" not in st["params"] for t in a.trials[:n_first] for st in t.steps)
     qdyn = [t for t in a.trials if t.chain and t.chain[0] == "quantize_dynamic_int8"]
-    excludes = [t.steps[0]["params"]["exclude"] for t in qdyn]
+    later = [t for t in qdyn if t.number >= n_first]
+    assert later and all("exclude" in t.steps[0]["params"] for t in later)
+    excludes = [t.steps[0]["params"]["exclude"] for t in later]
     assert [] in excludes and [top] in excludes
-    kept = next(t for t in qdyn if t.steps[0]["params"]["exclude"] == [top])
+    kept = next(t for t in later if t.steps[0]["params"]["exclude"] == [top])
     assert kept.status in ("ok", "gate_failed"), kept.error
     # Deterministic for a seed.
     b = run_search(_config(tmp_path / "b"), InProcessExecutor())
