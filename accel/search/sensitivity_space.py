@@ -107,10 +107,13 @@ def _with_exclude_choices(
     model: Any,
     report: Any,
     summary: dict[str, Any],
+    cancel: Callable[[], bool] = lambda: False,
 ) -> dict[str, Any]:
     """The space's passes with an ``exclude`` Choice of sets from the ranking (per pass:
     the analysed layers of the types it quantizes); passes with fewer than two sets are
-    noted in ``summary["skipped"]``, the sets in ``summary["sets"]``."""
+    noted in ``summary["skipped"]``, the sets in ``summary["sets"]``. A cost set is measured
+    only while ``cancel()`` is False (the budget: each takes a conversion, a quantization
+    and two profiles); one not measured is said in ``summary["cost_skipped"]``."""
     from accel.passes import get_pass
     from accel.passes._torch_quant_helpers import select_layers
     from accel.passes.base import Choice
@@ -121,7 +124,9 @@ def _with_exclude_choices(
         quantized, _, _ = select_layers(model.module, kinds, [])
         ranking = [n for n in report.ranking() if types[n] in kinds]
         sets = exclude_sets(ranking, len(quantized))
-        if name in FLOAT_STEPS:  # OpenVINO / ONNX Runtime: the set chosen by measured cost
+        if name in FLOAT_STEPS and cancel():
+            summary.setdefault("cost_skipped", {})[name] = "the budget ran out (or cancel)"
+        elif name in FLOAT_STEPS:  # OpenVINO / ONNX Runtime: the set chosen by measured cost
             _add_cost_set(sets, name, model, report, len(quantized), summary)
         if len(sets) < 2:
             summary["skipped"][name] = (
@@ -211,7 +216,7 @@ def add_exclude_sets(
             "ranking": report.ranking(),
         }
     )
-    passes = _with_exclude_choices(space, targets, model, report, summary)
+    passes = _with_exclude_choices(space, targets, model, report, summary, cancel)
     log.info(
         "sensitivity (%s, %d layers) took %.1f s; exclude sets for %s",
         analysis,

@@ -127,3 +127,31 @@ def test_no_exclude_domain_without_the_option(tmp_path):
     for t in res.trials:
         for step in t.steps:
             assert "exclude" not in step["params"]
+
+
+def test_cost_sets_are_not_measured_once_the_budget_is_spent(monkeypatch):
+    from accel.models import load_model
+    from accel.search import layer_costs
+    from accel.search.sensitivity_space import _exclude_targets, _with_exclude_choices
+
+    def measured(*a, **k):
+        raise AssertionError("a cost set was measured after the budget ran out")
+
+    monkeypatch.setattr(layer_costs, "cost_exclude_set", measured)
+    space = build_space("torch", "cpu", layer_types={"linear"}, include=PASSES)
+    targets = _exclude_targets(space, {})
+    assert "quantize_onnx_dynamic" in targets
+
+    class Report:
+        layers = [type("L", (), {"name": n, "type": "Linear"}) for n in ("fc1", "fc2", "fc3")]
+
+        def ranking(self):
+            return ["fc2", "fc1", "fc3"]
+
+    summary = {"sets": {}, "skipped": {}}
+    passes = _with_exclude_choices(
+        space, targets, load_model("zoo:mlp"), Report(), summary, lambda: True
+    )
+    assert summary["cost_skipped"] == {"quantize_onnx_dynamic": "the budget ran out (or cancel)"}
+    # the sets from the ranking are still there (no measurement needed)
+    assert passes["quantize_onnx_dynamic"].decode["exclude"] == {"none": [], "top1": ["fc2"]}
