@@ -360,6 +360,53 @@ def _parity(row: dict[str, Any]) -> float:
     return max((d for d in drops if d is not None), default=0.0)
 
 
+def _steps_label(steps: list[dict[str, Any]] | None) -> str:
+    """``pass(k=v, ...) + ...`` of a chain, the search's explanations left out."""
+    parts = []
+    for st in steps or []:
+        params = ", ".join(f"{k}={v}" for k, v in st["params"].items() if k != "explain")
+        parts.append(st["pass"] + (f"({params})" if params else ""))
+    return " + ".join(parts) or "-"
+
+
+def markdown_table(results: list[dict[str, Any]], budget: str = "0.01") -> str:
+    """The issue's table from the bench's JSON: per model the found best within ``budget``
+    against the best hand-written (or sample) pipeline, and the targets it meets."""
+    head = (
+        "| model | studio best (steps) | speedup [rounds] | best hand-written | speedup [rounds] "
+        "| ratio [rounds] | cos drop held-out | first within 5 % | ratio >= 1.0 | <= 90 s |\n"
+        "|---|---|---|---|---|---|---|---|---|---|"
+    )
+    lines, ratios = [head], []
+    for r in results:
+        if "skipped" in r:
+            lines.append(f"| {r['model']} | skipped: {r['skipped']} |" + " |" * 8)
+            continue
+        s, ttb = r["summary"][budget], r.get("time_to_best") or {}
+        ratio = s.get("ratio_best_over_hand")
+        if ratio is not None:
+            ratios.append(ratio)
+        secs = ttb.get("seconds")
+        lines.append(
+            f"| {r['model']} | {_steps_label(s.get('best_steps'))} "
+            f"| {fmt(s.get('best_speedup'))}x [{fmt(s.get('best_speedup_low'))}-"
+            f"{fmt(s.get('best_speedup_high'))}] | {s.get('best_hand') or '-'} "
+            f"| {fmt(s.get('best_hand_speedup'))}x [{fmt(s.get('best_hand_speedup_low'))}-"
+            f"{fmt(s.get('best_hand_speedup_high'))}] | {fmt(ratio)} [{fmt(s.get('ratio_low'))}-"
+            f"{fmt(s.get('ratio_high'))}] | {fmt(s.get('best_heldout_cosine_drop'), '.1e')} "
+            f"| trial {ttb.get('trial', '-')} at {fmt(secs, '.0f')} s "
+            f"| {'yes' if ratio is not None and ratio >= 1.0 else 'no'} "
+            f"| {'yes' if secs is not None and secs <= 90 else 'no'} |"
+        )
+    if ratios:
+        mean = sum(ratios) / len(ratios)
+        lines.append(
+            f"\nMean ratio over {len(ratios)} model(s): {mean:.2f} (target >= 1.2: "
+            f"{'met' if mean >= 1.2 else 'not met'})."
+        )
+    return "\n".join(lines)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument(
@@ -372,7 +419,11 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--allow", default="", help="the search's --allow (e.g. prune,distill)")
     p.add_argument("--json", default=None)
+    p.add_argument("--table-from", default=None, help="print the table of an earlier --json")
     args = p.parse_args()
+    if args.table_from:
+        print(markdown_table(json.loads(Path(args.table_from).read_text())))
+        return 0
     b = args.budget.strip().lower()
     args.budget_s = float(b[:-1]) * 60 if b.endswith("m") else float(b.rstrip("s"))
     results = []
@@ -420,6 +471,7 @@ def main() -> int:
                 Path(args.json).write_text(json.dumps(results, indent=2, default=str))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=str))
+    print("\n" + markdown_table(results))
     return 0
 
 

@@ -480,13 +480,8 @@ def run_search(
     )
     study = _study(config, space, seeds)
     loop = _TrialLoop(config, space, study, executor, len(seeds), on_trial or (lambda t: None))
-    if SENSITIVITY in config.allow:  # after the first seeds: the first minute goes to them
-        loop.refine_after = min(len(seeds), SENSITIVITY_AFTER)
-        loop.refine = lambda sp: _exclude_sets(sp, config, is_cancelled, t0)
     status, reason = loop.run(is_cancelled, t0)
-    space, sensitivity = loop.space, loop.refined
-    if SENSITIVITY in config.allow and sensitivity is None:
-        sensitivity = {"reason": f"not run: the search ended after {len(loop.trials)} trial(s)"}
+    space, sensitivity = loop.space, _sensitivity_summary(config, loop)
     executor.close()
     trials = loop.trials
     ok, best = _scores_and_best(config, trials)
@@ -535,6 +530,13 @@ def _scores_and_best(
     candidates = [n for n in ok if trials[n].chain]
     best = min(candidates, key=lambda n: (ok[n][0], n)) if candidates else None
     return ok, best
+
+
+def _sensitivity_summary(config: SearchConfig, loop: _TrialLoop) -> dict[str, Any] | None:
+    """The analysis behind the exclude sets (--allow sensitivity), or why it did not run."""
+    if SENSITIVITY not in config.allow or loop.refined is not None:
+        return loop.refined
+    return {"reason": f"not run: the search ended after {len(loop.trials)} trial(s)"}
 
 
 def _space_facts(space: Any, seeds: Sequence[Seed]) -> dict[str, Any]:
@@ -610,10 +612,9 @@ class _TrialLoop:
         self.duplicates = 0
         self.t0 = time.monotonic()  # when the search's budget began (set by ``run``)
         self.cache_total = {"hits": 0, "misses": 0, "stored": 0, "evicted": 0, "reused_steps": 0}
-        # Once refine_after trials have run: space -> (refined space, summary), e.g. the
-        # exclude sets of the sensitivity analysis (same chains, more parameters).
-        self.refine: Callable[[SearchSpace], tuple[SearchSpace, dict[str, Any]]] | None = None
-        self.refine_after = 0
+        # --allow sensitivity: once refine_after trials (the first seeds) have run, the space
+        # gets the analysis's exclude sets (same chains, more parameters); its summary.
+        self.refine_after = min(n_seeds, SENSITIVITY_AFTER)
         self.refined: dict[str, Any] | None = None
 
     def run(self, is_cancelled: Callable[[], bool], t0: float) -> tuple[str, str]:
@@ -627,9 +628,8 @@ class _TrialLoop:
                 return "finished", ""
             if config.budget_s is not None and config.budget_s - (time.monotonic() - t0) <= 0:
                 return "finished", ""
-            if self.refine is not None and len(self.trials) >= self.refine_after:
-                self.space, self.refined = self.refine(self.space)
-                self.refine = None
+            if self._refine_now():
+                self.space, self.refined = _exclude_sets(self.space, config, is_cancelled, t0)
                 continue  # the budget is checked again
             batch = self._submit_batch()
             if not batch:
@@ -638,6 +638,13 @@ class _TrialLoop:
                 self._finish(ot, rec, _wait(handle, is_cancelled, config.trial_timeout_s))
             if is_cancelled():
                 return "cancelled", "cancelled by the user"
+
+    def _refine_now(self) -> bool:
+        return (
+            SENSITIVITY in self.config.allow
+            and self.refined is None
+            and len(self.trials) >= self.refine_after
+        )
 
     def _submit_batch(self) -> list[tuple[Any, TrialRecord, TrialHandle]]:
         """New chains for the free slots; a chain measured before is told again, not run."""
