@@ -721,12 +721,13 @@ def _exclude_sets(
     space: SearchSpace, config: SearchConfig, is_cancelled: Callable[[], bool], t0: float
 ) -> tuple[SearchSpace, dict[str, Any]]:
     """--allow sensitivity: exclude sets as a search dimension (accel.search.sensitivity_space);
-    the analysis stops at cancel or when it has used the whole budget."""
-    from accel.search.sensitivity_space import add_exclude_sets
+    the analysis stops at cancel or at its deadline (``analysis_deadline``)."""
+    from accel.search.sensitivity_space import add_exclude_sets, analysis_deadline
+
+    deadline = analysis_deadline(config.budget_s, t0, time.monotonic())
 
     def stop() -> bool:
-        over = config.budget_s is not None and time.monotonic() - t0 > config.budget_s
-        return is_cancelled() or over
+        return is_cancelled() or (deadline is not None and time.monotonic() > deadline)
 
     return add_exclude_sets(space, config, stop)
 

@@ -4,7 +4,8 @@ With ``--allow sensitivity`` (``SearchConfig.allow``) the search runs
 ``accel.sensitivity.analyze_sensitivity`` once on the model, after its first ``AFTER`` trials
 (the original and the first seeds, the best known recipes: the analysis takes minutes on a
 BERT-base, and the first minute of a search goes to what is known to work; its time counts
-in the budget), and from then on gives every quantization pass in the space that keeps an
+in the budget, and it takes at most ``SHARE`` of the budget left, see ``analysis_deadline``),
+and from then on gives every quantization pass in the space that keeps an
 ``exclude`` list a Choice of exclude sets: none, the most sensitive layer, the 3 most
 sensitive, and the most sensitive 10 % of the layers that pass quantizes (distinct sets
 only), each from the ranked layers of the kinds it quantizes. The OpenVINO and ONNX Runtime
@@ -44,8 +45,18 @@ log = logging.getLogger(__name__)
 
 ALLOW = "sensitivity"  # the --allow word
 AFTER = 3  # trials run before the analysis (fewer when there are fewer seeds)
+SHARE = 0.5  # of the budget left when it starts, the most the analysis may take
 MAX_LAYERS = 16  # layers analysed (a sample for larger models, see accel.sensitivity.pick_layers)
 SETS = (("top1", 1), ("top3", 3))  # plus top10% of the layers the pass quantizes
+
+
+def analysis_deadline(budget_s: float | None, t0: float, now: float) -> float | None:
+    """When (monotonic) an analysis starting at ``now`` in a search that began at ``t0``
+    stops: after SHARE of the budget left, so that a stopped analysis (its sets are lost)
+    leaves the search time for more trials; None without a budget."""
+    if budget_s is None:
+        return None
+    return now + SHARE * max(0.0, budget_s - (now - t0))
 
 
 def exclude_sets(ranking: list[str], n_layers: int) -> dict[str, list[str]]:
@@ -201,7 +212,7 @@ def add_exclude_sets(
             cancel=cancel,
         )
     except Cancelled:
-        summary["reason"] = "the analysis was stopped (cancel or budget)"
+        summary["reason"] = "the analysis was stopped (cancel, or its share of the budget)"
         return space, summary
     except AccelError as exc:
         summary["reason"] = f"the analysis failed: {exc}"

@@ -155,3 +155,12 @@ def test_cost_sets_are_not_measured_once_the_budget_is_spent(monkeypatch):
     assert summary["cost_skipped"] == {"quantize_onnx_dynamic": "the budget ran out (or cancel)"}
     # the sets from the ranking are still there (no measurement needed)
     assert passes["quantize_onnx_dynamic"].decode["exclude"] == {"none": [], "top1": ["fc2"]}
+
+
+def test_the_analysis_takes_at_most_half_of_the_budget_left():
+    from accel.search.sensitivity_space import analysis_deadline
+
+    assert analysis_deadline(None, 100.0, 150.0) is None
+    # a 600 s search, 200 s in: 400 s left, the analysis may take 200 of them
+    assert analysis_deadline(600.0, 100.0, 300.0) == 500.0
+    assert analysis_deadline(600.0, 100.0, 800.0) == 800.0  # the budget is spent: stop now
