@@ -255,14 +255,22 @@ def bench_model(key: str, args: argparse.Namespace, work: Path) -> dict[str, Any
     res = run_search(config, InProcessExecutor(), on_trial=on_trial)
     wall = time.monotonic() - t0
     first = time_to_best(res, done_at, 0.01)
-    found = {f"best within {d:g}": best_within(res, d) for d in (0.01, 0.001)}
     contenders: dict[str, list[dict[str, Any]]] = {}
-    for label, t in found.items():
-        if t is not None:
+    found: dict[float, str] = {}  # budget -> its contender (one build when both are one trial)
+    by_trial: dict[int, str] = {}
+    for d in (0.01, 0.001):
+        t = best_within(res, d)
+        if t is None:
+            continue
+        if t.number not in by_trial:
             params = ", ".join(
                 f"{k}={v}" for st in t.steps for k, v in st["params"].items() if k != "explain"
             )
-            contenders[f"{label}: {t.label}" + (f" ({params})" if params else "")] = t.steps
+            by_trial[t.number] = f"best within {d:g}: {t.label}" + (
+                f" ({params})" if params else ""
+            )
+            contenders[by_trial[t.number]] = t.steps
+        found[d] = by_trial[t.number]
     contenders.update(sample_recipes(source))
     contenders.update(hand_written())
     rows = []
@@ -299,7 +307,7 @@ def bench_model(key: str, args: argparse.Namespace, work: Path) -> dict[str, Any
     by = {r["contender"]: r for r in rows}
     summary = {}
     for budget in (0.01, 0.001):
-        best_label = next((k for k in by if k.startswith(f"best within {budget:g}:")), None)
+        best_label = found.get(budget)
         best = by.get(best_label) if best_label else None
         hands = [
             r
