@@ -134,3 +134,24 @@ def test_telemetry_is_off_when_the_studio_imports_onnxruntime_genai():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "'onnxruntime_genai'" in out.stdout
+
+
+def test_the_tokens_per_s_search_seeds_the_genai_build_and_drops_it_where_it_cannot_run(
+    monkeypatch,
+):
+    from accel.search import space as space_mod
+    from accel.search.engine import SearchConfig
+    from accel.search.generation import SEEDS, generation_exclusions
+
+    config = SearchConfig(model="hf:llama_small", objective="tokens_per_s")
+    assert "ort_genai" not in generation_exclusions(config) and ("ort_genai",) in SEEDS
+    layers = space_mod.model_layer_types(llama())
+    cpu = space_mod.build_space("torch", "cpu", layer_types=layers)
+    assert ("ort_genai",) in cpu.chains and "ort_genai" not in cpu.excluded
+    assert not any(c[:1] == ("ort_genai",) and len(c) > 1 for c in cpu.chains)  # terminal
+    cuda = space_mod.build_space("torch", "cuda:0", layer_types=layers)
+    assert "ort_genai" in cuda.excluded and ("ort_genai",) not in cuda.chains
+    real = space_mod._have
+    monkeypatch.setattr(space_mod, "_have", lambda lib: lib != "onnxruntime_genai" and real(lib))
+    missing = space_mod.build_space("torch", "cpu", layer_types=layers)
+    assert missing.excluded["ort_genai"] == "needs onnxruntime_genai (not installed)"
