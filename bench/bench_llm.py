@@ -289,7 +289,11 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--budget", default="5m", help="search wall time per model (0: no search)")
     p.add_argument("--trials", type=int, default=8)
-    p.add_argument("--genai", default="int4", help="ort_genai precisions, comma-separated")
+    p.add_argument(
+        "--genai",
+        default="int4",
+        help="ort_genai precisions, comma-separated (int4-emb: the embedding too)",
+    )
     p.add_argument(
         "--no-hand-written", action="store_true", help="eager fp32 and the studio's rows only"
     )

@@ -80,11 +80,17 @@ def save_hf_folder(lm: Any, folder: Any) -> None:
     train_tokenizer(folder)
 
 
-def builder_options(precision: str, block_size: int, accuracy_level: int) -> list[str]:
-    """The builder's KEY=VALUE extra options (weight-only int4/int8: MatMulNBits)."""
+def builder_options(
+    precision: str, block_size: int, accuracy_level: int, embedding: bool = False
+) -> list[str]:
+    """The builder's KEY=VALUE extra options (weight-only int4/int8: MatMulNBits; with
+    ``embedding`` the token embedding too, as GatherBlockQuantized)."""
     if precision not in ("int4", "int8"):
         return []
-    return [f"block_size={int(block_size)}", f"accuracy_level={int(accuracy_level)}"]
+    options = [f"block_size={int(block_size)}", f"accuracy_level={int(accuracy_level)}"]
+    if embedding:
+        options.append("op_types_to_quantize=MatMul/Gather")
+    return options
 
 
 def build_genai(

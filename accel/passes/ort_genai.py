@@ -54,6 +54,11 @@ class OrtGenaiConfig(PassConfig):
         description="int4/int8: the lowest precision MatMulNBits computes in: 4 = int8 "
         "activations (fastest on CPUs), 3 = bf16, 2 = fp16, 1 = fp32",
     )
+    quantize_embedding: bool = Field(
+        False,
+        description="int4/int8: the token embedding too (GatherBlockQuantized): much smaller "
+        "weights where the vocabulary is large, the embedding's rows rounded like the weights",
+    )
 
 
 def genai_lm(module: Any) -> Any:
@@ -105,7 +110,9 @@ def _build(lm: Any, config: OrtGenaiConfig, ctx: PassContext) -> Path:
     b.save_hf_folder(lm, hf_dir)
     ctx.check_cancelled()
     ctx.progress(0.3, f"building the ONNX Runtime GenAI model ({config.precision})")
-    options = b.builder_options(config.precision, config.block_size, config.accuracy_level)
+    options = b.builder_options(
+        config.precision, config.block_size, config.accuracy_level, config.quantize_embedding
+    )
     t0 = time.perf_counter()
     try:
         b.build_genai(str(hf_dir), str(out), str(cache), config.precision, options)
@@ -183,7 +190,9 @@ class OrtGenaiPass(Pass):
     def to_script(self, config: OrtGenaiConfig) -> ScriptStep:
         from accel.passes import _ort_genai_build as b
 
-        options = b.builder_options(config.precision, config.block_size, config.accuracy_level)
+        options = b.builder_options(
+            config.precision, config.block_size, config.accuracy_level, config.quantize_embedding
+        )
         lines = [
             "if kind != 'torch':",
             "    raise SystemExit('ort_genai builds from the torch model: put it first')",

@@ -41,7 +41,8 @@ def built(tmp_path_factory):
     """The tiny Llama and its GenAI folders at fp32 and int4, built once."""
     lm = _torch_lm(llama)
     fp32, ctx = _apply(lm, {"precision": "fp32"}, tmp_path_factory.mktemp("fp32"))
-    int4, _ = _apply(lm, {"precision": "int4", "block_size": 16}, tmp_path_factory.mktemp("int4"))
+    params = {"precision": "int4", "block_size": 16, "quantize_embedding": True}
+    int4, _ = _apply(lm, params, tmp_path_factory.mktemp("int4"))
     return lm, fp32, int4, ctx
 
 
@@ -75,8 +76,13 @@ def test_int4_stays_within_a_loose_budget_and_is_smaller(built):
     m = par.metrics()
     assert m["tf_cosine_mean"] > 0.95 and m["tf_top1"] >= 0.5
     assert m["tf_cosine_min"] < 0.99999  # int4 weights change the logits: not the fp32 model
-    assert int4.size_bytes < 0.5 * fp32.size_bytes
+    assert int4.size_bytes < 0.3 * fp32.size_bytes  # the embedding quantized too
     assert int4.format == "ort_genai_int4"
+    import onnx
+
+    graph = onnx.load(str(int4.runtime_file / "model.onnx"), load_external_data=False).graph
+    ops = {n.op_type for n in graph.node}
+    assert {"MatMulNBits", "GatherBlockQuantized"} <= ops
 
 
 def test_two_generations_in_a_row_give_the_same_tokens(built):
