@@ -40,10 +40,9 @@ BUILDER_ARCHITECTURES = (
     "Qwen3ForCausalLM",
     "SmolLM3ForCausalLM",
 )
-TOKENIZER_VOCAB = 400
 
 
-def train_tokenizer(folder: Any, vocab_size: int = TOKENIZER_VOCAB) -> None:
+def train_tokenizer(folder: Any, vocab_size: int = 400) -> None:
     """A byte-level BPE trained on the standard library's sources, saved into ``folder``."""
     import pathlib
     import sysconfig
@@ -98,7 +97,7 @@ def build_genai(
 ) -> None:
     """ONNX Runtime GenAI's model builder on ``hf_dir`` for the CPU execution provider, in this
     process (what ``python -m onnxruntime_genai.models.builder -m D -i D -o OUT -p P -e cpu``
-    does); its prints go to a buffer, shown only when it fails."""
+    does); its prints and progress bars go to a buffer, shown only when it fails."""
     import contextlib
     import io
 
@@ -106,7 +105,7 @@ def build_genai(
 
     log = io.StringIO()
     try:
-        with contextlib.redirect_stdout(log):
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
             kv = builder.parse_extra_options(
                 hf_dir, hf_dir, out_dir, precision, "cpu", cache_dir, list(options)
             )

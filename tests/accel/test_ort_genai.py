@@ -131,6 +131,53 @@ def test_the_script_step_compiles_with_literals_only():
     assert "'block_size=64'" in step.code and "accuracy_level=4" in step.code
 
 
+TINY = str(Path(__file__).with_name("tiny_decoder.py"))
+
+
+def _script_recipe(params: dict) -> dict:
+    bench = {"workload": "generate", "prompt_tokens": 8, "new_tokens": 4, "rounds": 3}
+    return {
+        "model": {"source": f"{TINY}:llama", "input_spec": SPEC},
+        "steps": [{"pass": "ort_genai", "params": params}],
+        "benchmark": {**bench, "warmup": 0, "iters": 3},
+    }
+
+
+def test_the_exported_recipe_script_compiles_and_refuses_hostile_values():
+    from accel.codegen import recipe_to_script
+    from accel.errors import RecipeError
+
+    text = recipe_to_script(_script_recipe({"precision": "int8", "block_size": 128}))
+    compile(text, "recipe.py", "exec")
+    assert "'block_size=128'" in text and "og.Generator" in text
+    assert "og.disable_telemetry_events()" in text
+    with pytest.raises((RecipeError, ValueError)):
+        recipe_to_script(_script_recipe({"precision": "int4'); import os #"}))
+
+
+@pytest.mark.slow
+def test_the_exported_script_builds_and_generates_with_ort_genai(tmp_path):
+    import json
+    import subprocess
+
+    from accel.codegen import recipe_to_script
+
+    script = tmp_path / "recipe.py"
+    script.write_text(recipe_to_script(_script_recipe({"precision": "fp32"})))
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads((out / "results.json").read_text())
+    assert len(rows) == 1 and rows[0]["step"] == "ort_genai" and rows[0]["tokens_per_s"] > 0
+    assert rows[0]["tf_top1"] == 1.0 and rows[0]["tf_cosine_mean"] > 0.9999
+    assert any(out.rglob("genai_config.json"))
+
+
 def test_telemetry_is_off_when_the_studio_imports_onnxruntime_genai():
     import subprocess
 
