@@ -208,3 +208,32 @@ def test_the_tokens_per_s_search_seeds_the_genai_build_and_drops_it_where_it_can
     monkeypatch.setattr(space_mod, "_have", lambda lib: lib != "onnxruntime_genai" and real(lib))
     missing = space_mod.build_space("torch", "cpu", layer_types=layers)
     assert missing.excluded["ort_genai"] == "needs onnxruntime_genai (not installed)"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("build", ["llama", "gpt2"])
+def test_a_tokens_per_s_search_tries_the_genai_build_or_refuses_it_cleanly(tmp_path, build):
+    from accel.search import InProcessExecutor, SearchConfig, run_search
+
+    cfg = SearchConfig(
+        model=f"{TINY}:{build}",
+        input_spec=SPEC,
+        objective="tokens_per_s",
+        generate={"prompt_tokens": 8, "new_tokens": 4},
+        passes=("ort_genai",),
+        max_cosine_drop=0.05,
+        max_trials=2,
+        budget_s=None,
+        max_steps=1,
+        bench_rounds=3,
+        out_dir=str(tmp_path),
+    )
+    res = run_search(cfg, InProcessExecutor())
+    tried = [t for t in res.trials if t.chain == ("ort_genai",)]
+    if build == "gpt2":  # refused by the pass's own check before any trial
+        assert "does not know GPT2LMHeadModel" in res.space["excluded"]["ort_genai"]
+        assert not tried
+        return
+    ok = [t for t in tried if t.status == "ok"]
+    assert ok, [(t.label, t.status, t.error) for t in tried]
+    assert ok[0].metrics["tokens_per_s_ratio"] > 0 and ok[0].metrics["tf_top1"] >= 0.5
