@@ -147,13 +147,16 @@ def genai_contenders(original: Any, args: argparse.Namespace, work: Path) -> dic
     cls = get_pass("ort_genai")
     for precision in [p.strip() for p in args.genai.split(",") if p.strip()]:
         label = f"studio ort_genai {precision}"
+        params: dict[str, Any] = {"precision": precision.removesuffix("-emb")}
+        if precision.endswith("-emb"):  # the token embedding quantized too
+            params["quantize_embedding"] = True
         ctx = PassContext(
             inputs=original.example_inputs(),
             work_dir=work / f"genai-{precision}",
             original=original,
         )
         try:
-            built = cls().apply(original, cls.parse_config({"precision": precision}), ctx)
+            built = cls().apply(original, cls.parse_config(params), ctx)
         except Exception as exc:  # noqa: BLE001 - the row says why
             out[label] = f"{type(exc).__name__}: {exc}"
             continue
