@@ -11,3 +11,4 @@ import accel.runtimes.onnxruntime  # noqa: E402, F401, I001
 import accel.runtimes.torch  # noqa: E402, F401
 import accel.runtimes.openvino  # noqa: E402, F401
 import accel.runtimes.tensorrt  # noqa: E402, F401
+import accel.runtimes.ort_genai  # noqa: E402, F401

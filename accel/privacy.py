@@ -13,7 +13,9 @@ settings (no consent file is written; nothing under ``~/intel`` or ``~/.cache`` 
   no-op stand-ins, as they do when the package is not installed); where it was imported
   before, its sender is made a no-op;
 - ONNX Runtime's telemetry is switched off: ``ORT_DISABLE_TELEMETRY`` (its Linux 1DS
-  client) and its telemetry events when it is imported.
+  client) and its telemetry events when it is imported; ONNX Runtime GenAI's events too
+  (``onnxruntime_genai.disable_telemetry_events()`` when it is imported; the ort_genai
+  pass's exported script calls it itself).
 
 ``SCRIPT_PREAMBLE`` is the same in plain Python for exported scripts.
 """
@@ -48,12 +50,16 @@ TELEMETRY_ENV: dict[str, str] = {
 }
 # Packages whose only job is to send telemetry: never imported in a studio process.
 BLOCKED_PACKAGES: tuple[str, ...] = ("openvino_telemetry",)
+# Packages whose telemetry events are switched off as they are imported.
+EVENTS_OFF_PACKAGES: tuple[str, ...] = ("onnxruntime", "onnxruntime_genai")
+# The packages whose events this process switched off (what the tests check).
+EVENTS_OFF: set[str] = set()
 
 
 def _script_preamble() -> str:
     env = "".join(f"        {k!r}: {v!r},\n" for k, v in TELEMETRY_ENV.items())
     return (
-        "# Third-party telemetry off (OpenVINO/NNCF, ONNX Runtime, Ray, Hugging Face): this script sends\n"
+        "# Third-party telemetry off (OpenVINO/NNCF, ONNX Runtime (GenAI), Ray, Hugging Face): this script sends\n"
         "# nothing. A blocked package fails to import and its users fall back to no-ops.\n"
         "os.environ.update(\n    {\n" + env + "    }\n)\n"
         f"sys.modules.update(dict.fromkeys({BLOCKED_PACKAGES!r}))\n"
@@ -65,7 +71,8 @@ SCRIPT_PREAMBLE = _script_preamble()
 
 
 class _TelemetryBlocker(importlib.abc.MetaPathFinder):
-    """Refuses to import telemetry packages; switches ONNX Runtime's events off on import."""
+    """Refuses to import telemetry packages; switches ONNX Runtime's (and ONNX Runtime
+    GenAI's) events off on import."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
@@ -73,7 +80,7 @@ class _TelemetryBlocker(importlib.abc.MetaPathFinder):
         top = fullname.partition(".")[0]
         if top in BLOCKED_PACKAGES:
             raise ImportError(f"{top} is disabled: Accel Studio sends no telemetry")
-        if fullname == "onnxruntime":
+        if fullname in EVENTS_OFF_PACKAGES:
             return self._onnxruntime_spec(fullname, path, target)
         return None
 
@@ -105,8 +112,9 @@ def _ort_events_off(module: Any) -> None:
     if callable(off):
         try:
             off()
+            EVENTS_OFF.add(module.__name__)
         except Exception as exc:  # noqa: BLE001 - a library quirk must not stop an import
-            log.debug("onnxruntime.disable_telemetry_events failed: %s", exc)
+            log.debug("%s.disable_telemetry_events failed: %s", module.__name__, exc)
 
 
 def _silence_imported() -> None:
@@ -115,9 +123,9 @@ def _silence_imported() -> None:
     cls = getattr(sender, "TelemetrySender", None)
     if cls is not None:
         cls.send = lambda self, *a, **k: None  # type: ignore[method-assign]
-    ort = sys.modules.get("onnxruntime")
-    if ort is not None:
-        _ort_events_off(ort)
+    for name in EVENTS_OFF_PACKAGES:
+        if sys.modules.get(name) is not None:
+            _ort_events_off(sys.modules[name])
 
 
 def disable_telemetry() -> None:
@@ -128,4 +136,10 @@ def disable_telemetry() -> None:
     _silence_imported()
 
 
-__all__ = ["BLOCKED_PACKAGES", "SCRIPT_PREAMBLE", "TELEMETRY_ENV", "disable_telemetry"]
+__all__ = [
+    "BLOCKED_PACKAGES",
+    "EVENTS_OFF",
+    "SCRIPT_PREAMBLE",
+    "TELEMETRY_ENV",
+    "disable_telemetry",
+]

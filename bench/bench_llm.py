@@ -11,6 +11,8 @@ config; random weights): batch 1, ``--prompt`` prompt tokens, ``--new`` new toke
   ``--kv-cache`` precision) in f32 and bf16, and with NNCF int8 / int4 weights on the f32 one
   (``compress_weights_openvino``), built by the passes themselves (``--no-openvino``: skip);
 - optimum-intel OpenVINO int8 / int4 when optimum-intel is installed (else the row says so);
+- the studio's ``ort_genai`` pass (ONNX Runtime GenAI's model builder, generating through
+  og.Generator) at each precision of ``--genai`` (default int4; empty: none), on ``--threads``;
 - the studio's best: ``studio optimize --objective tokens_per_s`` (``accel.search``, trials in
   this process) within ``--budget``, no hand-picking; its recipe is rebuilt and timed here.
 
@@ -178,6 +180,32 @@ def studio_best(source: str, args: argparse.Namespace, work: Path) -> tuple[Any,
     return hold.get("model"), params, info
 
 
+def genai_contenders(original: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """The studio's ort_genai steps (label -> LoadedModel), or label -> why not."""
+    from accel.models.runtime import get_runtime
+    from accel.passes import PassContext, get_pass
+
+    out: dict[str, Any] = {}
+    cls = get_pass("ort_genai")
+    for precision in [p.strip() for p in args.genai.split(",") if p.strip()]:
+        label = f"studio ort_genai {precision}"
+        params: dict[str, Any] = {"precision": precision.removesuffix("-emb")}
+        if precision.endswith("-emb"):  # the token embedding quantized too
+            params["quantize_embedding"] = True
+        ctx = PassContext(
+            inputs=original.example_inputs(),
+            work_dir=work / f"genai-{precision}",
+            original=original,
+        )
+        try:
+            built = cls().apply(original, cls.parse_config(params), ctx)
+        except Exception as exc:  # noqa: BLE001 - the row says why
+            out[label] = f"{type(exc).__name__}: {exc}"
+            continue
+        out[label] = get_runtime(built.kind).with_threads(built, args.threads)
+    return out
+
+
 def round_robin(decoders: dict[str, Any], prompt: Any, new: int, rounds: int) -> dict[str, Any]:
     """Every contender generating once per round, order rotating; one untimed warm-up."""
     for dec in decoders.values():
@@ -218,10 +246,10 @@ def bench_model(key: str, args: argparse.Namespace, work: Path) -> dict[str, Any
     settings = GenerateSettings(args.prompt, args.new, 1)
     prompt = prompt_ids(settings, module.config.vocab_size)
     total = settings.total_tokens
-    modules = {"eager fp32": module, **hand_written(module)}
+    modules = {"eager fp32": module, **({} if args.no_hand_written else hand_written(module))}
     decoders = {k: CacheDecoder(m, total) for k, m in modules.items()}
     weights = {k: tensor_bytes(getattr(m, "_orig_mod", m)) for k, m in modules.items()}
-    unavailable: dict[str, str] = {}
+    unavailable: dict[str, str] = optimum_rows()
     if args.openvino:
         for label, m in openvino_stateful(original, args, work / key).items():
             if isinstance(m, str):
@@ -229,6 +257,12 @@ def bench_model(key: str, args: argparse.Namespace, work: Path) -> dict[str, Any
                 continue
             decoders[label] = decoder_for(m, total)
             weights[label] = int(m.size_bytes or 0)
+    for label, m in genai_contenders(original, args, work / key).items():
+        if isinstance(m, str):
+            unavailable[label] = m
+            continue
+        decoders[label] = decoder_for(m, total)
+        weights[label] = int(m.size_bytes or 0)
     best_info: dict[str, Any] = {}
     if args.budget_s > 0:
         print(
@@ -264,7 +298,7 @@ def bench_model(key: str, args: argparse.Namespace, work: Path) -> dict[str, Any
         "model": source,
         "settings": settings.to_dict(),
         "rows": rows,
-        "unavailable": {**unavailable, **optimum_rows()},
+        "unavailable": unavailable,
         "search": best_info,
     }
 
@@ -307,6 +341,14 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--budget", default="5m", help="search wall time per model (0: no search)")
     p.add_argument("--trials", type=int, default=8)
+    p.add_argument(
+        "--genai",
+        default="int4",
+        help="ort_genai precisions, comma-separated (int4-emb: the embedding too)",
+    )
+    p.add_argument(
+        "--no-hand-written", action="store_true", help="eager fp32 and the studio's rows only"
+    )
     p.add_argument("--max-cosine-drop", type=float, default=0.01)
     p.add_argument("--json", default=None)
     p.add_argument("--no-openvino", dest="openvino", action="store_false")

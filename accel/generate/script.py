@@ -16,8 +16,9 @@ def _lm(m):
 
 class Decoder:
     """Greedy generation of a state: a Hugging Face LM through its KV cache, a stateful
-    OpenVINO LM through its request's state, any other model by recomputing the whole
-    sequence for every token (no KV cache)."""
+    OpenVINO LM through its request's state, an ONNX Runtime GenAI model through
+    og.Generator, any other model by recomputing the whole sequence for every token (no KV
+    cache)."""
 
     def __init__(self, state, max_len):
         import inspect
@@ -36,6 +37,19 @@ class Decoder:
         c = state["compiled"] if state["request"] is not None else None
         self.ov_names = {n for p in c.inputs for n in p.get_names()} if c is not None else set()
         self.stateful = "beam_idx" in self.ov_names
+        # An ONNX Runtime GenAI model (og.Model in `compiled`): og.Generator keeps the cache.
+        self.genai = state["kind"] == "ort_genai"
+
+    def _genai_prefill(self, ids):
+        params = og.GeneratorParams(self.state["compiled"])
+        params.set_search_options(max_length=self.max_len, batch_size=ids.shape[0], do_sample=False)
+        self.gen = og.Generator(self.state["compiled"], params)
+        return self._genai_step(ids)
+
+    def _genai_step(self, ids):
+        self.gen.append_tokens(np.ascontiguousarray(ids.detach().cpu().numpy(), dtype=np.int64))
+        logits = np.asarray(self.gen.get_output("logits"), dtype=np.float32)
+        return torch.from_numpy(np.ascontiguousarray(logits[:, -1, :]))
 
     def _cached(self, ids):
         from transformers import DynamicCache, StaticCache
@@ -62,6 +76,8 @@ class Decoder:
         return torch.from_numpy(np.array(logits[:, -1, :], dtype=np.float32))
 
     def prefill(self, ids):
+        if self.genai:
+            return self._genai_prefill(ids)
         if self.stateful:
             self.state["request"].reset_state()
             self.pos = 0
@@ -72,6 +88,8 @@ class Decoder:
         return self._cached(ids)
 
     def step(self, ids):
+        if self.genai:
+            return self._genai_step(ids)
         if self.stateful:
             return self._ov_step(ids)
         if self.arg is None:

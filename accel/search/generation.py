@@ -3,7 +3,8 @@
 it times (both models generating in alternating rounds). Passes that leave torch are not
 searched for these objectives (their models run here without a KV cache, recomputing the
 whole sequence for every token), except those that keep one (``Pass.keeps_kv_cache``: the
-stateful OpenVINO export, whose cache lives in the infer request)."""
+stateful OpenVINO export, whose cache lives in the infer request, and the ONNX Runtime GenAI
+build, whose cache lives in og.Generator)."""
 
 from __future__ import annotations
 
@@ -23,11 +24,13 @@ NO_KV_CACHE = (
 )
 
 
-# Stacks tried first for a generation objective: on CPUs the stateful OpenVINO LM with int8
-# or int4 weights (NNCF; the CPU's fastest decoding), the decode step compiled with a static
-# KV cache on float or on int8 weights, the weights alone, the stateful LM alone. Chains the
-# device's space lacks (OpenVINO on CUDA) are dropped.
+# Stacks tried first for a generation objective: on CPUs ONNX Runtime GenAI's int4 build and
+# the stateful OpenVINO LM with int8 or int4 weights (NNCF) (the CPU's fastest decoding), the
+# decode step compiled with a static KV cache on float or on int8 weights, the weights alone,
+# the stateful LM alone. Chains the device's space lacks (OpenVINO or ORT GenAI on CUDA, a
+# library not installed, a model the GenAI builder does not know) are dropped.
 SEEDS = (
+    ("ort_genai",),
     ("openvino_stateful", "compress_weights_openvino"),
     ("static_kv_cache",),
     ("quantize_weight_only", "static_kv_cache"),

@@ -31,7 +31,7 @@ from accel.runtimes.base import RuntimeBase
 
 
 def test_registry_knows_every_kind_and_file_type():
-    assert set(kinds()) == {"torch", "onnx", "openvino", "tensorrt"}
+    assert set(kinds()) == {"torch", "onnx", "openvino", "tensorrt", "ort_genai"}
     assert [get_runtime(k).kind for k in kinds()] == list(kinds())
     assert runtime_for_file("m.onnx").kind == "onnx"
     assert runtime_for_file("M.XML").kind == "openvino"
