@@ -2,8 +2,8 @@
 
 ``check_model(source, spec, passes)`` loads the model once, then for each pass applies it to a
 fresh copy of the original (ONNX passes to the model's ONNX export, OpenVINO passes to its
-OpenVINO conversion, each made once), and records
-the outcome:
+OpenVINO conversion, a pass that only acts after another, such as distill after pruning, to the
+original after that pass; each made once), and records the outcome:
 
 * ``ok``: applied; with the interleaved speedup over eager (accel.timing), parity against
   the original's outputs (accel.parity) and the build time;
@@ -36,7 +36,13 @@ MATRIX_PARAMS: dict[str, dict[str, Any]] = {
     "qat": {"steps": 10, "batch_size": 2},
     "quantize_static_int8": {"calibration_batches": 2},
     "quantize_onnx_static": {"calibration_batches": 2},
+    "distill": {"steps": 10, "seconds": 30.0, "batches": 4, "heldout": 2},
 }
+
+# Passes that only act after another (distill recovers what pruning lost; on the original it
+# has nothing to recover and refuses): the matrix checks them on the original after that pass
+# (with its matrix parameters), made once per model.
+MATRIX_AFTER: dict[str, str] = {"distill": "prune_channels"}
 
 
 @dataclass
@@ -187,7 +193,8 @@ class _ModelCheck:
             with torch.no_grad():
                 self.padded_reference = normalize_outputs(self.original.forward(self.padded))
         # Converted forms of the original (kind -> model or the reason it failed), made once,
-        # when a pass that takes that kind first needs it (onnx, openvino).
+        # when a pass that takes that kind first needs it (onnx, openvino; "after prune_channels"
+        # for distill).
         self.converted: dict[str, Any] = {}
 
     def ctx_for(self, name: str) -> Any:
@@ -202,8 +209,18 @@ class _ModelCheck:
     def base_for(self, cls: Any) -> Any:
         """The model ``cls`` takes: the original when it accepts its kind, else the original
         converted by the export pass that produces an accepted kind (export_onnx for ONNX
-        passes, openvino for OpenVINO ones), made once per kind. NotApplicable when no pass
-        converts to an accepted kind or that conversion failed."""
+        passes, openvino for OpenVINO ones), made once per kind; for a pass of MATRIX_AFTER,
+        the original after the pass it follows. NotApplicable when no pass converts to an
+        accepted kind or that conversion (or the pass it follows) failed."""
+        before = MATRIX_AFTER.get(cls.name)
+        if before is not None:
+            key = f"after {before}"
+            if key not in self.converted:
+                self.converted[key] = self._convert(before, MATRIX_PARAMS.get(before, {}))
+            got = self.converted[key]
+            if isinstance(got, str):
+                raise NotApplicable(f"{cls.name} runs after {before}, which failed here: {got}")
+            return got
         kinds = cls.requires.model_kinds
         if self.original.kind in kinds:
             return self.original
@@ -219,14 +236,14 @@ class _ModelCheck:
             return got
         raise NotApplicable(f"{cls.name} takes {', '.join(kinds)} models; no pass converts to them")
 
-    def _convert(self, producer: str) -> Any:
-        """The original through ``producer`` with its defaults, or why that failed."""
+    def _convert(self, producer: str, params: dict[str, Any] | None = None) -> Any:
+        """The original through ``producer`` (its defaults, or ``params``), or why that failed."""
         from accel.passes import get_pass
 
         try:
             conv = get_pass(producer)()
             return conv.apply(
-                _fresh(self.original), conv.parse_config({}), self.ctx_for(f"_{producer}")
+                _fresh(self.original), conv.parse_config(params or {}), self.ctx_for(f"_{producer}")
             )
         except Exception as exc:  # noqa: BLE001 - recorded per pass that needs it
             return str(exc) or type(exc).__name__

@@ -137,6 +137,10 @@ def model_info(model: Any) -> dict[str, Any]:
             "netron_file": str(netron) if netron else None,
         }
     )
+    from accel.generate.profiling import layer_split_problem
+
+    # None: a decoder LM whose generation the Profile panel can split per layer.
+    info["generation_split"] = layer_split_problem(model)
     return info
 
 

@@ -163,12 +163,26 @@ class ProfileJob(ModelJob):
     ops: bool = Field(True, description="also the operator table")
     trace_path: str | None = Field(None, description="write a Chrome/Perfetto trace here")
     threads: int | None = Field(None, ge=1, le=4096, description="CPU threads (default: cores)")
+    generate: bool = Field(
+        False, description="with layers: also split a decoder LM's generation per layer"
+    )
+    prompt_tokens: int | None = Field(None, ge=1, le=1 << 20, description="generate: prompt")
+    new_tokens: int | None = Field(None, ge=1, le=1 << 20, description="generate: new tokens")
+    batch: int | None = Field(None, ge=1, le=4096, description="generate: prompts at once")
+    gen_rounds: int = Field(3, ge=1, le=10_000, description="generate: hooked generations")
 
     @model_validator(mode="after")
     def _something(self) -> Self:
         if not (self.layers or self.benchmark):
             raise ValueError("layers and benchmark are both off: nothing to do")
+        if self.generate and not self.layers:
+            raise ValueError("generate splits the per-layer profile: it needs layers")
         return self
+
+    def generation_settings(self) -> dict[str, int]:
+        """The set generation settings (unset ones take accel.generate's defaults)."""
+        names = ("prompt_tokens", "new_tokens", "batch")
+        return {k: getattr(self, k) for k in names if getattr(self, k) is not None}
 
 
 class GenerateJob(ModelJob):
@@ -181,6 +195,8 @@ class GenerateJob(ModelJob):
     rounds: int = Field(5, ge=1, le=10_000, description="timed generations")
     threads: int | None = Field(None, ge=1, le=4096, description="CPU threads (default: cores)")
     seed: int = Field(0, ge=0, le=2**63 - 1, description="seed of the prompt's token ids")
+    layers: bool = Field(True, description="also split the generation's time per layer")
+    layer_rounds: int = Field(3, ge=1, le=10_000, description="layers: hooked generations")
 
 
 class AnalyzeJob(ModelJob):
@@ -248,11 +264,18 @@ class RunRecipeJob(JobParams):
     recipe: dict[str, Any] | str = Field(description="the recipe (dict) or its file path")
     model: str | None = Field(None, description="a model source overriding the recipe's")
     out: str | None = Field(None, description="the run folder")
+    generate: dict[str, int] | None = Field(
+        None,
+        description="a generation recipe's prompt_tokens / new_tokens for this run (a "
+        "prompt-length sweep); nothing else of the recipe can be set",
+    )
     trust_pickle: bool = False
     trust_recipe_code: bool = False
 
     def to_params(self) -> dict[str, Any]:
         d = super().to_params()
+        if d.get("generate") is None:
+            d.pop("generate", None)
         for key in ("trust_pickle", "trust_recipe_code"):  # only an opt-in is sent
             if not d.get(key):
                 d.pop(key, None)

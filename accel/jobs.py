@@ -76,13 +76,18 @@ def _progress(emit: Emit) -> Callable[[float, str], None]:
 @declare_job(RunRecipeJob, records_run=True, folders=JobFolders(recipe=True))
 def run_recipe_job(job: RunRecipeJob, emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
     """Run a recipe (``recipe`` dict or file path, optional ``model`` source overriding the
-    recipe's, ``device``, ``out`` run folder, the caller's opt-ins ``trust_pickle`` and
+    recipe's, ``generate`` prompt/new tokens overriding a generation recipe's, ``device``, ``out`` run folder, the caller's opt-ins ``trust_pickle`` and
     ``trust_recipe_code``, never taken from the recipe). Returns the run's JSON summary."""
     from accel.runner import run_recipe
 
     recipe: Any = job.recipe
     if isinstance(recipe, str):
         recipe = Path(recipe)
+    if job.generate:  # one length of a prompt-length sweep
+        from accel.generate.settings import with_generate_settings
+        from accel.recipe import load_recipe
+
+        recipe = with_generate_settings(load_recipe(recipe), job.generate)
 
     def on_event(event: Any) -> None:
         emit(to_json(event))
@@ -158,6 +163,13 @@ def profile(job: ProfileJob, emit: Emit, cancel: CancelCheck) -> ProfileResult:
             progress=_progress(emit),
             cancel=cancel,
         )
+    if job.generate:
+        from accel.profile import profile_generation_layers
+
+        result.profile.generation = profile_generation_layers(
+            model, job.generation_settings(), rounds=job.gen_rounds, threads=job.threads,
+            progress=_progress(emit), cancel=cancel,
+        )  # fmt: skip
     return result
 
 
@@ -173,12 +185,21 @@ def generate(job: GenerateJob, emit: Emit, cancel: CancelCheck) -> dict[str, Any
     progress(0.3, "generating")
     bench = job.model_dump(include={"prompt_tokens", "new_tokens", "batch", "rounds", "threads"})
     prof = profile_generation(model, bench, seed=job.seed)
+    layers = None
+    if job.layers:
+        from accel.profile import profile_generation_layers
+
+        progress(0.7, "per-layer generation profile")
+        layers = profile_generation_layers(
+            model, bench, rounds=job.layer_rounds, threads=job.threads, seed=job.seed
+        ).to_dict()
     return {
         "model": model_facts(model),
         "workload": prof.settings.to_dict(),
         "kv_cache": prof.figures.kv_cache,
         "rounds": len(prof.figures.tokens_per_s),
         "metrics": prof.metrics(),
+        "layers": layers,
     }
 
 

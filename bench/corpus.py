@@ -10,6 +10,7 @@ finished). Usage:
     .venv/bin/python bench/corpus.py                          # all models, real input sizes
     .venv/bin/python bench/corpus.py --size small             # the same models at small inputs
     .venv/bin/python bench/corpus.py --models hf:mobilenet_v2 hf:llama_small --skip compile
+    .venv/bin/python bench/corpus.py --size small --no-timing   # outcomes and parity only
 
 tv: and timm: models need a working torchvision (the ``corpus`` extra; timm imports it);
 where it cannot be imported, their rows say why. The CPU build of torch 2.13 that CI installs
@@ -117,6 +118,12 @@ def main() -> int:
     ap.add_argument("--size", choices=("real", "small"), default="real")
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument(
+        "--no-timing",
+        action="store_true",
+        help="outcomes and parity only, no interleaved speedup (faster; the "
+        "speedup column shows -)",
+    )
+    ap.add_argument(
         "--threads",
         type=int,
         default=None,
@@ -154,7 +161,15 @@ def main() -> int:
                 if args.threads:
                     timing["threads"] = args.threads
                     torch.set_num_threads(args.threads)
-                check_model(name, spec, passes, work_dir=d, on_cell=on_cell, timing=timing)
+                check_model(
+                    name,
+                    spec,
+                    passes,
+                    work_dir=d,
+                    on_cell=on_cell,
+                    timing=timing,
+                    time_it=not args.no_timing,
+                )
         except ModelLoadError as exc:
             row["load_error"] = str(exc)
             print(f"   not loaded: {exc}", flush=True)

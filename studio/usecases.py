@@ -123,6 +123,8 @@ def store_profile(repo: ProfileStore, result: Any) -> ProfileRecord:
         raise ValueError("nothing to store: the profile job ran without its per-layer profile")
     model: Mapping[str, Any] = result.model
     summary: dict[str, Any] = {"total_ms": prof.total_ms, "total_flops": prof.total_flops}
+    if getattr(prof, "generation", None) is not None:  # a decoder profiled generating
+        summary["generation"] = prof.generation.to_dict()  # GenerationLayers.from_dict reads it
     if result.benchmark is not None:
         b = result.benchmark
         summary["benchmark"] = {

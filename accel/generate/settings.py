@@ -118,3 +118,34 @@ def prompt_ids(settings: GenerateSettings, vocab: int, seed: int = 0) -> Any:
 
     gen = torch.Generator().manual_seed(seed + PROMPT_SEED_OFFSET)
     return torch.randint(0, vocab, (settings.batch, settings.prompt_tokens), generator=gen)
+
+
+# What a caller may set on a generation recipe's benchmark block for one run (a prompt-length
+# sweep): nothing else of the recipe changes.
+OVERRIDABLE = ("prompt_tokens", "new_tokens")
+
+
+def with_generate_settings(recipe: Any, overrides: dict[str, Any]) -> Any:
+    """``recipe`` with its benchmark block's generation settings replaced by ``overrides``
+    (checked as the recipe's own values are); a GenerateError names what is wrong."""
+    from pydantic import ValidationError
+
+    unknown = set(overrides) - set(OVERRIDABLE)
+    if unknown:
+        raise GenerateError(
+            f"only {', '.join(OVERRIDABLE)} of a generation recipe can be set for one run; "
+            f"got {', '.join(sorted(unknown))}"
+        )
+    if not is_generate(recipe.benchmark):
+        raise GenerateError(
+            f"{', '.join(sorted(overrides))}: only for generation recipes (benchmark.workload: "
+            "generate); this recipe times one forward call"
+        )
+    bench = recipe.benchmark.model_dump(exclude_unset=True)
+    try:
+        new = type(recipe.benchmark).model_validate({**bench, **overrides})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise GenerateError(f"benchmark.{where}: {err['msg']} (got {err.get('input')!r})") from None
+    return recipe.model_copy(update={"benchmark": new})

@@ -80,7 +80,11 @@ def _latency_values(graph: Graph, view: Graph, prof: Any) -> dict[str, float]:
         return out
     # The root row is the whole forward: its unexplained remainder would land on the
     # few ops outside any submodule and make them look hottest.
-    values = {r.name: r.inclusive_ms for r in prof.rows if r.name != ROOT}
+    gen = getattr(prof, "generation", None)
+    if gen is not None:  # a decoder profiled generating: decode time per token
+        values = {k: v for k, v in gen.decode_inclusive().items() if k != ROOT}
+    else:
+        values = {r.name: r.inclusive_ms for r in prof.rows if r.name != ROOT}
     return paint(view, graph, values, "sum")
 
 

@@ -26,11 +26,13 @@ from accel.errors import AccelError
 if TYPE_CHECKING:
     from accel.graph.model import Graph
     from accel.models.inputs import InputSpec
+    from accel.profile.generation import GenerationLayers
     from accel.profile.results import ModelProfile
 
 __all__ = [
     "CAPABILITIES",
     "adopt",
+    "GenerationWork",
     "ProfileRequest",
     "Runtime",
     "RuntimeUnavailable",
@@ -92,6 +94,18 @@ class ProfileRequest:
     threads: int | None = None
     progress: Callable[[float, str], None] | None = None
     cancel: Callable[[], bool] | None = None
+
+
+class GenerationWork(Protocol):
+    """One greedy generation, one call per token, for ``Runtime.profile_generation``
+    (``accel.generate.profiling.GreedyWork``): ``prefill()`` runs the prompt and returns the
+    first token, ``step(token)`` feeds it and returns the next; ``new_tokens`` in all."""
+
+    new_tokens: int
+
+    def prefill(self) -> Any: ...
+
+    def step(self, token: Any) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -189,6 +203,9 @@ class Runtime(Protocol[ModelT]):
     def profile(
         self, model: ModelT, inputs: Mapping[str, Any], request: ProfileRequest
     ) -> ModelProfile: ...
+    def profile_generation(
+        self, model: ModelT, work: GenerationWork, request: ProfileRequest
+    ) -> GenerationLayers: ...
     def graph(self, model: ModelT, inputs: Mapping[str, Any] | None, **kwargs: Any) -> Graph: ...
     def layer_outputs(
         self, model: ModelT, inputs: Mapping[str, Any]

@@ -55,11 +55,12 @@ def prunable_layers_to_ignore(model, patterns=(), ignore_head=True, keep=()):
     return ignored, names
 
 
-def output_norm_layers(model, inputs):
-    """Leaf modules other than Linear (norms, activations, convs) whose outputs are the
-    model's outputs: their channels must stay, or the pruned model's outputs change shape (a
-    Hugging Face encoder returns the residual stream straight from a LayerNorm, an image
-    decoder its image straight from a conv). The last Linear is ``ignore_head``'s."""
+def output_norm_layers(model, inputs, linears=True):
+    """Leaf modules (norms, activations, convs, and with ``linears`` Linear layers) whose
+    outputs are the model's outputs: their channels must stay, or the pruned model's outputs
+    change shape (a Hugging Face encoder returns the residual stream straight from a
+    LayerNorm, an image decoder its image straight from a conv, DETR its class logits from a
+    Linear that is not the last one)."""
     import weakref
 
     import torch
@@ -79,7 +80,7 @@ def output_norm_layers(model, inputs):
             return [t for o in out for t in tensors(o)]
         return []
 
-    skip = (torch.nn.Linear,)
+    skip = () if linears else (torch.nn.Linear,)
     leaves = [m for m in model.modules() if not list(m.children()) and not isinstance(m, skip)]
     handles = [m.register_forward_hook(hook) for m in leaves]
     try:
@@ -342,7 +343,7 @@ def prune_channels_tp(
     layer coupled to them). Returns a dict of facts (ignored layers, channels before/after).
     """
     model.eval()
-    outputs = output_norm_layers(model, inputs)
+    outputs = output_norm_layers(model, inputs, linears=ignore_head)
     ignored, ignored_names = prunable_layers_to_ignore(
         model, ignore, ignore_head, [*outputs, *keep]
     )
@@ -454,6 +455,25 @@ def distill(student, teacher, batches, steps, lr=1e-3, on_step=None, heldout=())
     return loss_value, before, after
 
 
+def bake_reparametrized(module, name):
+    """A weight computed from others (weight norm, spectral norm, a torch parametrization, as
+    wav2vec2's positional conv has) made a plain Parameter of its current value: same outputs,
+    and torch.nn.utils.prune can then mask it in place."""
+    from torch.nn.utils import parametrize
+
+    if parametrize.is_parametrized(module, name):
+        # A deep copy shares its parametrized class with the original, and the removal deletes
+        # the weight's property from that class: the module gets its own class first.
+        cls = module.__class__
+        own = {k: v for k, v in cls.__dict__.items() if k not in ("__dict__", "__weakref__")}
+        module.__class__ = type(cls.__name__, cls.__bases__, own)
+        parametrize.remove_parametrizations(module, name, leave_parametrized=True)
+    for key, hook in list(module._forward_pre_hooks.items()):
+        if getattr(hook, "name", None) == name and hasattr(hook, "remove"):  # older hook API
+            hook.remove(module)
+            del module._forward_pre_hooks[key]
+
+
 def prune_unstructured_magnitude(
     model, amount=0.5, global_pruning=True, ignore=(), ignore_head=True
 ):
@@ -481,6 +501,8 @@ def prune_unstructured_magnitude(
         params += [(module, w) for w in weights]
     if not params:
         return 0.0, []
+    for m, p in params:
+        bake_reparametrized(m, p)
     if global_pruning:
         prune.global_unstructured(params, pruning_method=prune.L1Unstructured, amount=amount)
     else:

@@ -118,7 +118,8 @@ class CompressWeightsOpenVino(Pass):
             first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
             raise PassError(
                 f"NNCF compress_weights failed: {type(exc).__name__}: {first}. Try another "
-                "group_size (one that divides the layers' input size) or mode int8_asym"
+                "group_size (one that divides the layers' input size), group_size_fallback "
+                "adjust, or mode int8_asym"
             ) from None
         ctx.metrics["compress_time_s"] = time.perf_counter() - t0
         ctx.check_cancelled()

@@ -465,7 +465,10 @@ class PruneUnstructured(Pass):
             'print(f"prune_unstructured: {sparsity:.1%} of the pruned weights are zero (dense kernels: same speed)")\n'
         )
         return ScriptStep(
-            code=code, helpers=_helpers("layer_matches", "prune_unstructured_magnitude")
+            code=code,
+            helpers=_helpers(
+                "layer_matches", "bake_reparametrized", "prune_unstructured_magnitude"
+            ),
         )
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from accel.jsonable import jsonable
+from accel.profile.generation import GenerationLayers
 
 
 def _json_safe(obj: Any) -> Any:
@@ -144,6 +145,9 @@ class ModelProfile:
     plain_samples_ms: list[float] = field(default_factory=list)
     hooked_samples_ms: list[float] = field(default_factory=list)
     total_samples_ms: list[float] = field(default_factory=list)
+    # A decoder profiled generating: per-layer prefill / decode split and the KV cache's
+    # growth (accel.profile.generation.GenerationLayers); None for a forward-only profile.
+    generation: GenerationLayers | None = None
 
     @property
     def unattributed_ms(self) -> float:
@@ -171,6 +175,8 @@ class ModelProfile:
         d = dict(d)
         d["rows"] = [LayerProfile.from_dict(r) for r in d.get("rows", [])]
         d["ops"] = [OpRow.from_dict(o) for o in d.get("ops", [])]
+        gen = d.get("generation")
+        d["generation"] = GenerationLayers.from_dict(gen) if gen else None
         return _from_dict(cls, d)
 
 

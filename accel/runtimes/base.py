@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from accel.errors import AccelError
 from accel.models.runtime import (
+    GenerationWork,
     ProfileRequest,
     RuntimeUnavailable,
     ScriptRuntime,
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from accel.graph.model import Graph
     from accel.models.inputs import InputSpec
     from accel.models.loaded import LoadedModel
+    from accel.profile.generation import GenerationLayers
     from accel.profile.results import ModelProfile
 
 log = logging.getLogger(__name__)
@@ -196,6 +198,14 @@ class RuntimeBase:
         self, model: LoadedModel, inputs: Mapping[str, Any], request: ProfileRequest
     ) -> ModelProfile:
         raise AccelError(f"cannot profile a {self.label} model layer by layer")
+
+    def profile_generation(
+        self, model: LoadedModel, work: GenerationWork, request: ProfileRequest
+    ) -> GenerationLayers:
+        raise AccelError(
+            f"cannot split a {self.label} model's generation time by layer (its layers are "
+            "not hooked while it generates); profile the torch model it came from"
+        )
 
     def graph(self, model: LoadedModel, inputs: Mapping[str, Any] | None, **kwargs: Any) -> Graph:
         raise AccelError(f"cannot draw the graph of a {self.label} model")

@@ -34,6 +34,7 @@ from accel.search.generation import (
 from accel.search.generation import PRIMARY as GENERATION_PRIMARY
 from accel.search.runtime_settings import add_runtime_settings
 from accel.search.seeds import Seed, model_family, plan_seeds, size_class
+from accel.search.sensitivity_space import AFTER as SENSITIVITY_AFTER
 from accel.search.sensitivity_space import ALLOW as SENSITIVITY
 from accel.search.space import SearchError, SearchSpace, build_space, model_layer_types, steps_for
 from accel.timing.result import StepTiming
@@ -463,7 +464,7 @@ def run_search(
     is_cancelled = cancel or (lambda: False)
     t0 = time.monotonic() if started is None else started
     model_info = model_info or inspect_model(config)
-    kind, layers, space, sensitivity = _search_space(config, model_info, is_cancelled, t0)
+    kind, layers, space = _search_space(config, model_info)
     space, settings = add_runtime_settings(space, config.objective, config.bench_threads)
     info = list(model_info)
     size = size_class(info[3] if len(info) > 3 else None)
@@ -480,6 +481,7 @@ def run_search(
     study = _study(config, space, seeds)
     loop = _TrialLoop(config, space, study, executor, len(seeds), on_trial or (lambda t: None))
     status, reason = loop.run(is_cancelled, t0)
+    space, sensitivity = loop.space, _sensitivity_summary(config, loop)
     executor.close()
     trials = loop.trials
     ok, best = _scores_and_best(config, trials)
@@ -530,6 +532,13 @@ def _scores_and_best(
     return ok, best
 
 
+def _sensitivity_summary(config: SearchConfig, loop: _TrialLoop) -> dict[str, Any] | None:
+    """The analysis behind the exclude sets (--allow sensitivity), or why it did not run."""
+    if SENSITIVITY not in config.allow or loop.refined is not None:
+        return loop.refined
+    return {"reason": f"not run: the search ended after {len(loop.trials)} trial(s)"}
+
+
 def _space_facts(space: Any, seeds: Sequence[Seed]) -> dict[str, Any]:
     """What the search space held, for the result's ``space`` summary."""
     return {
@@ -542,13 +551,10 @@ def _space_facts(space: Any, seeds: Sequence[Seed]) -> dict[str, Any]:
 
 
 def _search_space(
-    config: SearchConfig,
-    model_info: tuple[Any, ...],
-    is_cancelled: Callable[[], bool],
-    t0: float,
-) -> tuple[str, frozenset[str], SearchSpace, dict[str, Any] | None]:
-    """The model's kind and layer types, the space of chains for it, and (--allow
-    sensitivity) the sensitivity analysis the exclude sets came from."""
+    config: SearchConfig, model_info: tuple[Any, ...]
+) -> tuple[str, frozenset[str], SearchSpace]:
+    """The model's kind and layer types and the space of chains for it (the exclude sets of
+    --allow sensitivity come later, from ``_TrialLoop.refine``)."""
     kind, layers, *rest = model_info
     not_applicable: dict[str, str] = rest[0] if rest else {}
     space = build_space(
@@ -566,10 +572,7 @@ def _search_space(
         space.excluded[name] = why
     for name, why in not_applicable.items():
         space.excluded[name] = f"nothing to do on this model: {why}"
-    sensitivity: dict[str, Any] | None = None
-    if SENSITIVITY in config.allow:
-        space, sensitivity = _exclude_sets(space, config, is_cancelled, t0)
-    return kind, layers, space, sensitivity
+    return kind, layers, space
 
 
 def _study(config: SearchConfig, space: SearchSpace, seeds: Sequence[Seed]) -> Any:
@@ -609,6 +612,10 @@ class _TrialLoop:
         self.duplicates = 0
         self.t0 = time.monotonic()  # when the search's budget began (set by ``run``)
         self.cache_total = {"hits": 0, "misses": 0, "stored": 0, "evicted": 0, "reused_steps": 0}
+        # --allow sensitivity: once refine_after trials (the first seeds) have run, the space
+        # gets the analysis's exclude sets (same chains, more parameters); its summary.
+        self.refine_after = min(n_seeds, SENSITIVITY_AFTER)
+        self.refined: dict[str, Any] | None = None
 
     def run(self, is_cancelled: Callable[[], bool], t0: float) -> tuple[str, str]:
         """Status and reason of how the loop ended."""
@@ -621,6 +628,9 @@ class _TrialLoop:
                 return "finished", ""
             if config.budget_s is not None and config.budget_s - (time.monotonic() - t0) <= 0:
                 return "finished", ""
+            if self._refine_now():
+                self.space, self.refined = _exclude_sets(self.space, config, is_cancelled, t0)
+                continue  # the budget is checked again
             batch = self._submit_batch()
             if not batch:
                 return "finished", "every chain in the space was tried"
@@ -628,6 +638,13 @@ class _TrialLoop:
                 self._finish(ot, rec, _wait(handle, is_cancelled, config.trial_timeout_s))
             if is_cancelled():
                 return "cancelled", "cancelled by the user"
+
+    def _refine_now(self) -> bool:
+        return (
+            SENSITIVITY in self.config.allow
+            and self.refined is None
+            and len(self.trials) >= self.refine_after
+        )
 
     def _submit_batch(self) -> list[tuple[Any, TrialRecord, TrialHandle]]:
         """New chains for the free slots; a chain measured before is told again, not run."""
@@ -704,12 +721,13 @@ def _exclude_sets(
     space: SearchSpace, config: SearchConfig, is_cancelled: Callable[[], bool], t0: float
 ) -> tuple[SearchSpace, dict[str, Any]]:
     """--allow sensitivity: exclude sets as a search dimension (accel.search.sensitivity_space);
-    the analysis stops at cancel or when it has used the whole budget."""
-    from accel.search.sensitivity_space import add_exclude_sets
+    the analysis stops at cancel or at its deadline (``analysis_deadline``)."""
+    from accel.search.sensitivity_space import add_exclude_sets, analysis_deadline
+
+    deadline = analysis_deadline(config.budget_s, t0, time.monotonic())
 
     def stop() -> bool:
-        over = config.budget_s is not None and time.monotonic() - t0 > config.budget_s
-        return is_cancelled() or over
+        return is_cancelled() or (deadline is not None and time.monotonic() > deadline)
 
     return add_exclude_sets(space, config, stop)
 

@@ -145,6 +145,17 @@ def _build(model: Any, steps: list[dict[str, Any]], work: Path, data: Any) -> An
     return current
 
 
+def quantizer_steps(quantizer: str) -> list[dict[str, Any]]:
+    """The float steps and the quantizer with the parameters a search trial gives it
+    (its ``SearchSpec.fixed``: e.g. 32 OpenVINO calibration samples rather than the
+    pass's 64; the int8 kernels' times do not depend on how well they are calibrated)."""
+    from accel.passes import get_pass
+
+    spec = get_pass(quantizer).search
+    params = dict(spec.fixed) if spec is not None else {}
+    return [*FLOAT_STEPS[quantizer], {"pass": quantizer, "params": params}]
+
+
 def measure_module_times(
     model: Any, quantizer: str, *, threads: int | None = 1, iters: int = 10, data: Any = None
 ) -> tuple[dict[str, float], dict[str, float]]:
@@ -156,7 +167,7 @@ def measure_module_times(
     with tempfile.TemporaryDirectory(prefix="layer_costs_") as tmp:
         work = Path(tmp)
         float_model = _build(model, steps, work / "float", data)
-        int8_model = _build(model, [*steps, {"pass": quantizer, "params": {}}], work / "int8", data)
+        int8_model = _build(model, quantizer_steps(quantizer), work / "int8", data)
         path_of = None
         if float_model.onnx_path is not None:  # an ONNX graph: map its nodes to modules
             import onnx

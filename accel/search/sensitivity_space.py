@@ -1,8 +1,11 @@
 """Quantization exclude sets from the sensitivity analysis as a search dimension.
 
 With ``--allow sensitivity`` (``SearchConfig.allow``) the search runs
-``accel.sensitivity.analyze_sensitivity`` once on the model, before the first trial (its
-time counts in the budget), and gives every quantization pass in the space that keeps an
+``accel.sensitivity.analyze_sensitivity`` once on the model, after its first ``AFTER`` trials
+(the original and the first seeds, the best known recipes: the analysis takes minutes on a
+BERT-base, and the first minute of a search goes to what is known to work; its time counts
+in the budget, and it takes at most ``SHARE`` of the budget left, see ``analysis_deadline``),
+and from then on gives every quantization pass in the space that keeps an
 ``exclude`` list a Choice of exclude sets: none, the most sensitive layer, the 3 most
 sensitive, and the most sensitive 10 % of the layers that pass quantizes (distinct sets
 only), each from the ranked layers of the kinds it quantizes. The OpenVINO and ONNX Runtime
@@ -41,8 +44,19 @@ from accel.search.space import SearchSpace
 log = logging.getLogger(__name__)
 
 ALLOW = "sensitivity"  # the --allow word
+AFTER = 3  # trials run before the analysis (fewer when there are fewer seeds)
+SHARE = 0.5  # of the budget left when it starts, the most the analysis may take
 MAX_LAYERS = 16  # layers analysed (a sample for larger models, see accel.sensitivity.pick_layers)
 SETS = (("top1", 1), ("top3", 3))  # plus top10% of the layers the pass quantizes
+
+
+def analysis_deadline(budget_s: float | None, t0: float, now: float) -> float | None:
+    """When (monotonic) an analysis starting at ``now`` in a search that began at ``t0``
+    stops: after SHARE of the budget left, so that a stopped analysis (its sets are lost)
+    leaves the search time for more trials; None without a budget."""
+    if budget_s is None:
+        return None
+    return now + SHARE * max(0.0, budget_s - (now - t0))
 
 
 def exclude_sets(ranking: list[str], n_layers: int) -> dict[str, list[str]]:
@@ -104,10 +118,13 @@ def _with_exclude_choices(
     model: Any,
     report: Any,
     summary: dict[str, Any],
+    cancel: Callable[[], bool] = lambda: False,
 ) -> dict[str, Any]:
     """The space's passes with an ``exclude`` Choice of sets from the ranking (per pass:
     the analysed layers of the types it quantizes); passes with fewer than two sets are
-    noted in ``summary["skipped"]``, the sets in ``summary["sets"]``."""
+    noted in ``summary["skipped"]``, the sets in ``summary["sets"]``. A cost set is measured
+    only while ``cancel()`` is False (the budget: each takes a conversion, a quantization
+    and two profiles); one not measured is said in ``summary["cost_skipped"]``."""
     from accel.passes import get_pass
     from accel.passes._torch_quant_helpers import select_layers
     from accel.passes.base import Choice
@@ -118,7 +135,9 @@ def _with_exclude_choices(
         quantized, _, _ = select_layers(model.module, kinds, [])
         ranking = [n for n in report.ranking() if types[n] in kinds]
         sets = exclude_sets(ranking, len(quantized))
-        if name in FLOAT_STEPS:  # OpenVINO / ONNX Runtime: the set chosen by measured cost
+        if name in FLOAT_STEPS and cancel():
+            summary.setdefault("cost_skipped", {})[name] = "the budget ran out (or cancel)"
+        elif name in FLOAT_STEPS:  # OpenVINO / ONNX Runtime: the set chosen by measured cost
             _add_cost_set(sets, name, model, report, len(quantized), summary)
         if len(sets) < 2:
             summary["skipped"][name] = (
@@ -193,7 +212,7 @@ def add_exclude_sets(
             cancel=cancel,
         )
     except Cancelled:
-        summary["reason"] = "the analysis was stopped (cancel or budget)"
+        summary["reason"] = "the analysis was stopped (cancel, or its share of the budget)"
         return space, summary
     except AccelError as exc:
         summary["reason"] = f"the analysis failed: {exc}"
@@ -208,7 +227,7 @@ def add_exclude_sets(
             "ranking": report.ranking(),
         }
     )
-    passes = _with_exclude_choices(space, targets, model, report, summary)
+    passes = _with_exclude_choices(space, targets, model, report, summary, cancel)
     log.info(
         "sensitivity (%s, %d layers) took %.1f s; exclude sets for %s",
         analysis,

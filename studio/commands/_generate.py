@@ -17,10 +17,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--new-tokens", type=int, metavar="M", help="--generate: tokens generated (64)")
     p.add_argument("--batch", type=int, metavar="B", help="--generate: prompts at once (1)")
     p.add_argument("--rounds", type=int, metavar="R", help="--generate: timed generations (5)")
+    p.add_argument(
+        "--no-layers",
+        action="store_true",
+        help="--generate: leave out the per-layer prefill / decode split and the KV growth",
+    )
 
 
 def run_generate(args: argparse.Namespace) -> int:
     from accel.job_specs import GenerateJob
+    from studio.errors import UserError
+
+    if args.store or args.trace:
+        raise UserError(
+            "--generate does not store a profile or write a trace: leave out --store / "
+            "--trace, or profile the model in the studio with Generation ticked (it stores "
+            "the per-layer split)"
+        )
     from studio.commands._table import render_pairs
     from studio.generation_columns import profile_lines
     from studio.usecases import model_job, run_boxed
@@ -36,6 +49,7 @@ def run_generate(args: argparse.Namespace) -> int:
         new_tokens=args.new_tokens,
         batch=args.batch,
         rounds=args.rounds,
+        layers=not args.no_layers,
     )
     result = run_boxed(spec)
     w, m = result["workload"], result["metrics"]
@@ -49,6 +63,12 @@ def run_generate(args: argparse.Namespace) -> int:
     ]
     print(render_pairs(head + profile_lines(m)))
     print("(medians with 95% bootstrap intervals over the rounds)")
+    if result.get("layers"):
+        from accel.profile.generation import GenerationLayers
+        from studio.generation_layers import split_text
+
+        print()
+        print(split_text(GenerationLayers.from_dict(result["layers"]), args.top))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
         print(f"\nJSON: {args.json}")

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from studio.commands._table import fmt_bytes, fmt_duration, fmt_num, fmt_when, render_table
 from studio.fmt import NOISY_MARK, is_noisy
+from studio.generation_columns import CLI_HEADERS, GENERATION_NOTE, cli_rows
 from studio.tables import TIMING_HEADERS, parity_verdict, step_verdict, timing_cells
 
 if TYPE_CHECKING:
@@ -73,6 +74,11 @@ def _print_steps_table(steps: list[StepRecord]) -> None:
     ]
     headers = ["#", "step", "status", "time", *TIMING_HEADERS, "size", "parity", "worst"]
     print(render_table(headers, rows, "llllrrrrll"))
+    gen = cli_rows([(st.index, st.pass_name, st.metrics) for st in steps])
+    if gen:
+        print()
+        print(render_table(CLI_HEADERS, gen, "ll" + "r" * (len(CLI_HEADERS) - 2)))
+        print(GENERATION_NOTE)
     noisy = [st for st in steps if st.index >= 0 and is_noisy(st.timing)]
     if noisy:
         why = next((r for st in noisy if (r := st.timing.noise_reason)), "")

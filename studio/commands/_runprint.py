@@ -18,6 +18,7 @@ from accel.events import (
 from accel.timing.result import StepTiming
 from studio.commands._table import fmt_bytes, fmt_ms, render_table
 from studio.fmt import NOISY_MARK, is_noisy
+from studio.generation_columns import CLI_HEADERS, GENERATION_NOTE, cli_rows
 from studio.report import worst_metric as _worst
 from studio.tables import (
     TIMING_HEADERS,
@@ -94,7 +95,17 @@ class RunPrinter:
             )
         headers = ["#", "step", *TIMING_HEADERS, "p90 ms", "size", "parity", "worst metric"]
         table = render_table(headers, rows, "rlrrrrrll")
-        return table + noise_line(self.rows) + apart_line(self.rows)
+        return table + noise_line(self.rows) + apart_line(self.rows) + self._generation()
+
+    def _generation(self) -> str:
+        """The generation table under the run's, when the run generated ("" if not)."""
+        steps = [(-1, "original", self.baseline)]
+        steps += [(e.index, e.pass_name, e.metrics) for e in self.rows]
+        rows = cli_rows(steps)
+        if not rows:
+            return ""
+        align = "rl" + "r" * (len(CLI_HEADERS) - 2)
+        return "\n\n" + render_table(CLI_HEADERS, rows, align) + "\n" + GENERATION_NOTE
 
     def _line(self, text: str) -> None:
         if self._bar_shown:

@@ -188,7 +188,7 @@ def show(args: argparse.Namespace) -> int:
 
 def compare(args: argparse.Namespace) -> int:
     from studio.errors import UserError
-    from studio.generation_columns import compare_cells
+    from studio.generation_columns import compare_cells, sweep_settings
 
     if len(args.runs) < 2:
         raise UserError("give at least two runs to compare")
@@ -205,6 +205,10 @@ def compare(args: argparse.Namespace) -> int:
         ["", "recipe", *[d.run.recipe_name or "-" for d in cmp.runs]],
         ["", "device", *[d.run.device or "-" for d in cmp.runs]],
     ]
+    lengths = [sweep_settings(d.recipe) for d in cmp.runs]
+    if any(lengths):  # generation runs: their figures depend on these
+        info.append(["", "prompt tokens", *[str(n[0]) if n else "-" for n in lengths]])
+        info.append(["", "new tokens", *[str(n[1]) if n else "-" for n in lengths]])
     rows = []
     ties = False
     for (index, pass_name), per_run in cmp.timings.items():

@@ -78,7 +78,7 @@ def _add_budget_arguments(p: argparse.ArgumentParser) -> None:
         help="passes that change weights, allowed: prune,distill (train the pruned model "
         "towards the original's outputs, bounded, counted in the budget),qat; and "
         "sensitivity: a sensitivity "
-        "analysis first (its time counts in the budget) gives the torch quantization passes "
+        "analysis after the first seeds (its time counts in the budget) gives the torch quantization passes "
         "exclude sets (none, top-1, top-3, top-10%% most sensitive layers) to search, and the "
         "OpenVINO / ONNX Runtime quantizers a set by measured cost (sensitive layers int8 "
         "barely speeds up)",
@@ -261,8 +261,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"trials run in the {where}", flush=True)
         if "sensitivity" in config.allow:
             print(
-                "sensitivity analysis first (exclude sets for the torch quantization passes; "
-                "its time counts in the budget) ...",
+                "sensitivity analysis after the first seeds (exclude sets for the torch "
+                "quantization passes; its time counts in the budget) ...",
                 flush=True,
             )
 

@@ -4,8 +4,10 @@ a live line per step and a summary table. Ctrl-C cancels the run (recorded as ca
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +29,40 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="print the plan (the model form each step receives and produces) without loading "
         "the model; exit 1 when a step cannot run where it is",
     )
+    p.add_argument(
+        "--prompt-tokens",
+        metavar="N[,N...]",
+        help="generation recipes: prompt length; several (e.g. 32,128,512) run the recipe once "
+        "per length, for History's and Compare's tokens/s and TTFT against prompt length",
+    )
+    p.add_argument(
+        "--new-tokens", type=int, metavar="M", help="generation recipes: tokens generated"
+    )
     add_trust_arguments(p)
     p.set_defaults(func=run)
 
 
+def generate_overrides(args: argparse.Namespace) -> list[dict[str, int] | None]:
+    """One entry per run: ``--prompt-tokens``' lengths (with ``--new-tokens``), or [None]."""
+    from studio.errors import UserError
+
+    new = {} if args.new_tokens is None else {"new_tokens": args.new_tokens}
+    if not args.prompt_tokens:
+        return [new or None]
+    lengths = []
+    for part in str(args.prompt_tokens).split(","):
+        if not part.strip().isdigit() or int(part) < 1:
+            raise UserError(
+                "--prompt-tokens takes whole numbers of at least 1 separated by commas, e.g. "
+                f"32,128,512; got {args.prompt_tokens!r}"
+            )
+        if int(part) not in lengths:
+            lengths.append(int(part))
+    return [{"prompt_tokens": n, **new} for n in lengths]
+
+
 def run(args: argparse.Namespace) -> int:
+    from accel.generate.settings import GenerateError, with_generate_settings
     from accel.plan import plan
     from accel.recipe import load_recipe
     from studio.errors import UserError
@@ -46,7 +77,12 @@ def run(args: argparse.Namespace) -> int:
         recipe = recipe.model_copy(
             update={"model": recipe.model.model_copy(update={"source": args.model})}
         )
-    preflight = plan(recipe, device=args.device)  # so does an impossible step order
+    sweep = generate_overrides(args)
+    try:  # so do generation settings this recipe cannot take
+        recipes = [with_generate_settings(recipe, o) if o else recipe for o in sweep]
+    except GenerateError as exc:
+        raise UserError(_as_options(str(exc))) from None
+    preflight = plan(recipes[0], device=args.device)  # so does an impossible step order
     if args.dry_run:
         print("\n".join(preflight.lines()))
         if not preflight.ok:
@@ -55,6 +91,41 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not preflight.ok:
         raise UserError("the recipe cannot run: " + "; ".join(preflight.errors))
+    params = _job_params(args, recipe_path, recipe)
+    codes, ids = [], []
+    for override, one in zip(sweep, recipes, strict=True):
+        if len(sweep) > 1:
+            print(f"\n== prompt {one.benchmark.prompt_tokens} tokens ==", flush=True)
+        job = {**params, "generate": override} if override else params
+        if len(sweep) > 1 and args.out:  # one folder per length
+            job["out"] = str(Path(args.out).resolve() / f"prompt_{one.benchmark.prompt_tokens}")
+        code = run_job(
+            args,
+            job,
+            model_source=args.model or recipe.model.source,
+            recipe=one.to_dict(),
+            tags=args.tag,
+            notes=args.notes,
+            timeout_s=args.timeout,
+            ids=ids,
+        )
+        codes.append(code)
+        if code == 130:  # Ctrl-C ends the sweep too
+            break
+    if len(ids) > 1:
+        print(f"\nthe {len(ids)} runs side by side: studio compare {' '.join(i[:8] for i in ids)}")
+    return next((c for c in codes if c), 0)
+
+
+def _as_options(message: str) -> str:
+    """A generation setting's error in the words of this command's options."""
+    for name in ("prompt_tokens", "new_tokens"):
+        option = "--" + name.replace("_", "-")
+        message = message.replace(f"benchmark.{name}", option).replace(name, option)
+    return message
+
+
+def _job_params(args: argparse.Namespace, recipe_path: Path, recipe: Any) -> dict[str, Any]:
     params: dict[str, Any] = {"recipe": str(recipe_path), "device": args.device or recipe.device}
     if args.model:
         params["model"] = args.model
@@ -64,15 +135,7 @@ def run(args: argparse.Namespace) -> int:
         params["trust_recipe_code"] = True
     if args.out:
         params["out"] = str(Path(args.out).resolve())
-    return run_job(
-        args,
-        params,
-        model_source=args.model or recipe.model.source,
-        recipe=recipe.to_dict(),
-        tags=args.tag,
-        notes=args.notes,
-        timeout_s=args.timeout,
-    )
+    return params
 
 
 def run_job(
@@ -85,6 +148,7 @@ def run_job(
     tags: list[str] | None = None,
     notes: str = "",
     timeout_s: float | None = None,
+    ids: list[str] | None = None,
 ) -> int:
     """Submit a run_recipe job to a one-job pool, print it live, return the exit code.
     ``params`` are checked as the worker will check them (``RunRecipeJob``) before any work."""
@@ -118,6 +182,8 @@ def run_job(
             timeout_s=timeout_s,
         )
         print(f"run {handle.run_id} queued (database: {repo.url})", flush=True)
+        if ids is not None:
+            ids.append(handle.run_id)
         outcome = _wait(handle, pool)
     finally:
         pool.shutdown(timeout=10)
@@ -138,7 +204,20 @@ def _print_update(printer: Any, u: Any) -> None:
     if u.what == "event":
         printer.on_event(u.data)
     elif u.what == "log" and u.data.get("level") in ("warning", "error", "critical"):
-        print(f"{u.data['level']}: {u.data['message']}", file=sys.stderr, flush=True)
+        worker_log(u.data)
+
+
+def worker_log(data: Mapping[str, Any]) -> None:
+    """A worker's warning: the studio's own on stderr; another library's (torchao's kernels
+    that did not load, a deprecation) through this process's logging, so it lands in the
+    log file and on the terminal only with -v, as the CLI's own foreign warnings do."""
+    from studio.logs import is_own
+
+    level, logger, message = data["level"], str(data.get("logger") or ""), data["message"]
+    if is_own(logger) or not logger:
+        print(f"{level}: {message}", file=sys.stderr, flush=True)
+    else:
+        logging.getLogger(logger).log(getattr(logging, level.upper(), logging.WARNING), message)
 
 
 def _wait(handle: Any, pool: Any) -> Any:

@@ -1,7 +1,8 @@
 """Profiling the current model: the ``profile`` job, its result in ``state.profile``.
 
 ``profile_current(**settings)`` profiles the open model in a worker (its Chrome trace in the
-data folder); the result lands in ``state.set_profile`` with ``profileReady`` and is stored
+data folder; a decoder LM also generating, split per layer, unless ``generate`` is off); the
+result lands in ``state.set_profile`` with ``profileReady`` and is stored
 in the database off the GUI thread (``studio.usecases.store_profile``, as `studio profile
 --store` does). A result for a model no longer open is dropped.
 """
@@ -26,6 +27,8 @@ class ProfileController(JobController):
 
     name = "profile"
     profileReady = Signal()  # state.profile is set
+    # A decoder LM is also profiled generating (the Profile panel's Generation box).
+    generate = True
 
     def profile_current(self, **profile_kwargs: Any) -> str | None:
         """Profile the current model in a worker; the result lands in ``state.profile``."""
@@ -35,7 +38,10 @@ class ProfileController(JobController):
             return None
         trace = self.ctx.data_dir() / "traces" / "last_profile_trace.json"
         trace.parent.mkdir(parents=True, exist_ok=True)
-        settings = {"trace_path": str(trace), **profile_kwargs}
+        settings: dict[str, Any] = {"trace_path": str(trace)}
+        if self.generate and st.model_info.get("generation_split", "") is None:
+            settings["generate"] = True
+        settings.update(profile_kwargs)
         spec = self.spec(ProfileJob, st.model_source, st.input_spec, **settings)
         if spec is None:
             return None

@@ -22,9 +22,11 @@ from PySide6.QtWidgets import (
 )
 
 from studio.fmt import fmt_bytes, fmt_count, fmt_ms, fmt_num
+from studio.generation_columns import sweep_settings
 from studio.report import fastest, pareto_front, step_rows
 from studio.tables import TIMING_HEADERS, p50_cell, parity_verdict, ref_cell, speedup_cell
 from studio.ui import plot_theme
+from studio.ui.generation_chart import GenerationCharts
 
 if TYPE_CHECKING:
     from studio.store.api import RunReader
@@ -46,6 +48,10 @@ class CompareView(QDialog):
         self.latency_plot = self._latency_chart()
         tabs.addTab(self._with_log_toggle(self.latency_plot), "Latency per step")
         tabs.addTab(self._pareto_chart(), "Speedup vs parity error")
+        if any(sweep_settings(d.recipe) for d in self.details):  # generation runs
+            self.generation = GenerationCharts(self)
+            self.generation.show_runs(self.details, f"the {len(self.details)} compared runs")
+            tabs.addTab(self.generation, "Tokens/s, TTFT vs prompt")
         lay = QVBoxLayout(self)
         names = ", ".join(
             f"{d.run.id[:8]} ({d.run.recipe_name or d.run.name}, {d.run.model_source})"

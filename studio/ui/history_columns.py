@@ -47,3 +47,35 @@ def sort_rows(rows: list[Any], column: str, descending: bool) -> list[Any]:
     have = [r for r in rows if key(r) is not None]
     blank = [r for r in rows if key(r) is None]
     return sorted(have, key=key, reverse=descending) + blank
+
+
+STATUSES = [
+    "any status",
+    "succeeded",
+    "failed",
+    "crashed",
+    "cancelled",
+    "timed_out",
+    "running",
+    "queued",
+]
+PERIODS = {"any time": None, "last 24 hours": 1, "last 7 days": 7, "last 30 days": 30}
+
+
+def run_filter(status: str, period: str, model: str, search: str, pass_name: str) -> Any:
+    """The store's RunFilter of History's filter widgets' texts."""
+    from studio.store import RunFilter
+
+    days = PERIODS[period]
+    kwargs: dict[str, Any] = {
+        "status": () if status == STATUSES[0] else (status,),
+        "model": model.strip() or None,
+        "search": search.strip() or None,
+        "since": dt.datetime.now(dt.UTC) - dt.timedelta(days=days) if days else None,
+    }
+    pass_name = pass_name.strip()
+    if pass_name and "pass_name" in RunFilter.__dataclass_fields__:
+        kwargs["pass_name"] = pass_name
+    elif pass_name:
+        kwargs["search"] = " ".join(filter(None, [kwargs["search"], pass_name]))
+    return RunFilter(**kwargs)

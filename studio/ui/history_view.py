@@ -3,7 +3,6 @@ annotate and export selected runs."""
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +28,8 @@ from PySide6.QtWidgets import (
 from studio.tables import P50_HEADER, REF_HEADER, SPEEDUP_HEADER, TIMING_HEADERS, timing_cells
 from studio.ui.availability import set_available
 from studio.ui.delete_dialog import confirm_delete_box
-from studio.ui.history_columns import sort_rows
+from studio.ui.generation_chart import GenerationCharts, history_details
+from studio.ui.history_columns import PERIODS, STATUSES, run_filter, sort_rows
 from studio.ui.history_export import export_runs
 from studio.ui.history_searches import SearchesView
 from studio.ui.serve_results import ServeResultsView
@@ -42,17 +42,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PAGE = 200
-STATUSES = [
-    "any status",
-    "succeeded",
-    "failed",
-    "crashed",
-    "cancelled",
-    "timed_out",
-    "running",
-    "queued",
-]
-PERIODS = {"any time": None, "last 24 hours": 1, "last 7 days": 7, "last 30 days": 30}
 
 
 class RunTableModel(QAbstractTableModel):
@@ -338,29 +327,22 @@ class HistoryView(QWidget):
         self.tabs.setObjectName("historyTabs")
         self.tabs.addTab(runs_page, "Runs")
         self.tabs.addTab(self.searches, "Searches")
-        self.tabs.currentChanged.connect(lambda i: i == 1 and self.searches.reload())
+        self.generation = GenerationCharts(self)  # tokens/s and TTFT against prompt length
+        self.tabs.addTab(self.generation, "Generation")
+        self.tabs.currentChanged.connect(self._tab_shown)
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         outer.addWidget(self.tabs)
 
     # -- data ------------------------------------------------------------------------------
     def current_filter(self):
-        from studio.store import RunFilter
-
-        status = self.status_combo.currentText()
-        days = PERIODS[self.period_combo.currentText()]
-        kwargs: dict[str, Any] = {
-            "status": () if status == STATUSES[0] else (status,),
-            "model": self.model_edit.text().strip() or None,
-            "search": self.search.text().strip() or None,
-            "since": dt.datetime.now(dt.UTC) - dt.timedelta(days=days) if days else None,
-        }
-        pass_name = self.pass_edit.text().strip()
-        if pass_name and "pass_name" in RunFilter.__dataclass_fields__:
-            kwargs["pass_name"] = pass_name
-        elif pass_name:
-            kwargs["search"] = " ".join(filter(None, [kwargs["search"], pass_name]))
-        return RunFilter(**kwargs)
+        return run_filter(
+            self.status_combo.currentText(),
+            self.period_combo.currentText(),
+            self.model_edit.text(),
+            self.search.text(),
+            self.pass_edit.text(),
+        )
 
     def reload(self) -> None:
         if self.repo is None:
@@ -368,6 +350,16 @@ class HistoryView(QWidget):
         self.model.reload(self.current_filter())
         self.count_label.setText(f"{self.model.total} runs")
         self._update_buttons()
+        self._tab_shown(self.tabs.currentIndex())
+
+    def _tab_shown(self, index: int) -> None:
+        """A tab's data when it is shown: the searches, or the generation charts of the
+        selected runs (else the listed ones)."""
+        if index == 1:
+            self.searches.reload()
+        elif index == 2 and self.repo is not None:
+            details, which = history_details(self.repo, self.selected_ids(), self.current_filter())
+            self.generation.show_runs(details, which)
 
     def selected_ids(self) -> list[str]:
         rows = sorted({i.row() for i in self.table.selectionModel().selectedRows()})

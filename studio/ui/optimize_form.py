@@ -121,7 +121,8 @@ class SearchForm(QWidget):
         allow.addWidget(self.allow_qat)
         self.allow_sensitivity = QCheckBox("quantization exclude sets (sensitivity)")
         self.allow_sensitivity.setToolTip(
-            "analyse per-layer sensitivity first (counts in the budget) and search keeping the "
+            "analyse per-layer sensitivity after the first seeds (counts in the budget) and "
+            "search keeping the "
             "1, 3 or 10 % most sensitive layers in float"
         )
         allow.addWidget(self.allow_sensitivity)

@@ -15,12 +15,14 @@ import pyqtgraph as pg
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, Signal
 from PySide6.QtGui import QColor, QFontMetrics, QPalette
 from PySide6.QtWidgets import (
+    QCheckBox,
     QFileDialog,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QLineEdit,
     QPushButton,
+    QSizePolicy,
     QSpinBox,
     QSplitter,
     QStackedWidget,
@@ -31,8 +33,10 @@ from PySide6.QtWidgets import (
 )
 
 from studio.fmt import fmt_count
+from studio.generation_layers import split_columns, summary_html
 from studio.tables import layer_columns, op_columns
 from studio.ui.availability import set_available
+from studio.ui.profile_generation import GenerationCharts
 from studio.ui.slots import on_click
 
 log = logging.getLogger(__name__)
@@ -155,8 +159,16 @@ class ProfileView(QWidget):
         self.chart = QStackedWidget()
         self.chart.addWidget(self.empty)
         self.chart.addWidget(self.plot)
+        # A decoder profiled generating: its prefill / decode bars and KV growth as tabs.
+        self.gen_charts, self.chart_tabs = GenerationCharts(), QTabWidget()
+        self.chart_tabs.addTab(self.chart, "Layers")
+        for page, title in self.gen_charts.pages:
+            self.chart_tabs.addTab(page, title)
         split = QSplitter(Qt.Orientation.Horizontal)
-        split.addWidget(self.chart)
+        # Plots hint at 480 px: the panel outgrew its dock's scroll area, cutting axes off.
+        split.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Ignored)
+        split.setMinimumHeight(180)
+        split.addWidget(self.chart_tabs)
         split.addWidget(bottom)
         split.setSizes([480, 620])
 
@@ -169,7 +181,6 @@ class ProfileView(QWidget):
         state.modelChanged.connect(self._on_model_changed)
         state.selectionChanged.connect(self._on_selection)
         if services is not None:
-            services.busyChanged.connect(lambda n: None)
             services.jobProgress.connect(self._on_progress)
             services.jobFailed.connect(self._on_failed)
         self._apply_theme()
@@ -190,8 +201,14 @@ class ProfileView(QWidget):
         self.top_n.setPrefix("top ")
         self.top_n.setToolTip("How many layers the chart shows")
         self.top_n.valueChanged.connect(self._refresh_chart)
+        self.generate_box = QCheckBox("Generation")
+        self.generate_box.setChecked(True)
+        if self.services is not None:  # Ctrl+P and the Model panel's Profile follow it
+            profiles = self.services.profiles
+            self.generate_box.toggled.connect(lambda on: setattr(profiles, "generate", on))
         head = QHBoxLayout()
         head.addWidget(self.summary, 1)
+        head.addWidget(self.generate_box)
         head.addWidget(self.top_n)
         head.addWidget(self.profile_btn)
         head.addWidget(self.export_btn)
@@ -215,7 +232,7 @@ class ProfileView(QWidget):
         self.plot.getAxis("left").setStyle(
             hideOverlappingLabels=False, textFillLimits=[(0, 1.0)], autoExpandTextSpace=False
         )
-        self.plot.setMinimumHeight(160)
+        self.plot.setMinimumHeight(130)
         self.plot.scene().sigMouseClicked.connect(self._on_plot_click)
         self.bars: pg.BarGraphItem | None = None
 
@@ -227,14 +244,18 @@ class ProfileView(QWidget):
         self.ops_model = _RowsModel(op_columns(), self)
         self.ops, self.ops_proxy = _table(self.ops_model)
         self.ops.selectionModel().currentRowChanged.connect(self._on_op_row)
+        self.gen_model = _RowsModel(split_columns(), self)
+        self.gen_table, self.gen_proxy = _table(self.gen_model)
         self.filter = QLineEdit(placeholderText="Filter rows")
         self.filter.setClearButtonEnabled(True)
         self._filtered_for = self.state.model_source
         self.filter.textChanged.connect(self.layers_proxy.setFilterFixedString)
         self.filter.textChanged.connect(self.ops_proxy.setFilterFixedString)
+        self.filter.textChanged.connect(self.gen_proxy.setFilterFixedString)
         self.tabs = QTabWidget()
         self.tabs.addTab(self.layers, "Layers")
         self.tabs.addTab(self.ops, "Operators")
+        self.tabs.addTab(self.gen_table, "Generation")
         bottom = QWidget()
         bl = QVBoxLayout(bottom)
         bl.setContentsMargins(0, 0, 0, 0)
@@ -251,6 +272,7 @@ class ProfileView(QWidget):
             ax = self.plot.getAxis(axis)
             ax.setPen(fg)
             ax.setTextPen(fg)
+        self.gen_charts.apply_theme(pal)
 
     def changeEvent(self, event) -> None:  # noqa: N802
         from PySide6.QtCore import QEvent
@@ -262,6 +284,13 @@ class ProfileView(QWidget):
 
     def _available(self, why: str | None) -> None:
         set_available(self.profile_btn, why, "Profile the current model in a worker (Ctrl+P)")
+        split = (self.state.model_info or {}).get("generation_split", "open a model first")
+        set_available(
+            self.generate_box,
+            why or split,
+            "Also time the model generating (prompt 128, 64 new tokens): each layer's prefill "
+            "and decode time, grouped, and the KV cache's growth",
+        )
 
     # -- data -----------------------------------------------------------------------------
     def _profile(self) -> None:
@@ -282,6 +311,8 @@ class ProfileView(QWidget):
     def _on_profile(self) -> None:
         prof = self.state.profile
         self._available(None if self.state.model_source else "open a model first")
+        gen = getattr(prof, "generation", None)
+        self._show_generation(gen)
         if prof is None:
             self.layers_model.set_rows([])
             self.ops_model.set_rows([])
@@ -301,7 +332,7 @@ class ProfileView(QWidget):
         if not self._sized:
             # Fixed widths: measuring every cell of a big profile would stall the GUI.
             self._sized = True
-            for view in (self.layers, self.ops):
+            for view in (self.layers, self.ops, self.gen_table):
                 view.setColumnWidth(0, 190)
                 view.setColumnWidth(1, 110)
                 fm = view.horizontalHeader().fontMetrics()
@@ -318,8 +349,25 @@ class ProfileView(QWidget):
         self.summary.setText(
             f"<b>{prof.total_ms:.3f} ms</b> per forward on {prof.device}{flops}{cov} "
             f"— {len(prof.rows)} layers, {len(prof.ops)} operators, {prof.iters} iterations"
+            + ("<br>" + summary_html(gen) if gen is not None else "")
         )
         self._refresh_chart()
+
+    def _show_generation(self, gen) -> None:
+        """The generation's table, charts and tabs (disabled with the reason without one)."""
+        self.gen_model.set_rows(gen.rows if gen is not None else [])
+        self.gen_charts.show_generation(gen)
+        why = "profile a decoder LM with Generation ticked" if gen is None else ""
+        for i in (1, 2):
+            self.chart_tabs.setTabEnabled(i, gen is not None)
+            self.chart_tabs.setTabToolTip(i, why)
+        self.tabs.setTabEnabled(2, gen is not None)
+        self.tabs.setTabToolTip(2, why)
+        if gen is not None:
+            self.chart_tabs.setCurrentIndex(1)
+            self.gen_table.sortByColumn(4, Qt.SortOrder.DescendingOrder)
+        elif self.chart_tabs.currentIndex() != 0:
+            self.chart_tabs.setCurrentIndex(0)
 
     def _refresh_chart(self) -> None:
         self.plot.clear()
@@ -329,15 +377,20 @@ class ProfileView(QWidget):
         if prof is None:
             self.top_rows = []
             return
-        rows = [r for r in prof.top(len(prof.rows), key="self_ms") if r.name != ""]
+        # A decoder profiled generating: its decode self time per token, as the graph paints.
+        gen = getattr(prof, "generation", None)
+        key = "decode_ms" if gen is not None else "self_ms"
+        self.plot.setLabel("bottom", "decode self ms / token" if gen else "self time (ms)")
+        every = gen.rows if gen is not None else prof.rows
+        rows = sorted((r for r in every if r.name), key=lambda r: getattr(r, key), reverse=True)
         # No more bars than fit with a readable label each (about 14 px a row).
         fit = max(5, int(self.plot.height() - 40) // 14)
-        rows = [r for r in rows if r.self_ms > 0][: min(self.top_n.value(), fit)]
+        rows = [r for r in rows if getattr(r, key) > 0][: min(self.top_n.value(), fit)]
         self.top_rows = rows
         if not rows:
             return
         ys = list(range(len(rows)))
-        widths = [r.self_ms for r in rows]
+        widths = [getattr(r, key) for r in rows]
         brushes = []
         for r in rows:
             sel = self._is_selected(r.name)

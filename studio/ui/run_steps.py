@@ -61,7 +61,7 @@ def step_rows(e: Any) -> tuple[list[list[Any]], dict[int, str]]:
                     "",
                     b.get("accuracy"),
                 )
-                + panel_cells(b)
+                + panel_cells(b, original=True)
             )
         for ev in e.steps:
             m = ev.metrics or {}

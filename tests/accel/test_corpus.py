@@ -665,3 +665,24 @@ def test_vae_decoder_static_onnx_int8_is_refused_where_it_is_made(tmp_path):
     )
     assert cell.outcome == "refused"
     assert "does not load in ONNX Runtime" in cell.reason and "ShapeInferenceError" in cell.reason
+
+
+def test_matrix_checks_distill_after_the_pruning_it_recovers_from(tmp_path):
+    """distill on the original has nothing to recover and refuses (every corpus model was
+    'refused' so): the matrix checks it where it acts, on the original after prune_channels,
+    with the original as teacher."""
+    from accel.corpus_check import check_model
+    from accel.errors import PassError
+    from accel.passes import PassContext, get_pass
+
+    cells = check_model("zoo:mlp", None, ["distill"], work_dir=tmp_path, time_it=False)
+    assert cells[0].outcome == "ok", cells[0].reason
+    assert cells[0].parity  # compared with the original's outputs
+    # The refusal the matrix no longer meets, and its stated cause: the model is the original.
+    original = load_model("zoo:mlp")
+    p = get_pass("distill")()
+    ctx = PassContext(
+        inputs=original.input_spec.sample(seed=0), work_dir=tmp_path, original=original
+    )
+    with pytest.raises(PassError, match="nothing to recover: the model is still the original"):
+        p.apply(original.runtime.copy(original), p.parse_config({}), ctx)

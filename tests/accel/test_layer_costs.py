@@ -92,3 +92,13 @@ def test_times_are_measured_in_the_quantizers_runtime(quantizer):
     assert all(c["speedup"] is not None for c in costs)
     assert chosen in ([], ["fc1"])  # fc1: the only high-error layer; kept only if int8 gains little
     assert chosen == (["fc1"] if costs[0]["speedup"] < 1.25 else [])
+
+
+def test_the_int8_model_is_built_as_a_search_trial_builds_it():
+    from accel.search.layer_costs import quantizer_steps
+
+    steps = quantizer_steps("quantize_onnx_static")
+    assert [s["pass"] for s in steps] == ["export_onnx", "quantize_onnx_static"]
+    if importlib.util.find_spec("nncf") is not None:  # registered with openvino and nncf
+        ov = quantizer_steps("quantize_openvino")
+        assert ov[-1] == {"pass": "quantize_openvino", "params": {"samples": 32}}

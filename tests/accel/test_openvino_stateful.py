@@ -111,6 +111,14 @@ def test_int4_weights_adjust_the_group_where_it_does_not_divide(exported, tmp_pa
     m = compare_generation_parity(tokens, logits, dec, prompt, Tolerances()).metrics()
     assert dec.kv_cache == "stateful" and m["tf_cosine_mean"] > 0.9
     assert small.size_bytes < 0.55 * ir.size_bytes  # embeddings stay int8 (backup)
+    step = get_pass("compress_weights_openvino")
+    script = step().to_script(step.parse_config(int4))
+    assert "group_size_fallback_mode=GroupSizeFallbackMode.ADJUST" in script.code
+    compile(script.code, "step", "exec")
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="group_size_fallback"):
+        step.parse_config({"group_size_fallback": "os.system"})
 
 
 def test_gpt2_exports_with_its_learned_positions(tmp_path):

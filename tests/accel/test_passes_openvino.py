@@ -212,3 +212,27 @@ def test_script_reproduces_the_runner(tmp_path, source, spec, exclude):
         want = want[0] if isinstance(want, tuple | list) else want
         got = got[0] if isinstance(got, tuple | list) else got
         assert torch.allclose(want, got, rtol=1e-4, atol=1e-5), name
+
+
+def test_compress_weights_adjusts_a_group_size_that_does_not_divide_a_layer(tmp_path):
+    """diffusers:unet2d_condition was refused ('InvalidGroupSizeError: Failed to apply
+    group-wise quantization with group size 128'): some layers' input size is not a multiple.
+    The default fallback gives those layers a group that divides them; 'error' keeps NNCF's
+    refusal, which names the check."""
+    pytest.importorskip("nncf")
+    model = load_model("zoo:mlp(in_features=96, hidden=96)", "x:float32[batch,96]; batch=1..8:2")
+    ov_model, _ = _apply("openvino", model, {"precision": "f32"}, tmp_path / "ov")
+    params = {"mode": "int4_sym", "group_size": 64}
+    out, ctx = _apply("compress_weights_openvino", ov_model, params, tmp_path / "c")
+    assert ctx.details["group_size_fallback"] == "adjust"
+    assert out.size_bytes < ov_model.size_bytes
+    ref = model.forward(model.example_inputs())
+    got = torch.as_tensor(out.forward(model.example_inputs())[0])
+    assert torch.nn.functional.cosine_similarity(got.flatten(), ref.flatten(), dim=0) > 0.9
+    with pytest.raises(PassError, match="InvalidGroupSizeError"):
+        _apply(
+            "compress_weights_openvino",
+            ov_model,
+            {**params, "group_size_fallback": "error"},
+            tmp_path / "e",
+        )

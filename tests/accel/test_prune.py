@@ -252,6 +252,36 @@ def test_prune_unstructured_covers_lstm_weights(tmp_path):
     assert out.forward(out.example_inputs()).shape == (2, 4)
 
 
+@pytest.mark.parametrize("api", ["parametrizations", "hooks"])
+def test_prune_unstructured_takes_weight_normed_layers(api):
+    """hf:wav2vec2_base crashed ('cannot assign ... to parameter weight_orig'): its positional
+    conv's weight is computed by weight norm. The weight is baked to a plain Parameter of the
+    same value first; outputs before pruning are unchanged, the conv is pruned, and the model
+    it was copied from (the pass works on a deep copy, which shares a parametrized class)
+    still runs."""
+    from accel.passes._prune_helpers import bake_reparametrized, prune_unstructured_magnitude
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv1d(4, 4, 3, padding=1), torch.nn.Linear(5, 2))
+    if api == "parametrizations":
+        torch.nn.utils.parametrizations.weight_norm(model[0], dim=2)
+    else:
+        torch.nn.utils.weight_norm(model[0], dim=2)
+    x = torch.randn(2, 4, 5)
+    with torch.no_grad():  # the hook API's computed weight must stay a leaf for deepcopy
+        ref = model(x)
+    original, model = model, copy.deepcopy(model)
+    baked = copy.deepcopy(model)
+    bake_reparametrized(baked[0], "weight")
+    assert isinstance(baked[0]._parameters.get("weight"), torch.nn.Parameter)
+    torch.testing.assert_close(baked(x), ref)
+    sparsity, layers = prune_unstructured_magnitude(model, amount=0.5, global_pruning=False)
+    assert layers == ["0"] and abs(sparsity - 0.5) < 0.1
+    assert abs(1 - model[0].weight.count_nonzero().item() / model[0].weight.numel() - 0.5) < 0.1
+    assert model(x).shape == ref.shape
+    torch.testing.assert_close(original(x), ref)  # the copies' source is untouched
+
+
 # -- 2:4 ------------------------------------------------------------------------------------------
 
 
@@ -485,3 +515,39 @@ def test_prune_channels_refuses_a_graph_torch_pruning_cannot_follow(tmp_path):
     ctx = PassContext(inputs=short.example_inputs(), original=short, work_dir=tmp_path)
     out = cls().apply(short, cls.parse_config({"ratio": 0.5}), ctx)
     assert out.module.a.out_channels < 8
+
+
+class _TwoHeads(torch.nn.Module):
+    """DETR's shape: class logits straight from a Linear that is not the last one (the box
+    MLP comes after it in module order)."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Linear(8, 32)
+        self.classifier = torch.nn.Linear(32, 6)
+        self.box = torch.nn.Sequential(
+            torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)
+        )
+
+    def forward(self, x):
+        h = torch.relu(self.body(x))
+        return self.classifier(h), self.box(h).sigmoid()
+
+
+def test_prune_channels_keeps_every_linear_whose_output_is_a_model_output():
+    """hf:detr_resnet50's logits went from 92 to 64 classes ('ok' with a parity shape
+    mismatch, and distill after it crashed): only the last Linear was kept as the head."""
+    from accel.passes._prune_helpers import prune_channels_tp
+
+    torch.manual_seed(0)
+    model = _TwoHeads().eval()
+    inputs = {"x": torch.randn(2, 8)}
+    facts = prune_channels_tp(model, inputs, ratio=0.5)
+    logits, boxes = model(**inputs)
+    assert logits.shape == (2, 6) and boxes.shape == (2, 4)
+    assert "classifier" in facts["ignored_layers"]
+    assert model.body.out_features < 32  # the rest is still pruned
+    # ignore_head=False asks for the heads to be pruned too: then nothing is kept for them.
+    model = _TwoHeads().eval()
+    prune_channels_tp(model, inputs, ratio=0.5, ignore_head=False)
+    assert model.classifier.out_features < 6

@@ -6,7 +6,7 @@ import re
 
 from accel.search import InProcessExecutor, SearchConfig, build_space, run_search
 from accel.search.engine import trial_spec
-from accel.search.sensitivity_space import exclude_sets
+from accel.search.sensitivity_space import AFTER, exclude_sets
 from accel.search.space import steps_for
 
 PASSES = ("quantize_dynamic_int8", "export_onnx", "quantize_onnx_dynamic")
@@ -68,10 +68,17 @@ def test_seeded_search_with_sensitivity_tries_exclude_sets(tmp_path):
     # zoo:mlp has 3 Linear layers: none or the most sensitive one (top3 would quantize nothing).
     top = sens["ranking"][0]
     assert sens["sets"] == {"quantize_dynamic_int8": {"none": [], "top1": [top]}}
+    # The analysis ran after the first seeds (the original, then the known-good stack): the
+    # first minute of a search goes to them, their steps carry no exclude set.
+    n_first = min(AFTER, len(a.space["seeds"]))
+    assert n_first == 2 and a.trials[1].chain == ("quantize_dynamic_int8",)
+    assert all("exclude" not in st["params"] for t in a.trials[:n_first] for st in t.steps)
     qdyn = [t for t in a.trials if t.chain and t.chain[0] == "quantize_dynamic_int8"]
-    excludes = [t.steps[0]["params"]["exclude"] for t in qdyn]
+    later = [t for t in qdyn if t.number >= n_first]
+    assert later and all("exclude" in t.steps[0]["params"] for t in later)
+    excludes = [t.steps[0]["params"]["exclude"] for t in later]
     assert [] in excludes and [top] in excludes
-    kept = next(t for t in qdyn if t.steps[0]["params"]["exclude"] == [top])
+    kept = next(t for t in later if t.steps[0]["params"]["exclude"] == [top])
     assert kept.status in ("ok", "gate_failed"), kept.error
     # Deterministic for a seed.
     b = run_search(_config(tmp_path / "b"), InProcessExecutor())
@@ -120,3 +127,40 @@ def test_no_exclude_domain_without_the_option(tmp_path):
     for t in res.trials:
         for step in t.steps:
             assert "exclude" not in step["params"]
+
+
+def test_cost_sets_are_not_measured_once_the_budget_is_spent(monkeypatch):
+    from accel.models import load_model
+    from accel.search import layer_costs
+    from accel.search.sensitivity_space import _exclude_targets, _with_exclude_choices
+
+    def measured(*a, **k):
+        raise AssertionError("a cost set was measured after the budget ran out")
+
+    monkeypatch.setattr(layer_costs, "cost_exclude_set", measured)
+    space = build_space("torch", "cpu", layer_types={"linear"}, include=PASSES)
+    targets = _exclude_targets(space, {})
+    assert "quantize_onnx_dynamic" in targets
+
+    class Report:
+        layers = [type("L", (), {"name": n, "type": "Linear"}) for n in ("fc1", "fc2", "fc3")]
+
+        def ranking(self):
+            return ["fc2", "fc1", "fc3"]
+
+    summary = {"sets": {}, "skipped": {}}
+    passes = _with_exclude_choices(
+        space, targets, load_model("zoo:mlp"), Report(), summary, lambda: True
+    )
+    assert summary["cost_skipped"] == {"quantize_onnx_dynamic": "the budget ran out (or cancel)"}
+    # the sets from the ranking are still there (no measurement needed)
+    assert passes["quantize_onnx_dynamic"].decode["exclude"] == {"none": [], "top1": ["fc2"]}
+
+
+def test_the_analysis_takes_at_most_half_of_the_budget_left():
+    from accel.search.sensitivity_space import analysis_deadline
+
+    assert analysis_deadline(None, 100.0, 150.0) is None
+    # a 600 s search, 200 s in: 400 s left, the analysis may take 200 of them
+    assert analysis_deadline(600.0, 100.0, 300.0) == 500.0
+    assert analysis_deadline(600.0, 100.0, 800.0) == 800.0  # the budget is spent: stop now

@@ -113,3 +113,21 @@ def test_torch_own_log_lines_go_to_the_log_file(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "register_constant noise" not in out.stderr
     assert "register_constant noise" in (tmp_path / "logs" / "studio.log").read_text()
+
+
+def test_a_workers_foreign_warning_goes_to_the_log_file(
+    tmp_path, monkeypatch, capsys, restore_logging
+):
+    """`studio run` prints what its worker forwards: the studio's own warnings on stderr,
+    another library's (torchao's kernels that did not load) only in the log file."""
+    from studio.commands.run import worker_log
+
+    monkeypatch.setenv("ACCEL_STUDIO_HOME", str(tmp_path))
+    setup_logging(verbose=False)
+    worker_log({"level": "warning", "logger": "torchao", "message": "Failed to load _C_mxfp8"})
+    worker_log({"level": "warning", "logger": "accel.runner", "message": "kept Gemm in fp32"})
+    for h in logging.getLogger().handlers:
+        h.flush()
+    err = capsys.readouterr().err
+    assert "warning: kept Gemm in fp32" in err and "mxfp8" not in err
+    assert "Failed to load _C_mxfp8" in (tmp_path / "logs" / "studio.log").read_text()

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from studio.generation_columns import (
+    CLI_HEADERS,
+    cli_rows,
     compare_cells,
-    generation_columns,
     has_generation,
     interval_text,
     panel_cells,
     profile_lines,
     with_interval,
 )
-from studio.tables import cli_table
 
 METRICS = {
     "ttft_ms": 12.5,
@@ -43,13 +43,36 @@ def test_profile_lines_split_memory_into_weights_and_kv_cache():
     assert lines["peak (weights + KV)"] == "3.0 KiB"
 
 
-def test_panel_cells_and_columns():
-    cells = panel_cells(METRICS)
-    assert [t for t, _ in cells] == ["12.50", "3.00", "310.3"]
-    assert "[12.00, 13.25]" in cells[0][1]
-    assert panel_cells({}) == [("", ""), ("", ""), ("", "")]
-    table = cli_table(generation_columns(lambda row: row), [METRICS, {}])
-    assert "2.50x" in table and "0.969" in table and "310.3" in table
+def test_panel_cells_carry_the_reference_measured_beside_the_step():
+    step = {**METRICS, "baseline_tokens_per_s": 124.1}
+    cells = panel_cells(step)
+    assert [t for t, _ in cells] == ["124.1", "12.50", "3.00", "310.3"]
+    assert "alternating rounds" in cells[0][1] and "[12.00, 13.25]" in cells[1][1]
+    # the original's row is its own reference
+    assert panel_cells(METRICS, original=True)[0][0] == "310.3"
+    assert panel_cells({}) == [("", "")] * 4
+
+
+def test_cli_rows_ratio_is_the_rows_own_tokens_over_its_own_reference():
+    original = {"tokens_per_s": 10.0, "ttft_ms": 200.0, "kv_cache_bytes": 1024}
+    step = {
+        **METRICS,
+        "tokens_per_s": 25.0,
+        "baseline_tokens_per_s": 10.0,
+        "baseline_ttft_ms": 190.0,
+        "tokens_per_s_ratio": 2.5,
+        "tokens_per_s_ratio_low": 2.4,
+        "tokens_per_s_ratio_high": 2.6,
+    }
+    rows = cli_rows([(-1, "original", original), (0, "static_kv_cache", step)])
+    cell = {h: i for i, h in enumerate(CLI_HEADERS)}
+    assert rows[0][:3] == ["0", "original", "10.0"]
+    assert rows[0][cell["tok/s ratio [95% CI]"]] == "1.00x"
+    assert rows[1][cell["ref tok/s"]] == "10.0" and rows[1][cell["ref TTFT ms"]] == "190.0"
+    assert rows[1][cell["tok/s ratio [95% CI]"]] == "2.50x [2.40-2.60]"
+    assert rows[1][cell["TF top-1"]] == "0.969" and rows[0][cell["KV cache"]] == "1.0 KiB"
+    # a forward-workload run has no generation table
+    assert cli_rows([(-1, "original", {"size_bytes": 1}), (0, "bf16", None)]) == []
 
 
 def test_compare_cells_fold_the_interval_rows_into_the_value_row():

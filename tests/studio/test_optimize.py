@@ -99,7 +99,7 @@ def test_optimize_allow_sensitivity_searches_exclude_sets(tmp_path, capsys):
     )  # fmt: skip
     text = capsys.readouterr().out
     assert code == 0, text
-    assert "sensitivity analysis first" in text
+    assert "sensitivity analysis after the first seeds" in text
     assert "sensitivity: quantize_dynamic_int8 (local method) on 3 layers took" in text
     assert "quantize_dynamic_int8 searches exclude sets: none, top1" in text
     # every exclude set was tried (the space has 4 quantized variants + the original)

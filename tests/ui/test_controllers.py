@@ -125,3 +125,15 @@ def test_deploy_runs_the_declared_job_and_reports_its_result(services, monkeypat
     crashed = services.deploy_triton("r1", "/tmp/repo")
     services.router.on_finished(crashed, _done(crashed, {}, "crashed", "the worker died"))
     assert results[-1] == ("r1", None, "the worker died")
+
+
+def test_a_decoder_is_profiled_generating_unless_the_box_is_off(services):
+    def profiled() -> dict:
+        services.profile_current()
+        return services.pool.submitted[-1][2]
+
+    assert not profiled().get("generate")  # zoo:mlp: no generation_split fact
+    services.state.model_info = {"generation_split": None}  # a decoder LM
+    assert profiled()["generate"] is True
+    services.profiles.generate = False
+    assert not profiled().get("generate")

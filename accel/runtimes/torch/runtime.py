@@ -12,13 +12,20 @@ from accel.errors import AccelError
 from accel.layer_patterns import module_layers
 from accel.models import forms as model_forms
 from accel.models.calls import bind_inputs, call_module
-from accel.models.runtime import ProfileRequest, ScriptRuntime, TimingTarget, register_runtime
+from accel.models.runtime import (
+    GenerationWork,
+    ProfileRequest,
+    ScriptRuntime,
+    TimingTarget,
+    register_runtime,
+)
 from accel.runtimes.base import RuntimeBase
 
 if TYPE_CHECKING:
     from accel.graph.model import Graph
     from accel.models.inputs import InputSpec
     from accel.models.loaded import LoadedModel
+    from accel.profile.generation import GenerationLayers
     from accel.profile.results import ModelProfile
     from accel.runtimes.torch.serving import ServedTorchScript
 
@@ -158,6 +165,27 @@ class TorchRuntime(RuntimeBase):
         finally:
             if moved:
                 module.to(model.device)
+
+    def profile_generation(
+        self, model: LoadedModel, work: GenerationWork, request: ProfileRequest
+    ) -> GenerationLayers:
+        import torch
+
+        from accel.runtimes.torch.generation_profile import profile_generation_torch
+
+        module = model.module
+        if not isinstance(module, torch.nn.Module):
+            raise AccelError(f"cannot profile {model.source}: it has no torch module to hook")
+        with torch_threads(request.threads):
+            return profile_generation_torch(
+                module,
+                work,
+                device=str(model.device or "cpu"),
+                rounds=request.iters,
+                warmup=request.warmup,
+                progress=request.progress,
+                cancel=request.cancel,
+            )
 
     def graph(self, model: LoadedModel, inputs: Mapping[str, Any] | None, **kwargs: Any) -> Graph:
         from accel.runtimes.torch.graph import graph_from_torch

@@ -47,6 +47,8 @@ class OverlayMixin:
             hi = max(self._values.values())
             hi_s = fmt_count(hi) if key == "params" else f"{hi:.3g}"
             unit = " ms" if key == "latency" else ""
+            if unit and getattr(self.state.profile, "generation", None) is not None:
+                unit = " ms/token (decode)"
             return style.swatch("#fff5c8", "0") + style.swatch("#bd0026", hi_s + unit, "#fff")
         if key == "dtype":
             nodes = self._view_nodes.values()
