@@ -175,8 +175,8 @@ def test_a_model_without_a_kv_cache_is_refused_before_any_work(tmp_path):
 
 
 def test_generation_objectives_search_the_stateful_export():
-    from accel.search.engine import SearchConfig
-    from accel.search.generation import SEEDS, generation_exclusions
+    from accel.search.engine import SearchConfig, _seed_params
+    from accel.search.generation import SEEDS, generation_exclusions, seed_values
     from accel.search.space import build_space
 
     config = SearchConfig(model="hf:llama_small", objective="tokens_per_s")
@@ -185,6 +185,9 @@ def test_generation_objectives_search_the_stateful_export():
     assert ("openvino_stateful", "compress_weights_openvino") in SEEDS
     space = build_space("torch", "cpu", layer_types={"attention", "linear"}, exclude=excluded)
     assert ("openvino_stateful", "compress_weights_openvino") in space.chains
+    chain = ("openvino_stateful", "compress_weights_openvino")
+    enqueued = _seed_params(space, chain, seed_values(chain))
+    assert enqueued["compress_weights_openvino.mode"] == "int8_asym"  # int4 is sampled later
     gpu = build_space("torch", "cuda", layer_types={"attention", "linear"}, exclude=excluded)
     assert not any("openvino_stateful" in chain for chain in gpu.chains)
 
