@@ -30,6 +30,7 @@ from accel.search.generation import (
     generation_bench,
     generation_exclusions,
     generation_seeds,
+    seed_values,
 )
 from accel.search.generation import PRIMARY as GENERATION_PRIMARY
 from accel.search.runtime_settings import add_runtime_settings
@@ -513,7 +514,7 @@ def _objective_first(
     """The objective's own stacks (generation's) right after the original, then the rest."""
     valid = set(space.chains)
     known = {s.chain for s in seeds}
-    extra = [Seed(c, {}, "objective") for c in first if c in valid and c not in known]
+    extra = [Seed(c, seed_values(c), "objective") for c in first if c in valid and c not in known]
     return [*seeds[:1], *extra, *seeds[1:]]
 
 

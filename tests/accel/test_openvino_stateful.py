@@ -175,13 +175,21 @@ def test_a_model_without_a_kv_cache_is_refused_before_any_work(tmp_path):
 
 
 def test_generation_objectives_search_the_stateful_export():
-    from accel.search.engine import SearchConfig
-    from accel.search.generation import SEEDS, generation_exclusions
+    from accel.search.engine import SearchConfig, _seed_params
+    from accel.search.generation import SEEDS, generation_exclusions, seed_values
+    from accel.search.space import build_space
 
     config = SearchConfig(model="hf:llama_small", objective="tokens_per_s")
     excluded = generation_exclusions(config)
     assert "openvino" in excluded and "openvino_stateful" not in excluded
     assert ("openvino_stateful", "compress_weights_openvino") in SEEDS
+    space = build_space("torch", "cpu", layer_types={"attention", "linear"}, exclude=excluded)
+    assert ("openvino_stateful", "compress_weights_openvino") in space.chains
+    chain = ("openvino_stateful", "compress_weights_openvino")
+    enqueued = _seed_params(space, chain, seed_values(chain))
+    assert enqueued["compress_weights_openvino.mode"] == "int8_asym"  # int4 is sampled later
+    gpu = build_space("torch", "cuda", layer_types={"attention", "linear"}, exclude=excluded)
+    assert not any("openvino_stateful" in chain for chain in gpu.chains)
 
 
 def _script_recipe() -> dict:
@@ -233,3 +241,20 @@ def test_the_exported_script_generates_through_the_state(tmp_path):
     rows = json.loads((out / "results.json").read_text())
     assert len(rows) == 2 and rows[0]["tf_top1"] == 1.0 and rows[0]["tf_cosine_mean"] > 0.9999
     assert rows[1]["tf_top1"] >= 0.75 and rows[1]["tokens_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_a_generate_recipe_runs_the_stateful_export_and_int8_on_top(tmp_path):
+    pytest.importorskip("nncf")
+    from accel.runner import run_recipe
+
+    recipe = _script_recipe()
+    recipe["gates"] = {"min_cosine": 0.99}
+    result = run_recipe(recipe, out_dir=tmp_path, trust_recipe_code=True)
+    assert result.status == "succeeded", result.error
+    stateful, int8 = result.steps
+    for step in (stateful, int8):
+        assert step.status == "succeeded", step.parity
+        # a cache that grew (a model recomputing the sequence holds none)
+        assert step.metrics["kv_cache_bytes"] > 0 and step.metrics["tokens_per_s_ratio"] > 0
+    assert stateful.metrics["tf_top1"] == 1.0 and int8.metrics["tf_top1"] >= 0.75
