@@ -41,7 +41,7 @@ def built(tmp_path_factory):
     """The tiny Llama and its GenAI folders at fp32 and int4, built once."""
     lm = _torch_lm(llama)
     fp32, ctx = _apply(lm, {"precision": "fp32"}, tmp_path_factory.mktemp("fp32"))
-    params = {"precision": "int4", "block_size": 16, "quantize_embedding": True}
+    params = {"precision": "int4", "block_size": 16}  # the embedding quantized too (default)
     int4, _ = _apply(lm, params, tmp_path_factory.mktemp("int4"))
     return lm, fp32, int4, ctx
 
