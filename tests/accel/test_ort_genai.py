@@ -198,6 +198,10 @@ def test_the_tokens_per_s_search_seeds_the_genai_build_and_drops_it_where_it_can
 
     config = SearchConfig(model="hf:llama_small", objective="tokens_per_s")
     assert "ort_genai" not in generation_exclusions(config) and ("ort_genai",) in SEEDS
+    from accel.search.generation import generation_seeds
+
+    seeds = [(s.chain, s.values) for s in generation_seeds(config)]
+    assert seeds[:2] == [(("ort_genai",), {}), (("ort_genai",), {"ort_genai.precision": "int8"})]
     layers = space_mod.model_layer_types(llama())
     cpu = space_mod.build_space("torch", "cpu", layer_types=layers)
     assert ("ort_genai",) in cpu.chains and "ort_genai" not in cpu.excluded
