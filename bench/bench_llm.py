@@ -189,9 +189,9 @@ def genai_contenders(original: Any, args: argparse.Namespace, work: Path) -> dic
     cls = get_pass("ort_genai")
     for precision in [p.strip() for p in args.genai.split(",") if p.strip()]:
         label = f"studio ort_genai {precision}"
+        # int4-emb: the token embedding quantized too (the pass's default), int4: MatMuls only
         params: dict[str, Any] = {"precision": precision.removesuffix("-emb")}
-        if precision.endswith("-emb"):  # the token embedding quantized too
-            params["quantize_embedding"] = True
+        params["quantize_embedding"] = precision.endswith("-emb")
         ctx = PassContext(
             inputs=original.example_inputs(),
             work_dir=work / f"genai-{precision}",

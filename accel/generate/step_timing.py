@@ -51,5 +51,10 @@ def comparison_timing(cmp: GenerationComparison) -> StepTiming:
         speedup_high=iv.high,
         rounds=len(cmp.candidate.tokens_per_s),
         noisy=cmp.noisy,
-        note=NOTE,
+        note=f"{NOTE}; {kv_cache_note(cmp)}",
     )
+
+
+def kv_cache_note(cmp: GenerationComparison) -> str:
+    """How each side keeps its KV cache (none: each token recomputes the whole sequence)."""
+    return f"KV cache: original {cmp.reference.kv_cache}, step {cmp.candidate.kv_cache}"

@@ -55,9 +55,11 @@ class OrtGenaiConfig(PassConfig):
         "activations (fastest on CPUs), 3 = bf16, 2 = fp16, 1 = fp32",
     )
     quantize_embedding: bool = Field(
-        False,
-        description="int4/int8: the token embedding too (GatherBlockQuantized): much smaller "
-        "weights where the vocabulary is large, the embedding's rows rounded like the weights",
+        True,
+        description="int4: the token embedding too (GatherBlockQuantized): much smaller "
+        "weights where the vocabulary is large (hf:llama_small int4: 0.16x fp32 with it, 0.47x "
+        "without), the embedding's rows rounded like the weights; at int8 the builder "
+        "leaves the embedding in float either way (0.55x)",
     )
 
 

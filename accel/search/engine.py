@@ -30,7 +30,6 @@ from accel.search.generation import (
     generation_bench,
     generation_exclusions,
     generation_seeds,
-    seed_values,
 )
 from accel.search.generation import PRIMARY as GENERATION_PRIMARY
 from accel.search.runtime_settings import add_runtime_settings
@@ -508,13 +507,11 @@ def run_search(
     )
 
 
-def _objective_first(
-    space: SearchSpace, seeds: list[Seed], first: tuple[tuple[str, ...], ...]
-) -> list[Seed]:
-    """The objective's own stacks (generation's) right after the original, then the rest."""
+def _objective_first(space: SearchSpace, seeds: list[Seed], first: tuple[Seed, ...]) -> list[Seed]:
+    """The objective's own seeds (generation's) right after the original, then the rest."""
     valid = set(space.chains)
     known = {s.chain for s in seeds}
-    extra = [Seed(c, seed_values(c), "objective") for c in first if c in valid and c not in known]
+    extra = [s for s in first if s.chain in valid and (s.values or s.chain not in known)]
     return [*seeds[:1], *extra, *seeds[1:]]
 
 
