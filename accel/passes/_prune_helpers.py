@@ -155,7 +155,12 @@ def attention_projections(module):
     be an attention block (see ``attention_heads``); heads None when it is not one."""
     import torch
 
-    qkv_names = (("q_proj", "k_proj", "v_proj"), ("query", "key", "value"), ("q", "k", "v"))
+    qkv_names = (
+        ("q_proj", "k_proj", "v_proj"),
+        ("query", "key", "value"),
+        ("q", "k", "v"),
+        ("to_q", "to_k", "to_v"),  # diffusers' Attention
+    )
     out_names = {"out", "out_proj", "o_proj", "o", "dense", "proj"}
     children = dict(module.named_children())
     linear = {n: m for n, m in children.items() if isinstance(m, torch.nn.Linear)}
@@ -164,9 +169,9 @@ def attention_projections(module):
     if qkv is None:
         n_q = positive_int(module, "num_heads")
         return n_q, n_q, {m: n_q for n, m in linear.items() if n not in out_names}
-    n_q = positive_int(module, "num_heads", "num_attention_heads", "n_heads") or positive_int(
-        config, "num_attention_heads"
-    )
+    n_q = positive_int(
+        module, "num_heads", "num_attention_heads", "n_heads", "heads"
+    ) or positive_int(config, "num_attention_heads")
     n_kv = positive_int(module, "num_key_value_heads") or positive_int(
         config, "num_key_value_heads"
     )
@@ -195,6 +200,8 @@ def update_attention_attributes(blocks, whole_heads):
             "key_value_proj_dim": head_dim,
             "all_head_size": q_width,
             "inner_dim": q_width,
+            "inner_kv_dim": k_width,  # diffusers' Attention
+            "heads": n_q,
             "attn_dim": n_q * head_dim,  # timm's Attention reshapes its output with it
         }
         for attr, value in values.items():

@@ -686,3 +686,51 @@ def test_matrix_checks_distill_after_the_pruning_it_recovers_from(tmp_path):
     )
     with pytest.raises(PassError, match="nothing to recover: the model is still the original"):
         p.apply(original.runtime.copy(original), p.parse_config({}), ctx)
+
+
+def test_prune_channels_keeps_diffusers_cross_attention_heads_in_line():
+    """diffusers:unet2d_condition was refused ('shape [1, -1, 8, 5] is invalid for input of
+    size 11264'): diffusers' Attention (to_q/to_k/to_v, ``heads``) was not taken for an
+    attention block, so its query and its cross-attention key were pruned to other widths."""
+    pytest.importorskip("diffusers")
+    from diffusers.models.attention_processor import Attention
+
+    from accel.passes._prune_helpers import attention_heads, prune_channels_tp
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = Attention(query_dim=32, cross_attention_dim=24, heads=4, dim_head=8)
+            self.head = torch.nn.Linear(32, 32)
+
+        def forward(self, x, context):
+            return self.head(self.attn(x, encoder_hidden_states=context))
+
+    torch.manual_seed(0)
+    model = Block().eval()
+    inputs = {"x": torch.randn(1, 16, 32), "context": torch.randn(1, 7, 24)}
+    _, blocks = attention_heads(model)
+    assert [(b["block"], b["n_q"], b["head_dim"]) for b in blocks] == [(model.attn, 4, 8)]
+    prune_channels_tp(model, inputs, ratio=0.5)
+    attn = model.attn
+    assert attn.to_q.out_features == attn.to_k.out_features < 32
+    assert attn.to_q.out_features % attn.heads == 0
+    assert model(**inputs).shape == (1, 16, 32)
+
+
+@pytest.mark.slow
+def test_unet_cells_that_were_refused(tmp_path):
+    """diffusers:unet2d_condition's refusals: prune_channels (cross-attention query and key
+    pruned to other widths) and compress_weights_openvino (group size 128 does not divide
+    every layer's input size)."""
+    pytest.importorskip("diffusers")
+    pytest.importorskip("nncf")
+    from accel.corpus_check import check_model
+
+    name = "diffusers:unet2d_condition"
+    passes = ["prune_channels", "compress_weights_openvino"]
+    cells = check_model(name, CORPUS[name].small_spec, passes, work_dir=tmp_path, time_it=False)
+    assert {c.pass_name: c.outcome for c in cells} == dict.fromkeys(passes, "ok"), [
+        c.reason for c in cells
+    ]
+    assert "shape" not in cells[0].parity
