@@ -734,3 +734,29 @@ def test_unet_cells_that_were_refused(tmp_path):
         c.reason for c in cells
     ]
     assert "shape" not in cells[0].parity
+
+
+@pytest.mark.slow
+def test_unet_onnx_int8_refusals_name_the_quantizer_check(tmp_path):
+    """diffusers:unet2d_condition's ONNX int8 cells are refused by ONNX Runtime's quantizer
+    itself, with or without pre-processing: dynamic by its shape inference of the quantized
+    graph (dimension 64 vs 256), static by its 'shared mode' for a weight. The refusal keeps
+    ORT's check and does not offer preprocess: false where it was already off."""
+    pytest.importorskip("diffusers")
+    from accel.corpus_check import check_model
+
+    name = "diffusers:unet2d_condition"
+    off = {"preprocess": False}
+    cells = check_model(
+        name,
+        CORPUS[name].small_spec,
+        ["quantize_onnx_dynamic", "quantize_onnx_static"],
+        work_dir=tmp_path,
+        time_it=False,
+        params={"quantize_onnx_dynamic": off, "quantize_onnx_static": off},
+    )
+    dynamic, static = cells
+    assert dynamic.outcome == static.outcome == "refused"
+    assert "ShapeInferenceError" in dynamic.reason
+    assert "shared mode is not supported for weight" in static.reason
+    assert not any("preprocess: false" in c.reason for c in cells)
