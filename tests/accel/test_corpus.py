@@ -760,3 +760,35 @@ def test_unet_onnx_int8_refusals_name_the_quantizer_check(tmp_path):
     assert "ShapeInferenceError" in dynamic.reason
     assert "shared mode is not supported for weight" in static.reason
     assert not any("preprocess: false" in c.reason for c in cells)
+
+
+_GPT2_TINY = """
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+
+def make():
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=64, use_cache=False)
+    return GPT2LMHeadModel(cfg).eval()
+"""
+
+
+def test_gpt2_conv1d_layers_prune_unstructured_and_name_channel_pruning_cause(tmp_path):
+    """hf:gpt2_small: prune_unstructured was refused ('every one is ignored') and
+    prune_channels blamed ignored layers; the cause is transformers' Conv1D (a Linear with a
+    transposed weight). prune_unstructured prunes it; prune_channels names it."""
+    from accel.passes import PassContext, get_pass
+    from accel.passes._prune_helpers import prune_unstructured_magnitude, unhandled_weight_layers
+
+    (tmp_path / "gpt2tiny.py").write_text(_GPT2_TINY)
+    spec = "input_ids:int64[batch,seq]{0..100}; batch=1..2:1; seq=1..32:8"
+    model = load_model(f"{tmp_path / 'gpt2tiny.py'}:make", spec)
+    assert unhandled_weight_layers(model.module) == {"Conv1D": 4}
+    module = model.runtime.copy(model).module
+    sparsity, layers = prune_unstructured_magnitude(module, amount=0.5)
+    assert "transformer.h.0.attn.c_attn" in layers and abs(sparsity - 0.5) < 0.01
+    p = get_pass("prune_channels")()
+    ctx = PassContext(inputs=model.example_inputs(), work_dir=tmp_path, original=model)
+    with pytest.raises(Exception, match="Conv1D x4"):
+        p.apply(model.runtime.copy(model), p.parse_config({}), ctx)
