@@ -155,7 +155,12 @@ def attention_projections(module):
     be an attention block (see ``attention_heads``); heads None when it is not one."""
     import torch
 
-    qkv_names = (("q_proj", "k_proj", "v_proj"), ("query", "key", "value"), ("q", "k", "v"))
+    qkv_names = (
+        ("q_proj", "k_proj", "v_proj"),
+        ("query", "key", "value"),
+        ("q", "k", "v"),
+        ("to_q", "to_k", "to_v"),  # diffusers' Attention
+    )
     out_names = {"out", "out_proj", "o_proj", "o", "dense", "proj"}
     children = dict(module.named_children())
     linear = {n: m for n, m in children.items() if isinstance(m, torch.nn.Linear)}
@@ -164,9 +169,9 @@ def attention_projections(module):
     if qkv is None:
         n_q = positive_int(module, "num_heads")
         return n_q, n_q, {m: n_q for n, m in linear.items() if n not in out_names}
-    n_q = positive_int(module, "num_heads", "num_attention_heads", "n_heads") or positive_int(
-        config, "num_attention_heads"
-    )
+    n_q = positive_int(
+        module, "num_heads", "num_attention_heads", "n_heads", "heads"
+    ) or positive_int(config, "num_attention_heads")
     n_kv = positive_int(module, "num_key_value_heads") or positive_int(
         config, "num_key_value_heads"
     )
@@ -195,6 +200,8 @@ def update_attention_attributes(blocks, whole_heads):
             "key_value_proj_dim": head_dim,
             "all_head_size": q_width,
             "inner_dim": q_width,
+            "inner_kv_dim": k_width,  # diffusers' Attention
+            "heads": n_q,
             "attn_dim": n_q * head_dim,  # timm's Attention reshapes its output with it
         }
         for attr, value in values.items():
@@ -455,6 +462,29 @@ def distill(student, teacher, batches, steps, lr=1e-3, on_step=None, heldout=())
     return loss_value, before, after
 
 
+def unhandled_weight_layers(model):
+    """Class names (and counts) of leaf layers with a 2-D or larger weight that channel
+    pruning does not take (not Linear, Conv, recurrent, embedding or a norm), e.g. GPT-2's
+    transformers Conv1D: why a model may have nothing to prune."""
+    import torch
+
+    known = (
+        torch.nn.Linear,
+        torch.nn.modules.conv._ConvNd,
+        torch.nn.RNNBase,
+        torch.nn.Embedding,
+        torch.nn.EmbeddingBag,
+    )
+    counts = {}
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if list(module.children()) or isinstance(module, known) or not torch.is_tensor(weight):
+            continue
+        if weight.dim() >= 2:
+            counts[type(module).__name__] = counts.get(type(module).__name__, 0) + 1
+    return counts
+
+
 def bake_reparametrized(module, name):
     """A weight computed from others (weight norm, spectral norm, a torch parametrization, as
     wav2vec2's positional conv has) made a plain Parameter of its current value: same outputs,
@@ -487,7 +517,9 @@ def prune_unstructured_magnitude(
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     targets, params = [], []
     for name, module in model.named_modules():
-        if isinstance(module, (torch.nn.Linear, torch.nn.modules.conv._ConvNd)):
+        # transformers' Conv1D (GPT-2) is a Linear with its weight stored transposed.
+        conv1d = type(module).__name__ == "Conv1D" and hasattr(module, "nf")
+        if isinstance(module, (torch.nn.Linear, torch.nn.modules.conv._ConvNd)) or conv1d:
             weights = ["weight"]
         elif isinstance(module, torch.nn.RNNBase):
             weights = [w for w in module._flat_weights_names if w.startswith("weight")]

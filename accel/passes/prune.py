@@ -174,6 +174,16 @@ def _check_pruned(module: Any, inputs: dict[str, Any], facts: dict[str, Any]) ->
     from accel.errors import PassError
 
     if not facts["pruned_channels"]:
+        from accel.passes._prune_helpers import unhandled_weight_layers
+
+        other = unhandled_weight_layers(module)
+        if other:  # the cause: its layers are of types channel pruning does not take
+            raise PassError(
+                "nothing was pruned: this model's weight layers are of types channel pruning "
+                f"does not take ({', '.join(f'{n} x{c}' for n, c in other.items())}); only "
+                f"Linear and Conv layers are pruned (ignored: {facts['ignored_layers']}). Use "
+                "quantization, or prune_unstructured."
+            )
         raise PassError(
             f"nothing was pruned: every prunable layer is ignored or coupled to an ignored one "
             f"(ignored: {facts['ignored_layers']}). Recurrent layers and embeddings are always kept; "

@@ -418,9 +418,11 @@ class _QuantizeOnnx(Pass):
             raise
         except Exception as exc:  # noqa: BLE001 - report the quantizer's failure with what to change
             first = str(exc).splitlines()[0] if str(exc) else ""
+            # preprocess: false is only a way out where the pre-processing ran.
+            also = ", or preprocess: false" if config.preprocess else ""
             raise PassError(
                 f"ONNX Runtime {self.mode} quantization failed: {type(exc).__name__}: {first}. Try excluding the "
-                "failing op type (exclude_op_types) or node (exclude), or preprocess: false."
+                f"failing op type (exclude_op_types) or node (exclude){also}."
             ) from None
         finally:
             if captured.getvalue().strip():

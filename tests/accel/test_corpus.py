@@ -686,3 +686,109 @@ def test_matrix_checks_distill_after_the_pruning_it_recovers_from(tmp_path):
     )
     with pytest.raises(PassError, match="nothing to recover: the model is still the original"):
         p.apply(original.runtime.copy(original), p.parse_config({}), ctx)
+
+
+def test_prune_channels_keeps_diffusers_cross_attention_heads_in_line():
+    """diffusers:unet2d_condition was refused ('shape [1, -1, 8, 5] is invalid for input of
+    size 11264'): diffusers' Attention (to_q/to_k/to_v, ``heads``) was not taken for an
+    attention block, so its query and its cross-attention key were pruned to other widths."""
+    pytest.importorskip("diffusers")
+    from diffusers.models.attention_processor import Attention
+
+    from accel.passes._prune_helpers import attention_heads, prune_channels_tp
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = Attention(query_dim=32, cross_attention_dim=24, heads=4, dim_head=8)
+            self.head = torch.nn.Linear(32, 32)
+
+        def forward(self, x, context):
+            return self.head(self.attn(x, encoder_hidden_states=context))
+
+    torch.manual_seed(0)
+    model = Block().eval()
+    inputs = {"x": torch.randn(1, 16, 32), "context": torch.randn(1, 7, 24)}
+    _, blocks = attention_heads(model)
+    assert [(b["block"], b["n_q"], b["head_dim"]) for b in blocks] == [(model.attn, 4, 8)]
+    prune_channels_tp(model, inputs, ratio=0.5)
+    attn = model.attn
+    assert attn.to_q.out_features == attn.to_k.out_features < 32
+    assert attn.to_q.out_features % attn.heads == 0
+    assert model(**inputs).shape == (1, 16, 32)
+
+
+@pytest.mark.slow
+def test_unet_cells_that_were_refused(tmp_path):
+    """diffusers:unet2d_condition's refusals: prune_channels (cross-attention query and key
+    pruned to other widths) and compress_weights_openvino (group size 128 does not divide
+    every layer's input size)."""
+    pytest.importorskip("diffusers")
+    pytest.importorskip("nncf")
+    from accel.corpus_check import check_model
+
+    name = "diffusers:unet2d_condition"
+    passes = ["prune_channels", "compress_weights_openvino"]
+    cells = check_model(name, CORPUS[name].small_spec, passes, work_dir=tmp_path, time_it=False)
+    assert {c.pass_name: c.outcome for c in cells} == dict.fromkeys(passes, "ok"), [
+        c.reason for c in cells
+    ]
+    assert "shape" not in cells[0].parity
+
+
+@pytest.mark.slow
+def test_unet_onnx_int8_refusals_name_the_quantizer_check(tmp_path):
+    """diffusers:unet2d_condition's ONNX int8 cells are refused by ONNX Runtime's quantizer
+    itself, with or without pre-processing: dynamic by its shape inference of the quantized
+    graph (dimension 64 vs 256), static by its 'shared mode' for a weight. The refusal keeps
+    ORT's check and does not offer preprocess: false where it was already off."""
+    pytest.importorskip("diffusers")
+    from accel.corpus_check import check_model
+
+    name = "diffusers:unet2d_condition"
+    off = {"preprocess": False}
+    cells = check_model(
+        name,
+        CORPUS[name].small_spec,
+        ["quantize_onnx_dynamic", "quantize_onnx_static"],
+        work_dir=tmp_path,
+        time_it=False,
+        params={"quantize_onnx_dynamic": off, "quantize_onnx_static": off},
+    )
+    dynamic, static = cells
+    assert dynamic.outcome == static.outcome == "refused"
+    assert "ShapeInferenceError" in dynamic.reason
+    assert "shared mode is not supported for weight" in static.reason
+    assert not any("preprocess: false" in c.reason for c in cells)
+
+
+_GPT2_TINY = """
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+
+def make():
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=64, use_cache=False)
+    return GPT2LMHeadModel(cfg).eval()
+"""
+
+
+def test_gpt2_conv1d_layers_prune_unstructured_and_name_channel_pruning_cause(tmp_path):
+    """hf:gpt2_small: prune_unstructured was refused ('every one is ignored') and
+    prune_channels blamed ignored layers; the cause is transformers' Conv1D (a Linear with a
+    transposed weight). prune_unstructured prunes it; prune_channels names it."""
+    from accel.passes import PassContext, get_pass
+    from accel.passes._prune_helpers import prune_unstructured_magnitude, unhandled_weight_layers
+
+    (tmp_path / "gpt2tiny.py").write_text(_GPT2_TINY)
+    spec = "input_ids:int64[batch,seq]{0..100}; batch=1..2:1; seq=1..32:8"
+    model = load_model(f"{tmp_path / 'gpt2tiny.py'}:make", spec)
+    assert unhandled_weight_layers(model.module) == {"Conv1D": 4}
+    module = model.runtime.copy(model).module
+    sparsity, layers = prune_unstructured_magnitude(module, amount=0.5)
+    assert "transformer.h.0.attn.c_attn" in layers and abs(sparsity - 0.5) < 0.01
+    p = get_pass("prune_channels")()
+    ctx = PassContext(inputs=model.example_inputs(), work_dir=tmp_path, original=model)
+    with pytest.raises(Exception, match="Conv1D x4"):
+        p.apply(model.runtime.copy(model), p.parse_config({}), ctx)
