@@ -104,6 +104,20 @@ def convert_to_ov(model: LoadedModel, ctx: PassContext) -> Any:
         return _convert(model, ctx)
 
 
+def _via_torch_export(model: LoadedModel, module: Any, ctx: PassContext, traced: Exception) -> Any:
+    """The traced conversion failed: convert a torch.export program instead (composite ops
+    such as aten::diff are decomposed there); if that fails too, the traced error stands."""
+    import openvino as ov
+
+    try:
+        converted = ov.convert_model(_export_keyword_call(model, module, ctx))
+    except Exception:
+        raise traced from None
+    first = (str(traced).strip().splitlines() or [type(traced).__name__])[0][:200]
+    ctx.details["converted_via"] = f"torch.export (the traced conversion failed: {first})"
+    return converted
+
+
 def _convert(model: LoadedModel, ctx: PassContext) -> Any:
     import openvino as ov
     import torch
@@ -126,8 +140,11 @@ def _convert(model: LoadedModel, ctx: PassContext) -> Any:
         if kwargs:  # OpenVINO's tracer calls positionally: convert a torch.export program
             return ov.convert_model(_export_keyword_call(model, module, ctx))
         shapes = [ov.PartialShape(s) for _, s in _spec_shapes(model)]
-        with torch.no_grad():
-            return ov.convert_model(module.eval(), example_input=args, input=shapes)
+        try:
+            with torch.no_grad():
+                return ov.convert_model(module.eval(), example_input=args, input=shapes)
+        except Exception as traced:  # e.g. no rule for aten::diff (transformers' causal mask)
+            return _via_torch_export(model, module, ctx, traced)
     except PassError:
         raise
     except Exception as exc:  # OpenVINO's frontends raise OpConversionFailure / RuntimeError

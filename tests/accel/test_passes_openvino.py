@@ -236,3 +236,36 @@ def test_compress_weights_adjusts_a_group_size_that_does_not_divide_a_layer(tmp_
             {**params, "group_size_fallback": "error"},
             tmp_path / "e",
         )
+
+
+def _tracer_fails(monkeypatch, export_fails=False):
+    """OpenVINO's converter fails on traced torch modules (as on aten::diff in transformers'
+    causal mask); ``export_fails``: on torch.export programs too."""
+    import openvino as ov
+
+    real = ov.convert_model
+
+    def convert(obj, **kw):
+        if isinstance(obj, torch.nn.Module) or export_fails:
+            raise RuntimeError("No conversion rule found for operations: aten::diff")
+        return real(obj, **kw)
+
+    monkeypatch.setattr(ov, "convert_model", convert)
+
+
+def test_a_failed_traced_conversion_falls_back_to_torch_export(tmp_path, monkeypatch):
+    _tracer_fails(monkeypatch)
+    model = load_model(RESNET)
+    out, ctx = _apply("openvino", model, {}, tmp_path)
+    assert ctx.details["converted_via"].startswith("torch.export (the traced conversion failed")
+    from accel.parity import compare, normalize_outputs
+
+    x = model.example_inputs()
+    report = compare(normalize_outputs(model.forward(x)), normalize_outputs(out.forward(x)))
+    assert report.worst()["min_cosine"] > 0.999
+
+
+def test_both_conversions_failing_report_the_traced_error(tmp_path, monkeypatch):
+    _tracer_fails(monkeypatch, export_fails=True)
+    with pytest.raises(PassError, match="no conversion rule for aten::diff"):
+        _apply("openvino", load_model(RESNET), {}, tmp_path)
