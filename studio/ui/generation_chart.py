@@ -41,7 +41,7 @@ class GenerationCharts(QWidget):
             w.showGrid(x=True, y=True, alpha=0.25)
             w.setLabel("bottom", "prompt tokens")
             w.setLabel("left", title)
-            w.setMinimumSize(220, 120)
+            w.setMinimumSize(120, 40)  # a short History dock keeps its buttons in view
             self.plots[key] = w
             row.addWidget(w, 3)
         # One legend for both charts, beside them (a short dock keeps the charts' height).
@@ -53,7 +53,7 @@ class GenerationCharts(QWidget):
         scroll.setWidget(self.legend)
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QFrame.Shape.NoFrame)
-        scroll.setMinimumWidth(180)
+        scroll.setMinimumWidth(120)
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         row.addWidget(scroll, 1)
         lay = QVBoxLayout(self)
