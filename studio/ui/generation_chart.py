@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QScrollArea, QVBoxLay
 
 from studio.generation_sweep import CHARTS, SweepSeries, short_labels, sweep_series
 from studio.ui import plot_theme
+from studio.ui._async import run_in_thread
 
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 EMPTY = (
@@ -31,6 +32,7 @@ class GenerationCharts(QWidget):
         super().__init__(parent)
         self.setObjectName("generationCharts")
         self.series: list[SweepSeries] = []
+        self._ticket = 0  # the newest read of stored runs (load_history); older ones are dropped
         self.note = QLabel(EMPTY)
         self.note.setWordWrap(True)
         self.plots: dict[str, pg.PlotWidget] = {}
@@ -70,6 +72,24 @@ class GenerationCharts(QWidget):
     def _apply_theme(self) -> None:
         for w in self.plots.values():
             plot_theme.style_plot(w, self.palette())
+
+    def load_history(self, repo: Any, selected: list[str], run_filter: Any) -> None:
+        """Chart History's runs (``history_details``), read off the GUI thread: up to
+        HISTORY_RUNS full runs can take a while on a large database. A read that a newer
+        one overtook (another selection or reload meanwhile) is dropped."""
+        self._ticket += 1
+        ticket = self._ticket
+        self.note.setText("Reading the runs…")
+
+        def shown(result: tuple[list[Any], str]) -> None:
+            if ticket == self._ticket:
+                self.show_runs(*result)
+
+        def failed(exc: BaseException) -> None:
+            if ticket == self._ticket:
+                self.note.setText(f"Could not read the runs: {exc}")
+
+        run_in_thread(lambda: history_details(repo, selected, run_filter), shown, failed, self)
 
     def show_runs(self, details: list[Any], which: str = "") -> None:
         """Draw the generation series of ``details`` (RunDetail, newest first); ``which``

@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 from studio.tables import P50_HEADER, REF_HEADER, SPEEDUP_HEADER, TIMING_HEADERS, timing_cells
 from studio.ui.availability import set_available
 from studio.ui.delete_dialog import confirm_delete_box
-from studio.ui.generation_chart import GenerationCharts, history_details
+from studio.ui.generation_chart import GenerationCharts
 from studio.ui.history_columns import PERIODS, STATUSES, run_filter, sort_rows
 from studio.ui.history_export import export_runs
 from studio.ui.history_searches import SearchesView
@@ -358,8 +358,7 @@ class HistoryView(QWidget):
         if index == 1:
             self.searches.reload()
         elif index == 2 and self.repo is not None:
-            details, which = history_details(self.repo, self.selected_ids(), self.current_filter())
-            self.generation.show_runs(details, which)
+            self.generation.load_history(self.repo, self.selected_ids(), self.current_filter())
 
     def selected_ids(self) -> list[str]:
         rows = sorted({i.row() for i in self.table.selectionModel().selectedRows()})

@@ -154,11 +154,46 @@ def test_history_generation_tab_charts_the_selected_runs_else_the_listed(qtbot, 
     qtbot.addWidget(view)
     view.tabs.setCurrentIndex(2)
     assert view.tabs.tabText(2) == "Generation"
+    qtbot.waitUntil(lambda: "the filters list" in view.generation.note.text())
     series = {s.label for s in view.generation.series}
     assert len(series) == 2 and "the filters list" in view.generation.note.text()
     assert len(_plotted(view.generation, "ttft_ms")[0][0]) == 3
     view.tabs.setCurrentIndex(0)
     view.select_runs(ids[:2])
     view.tabs.setCurrentIndex(2)
-    assert "the 2 selected runs" in view.generation.note.text()
+    qtbot.waitUntil(lambda: "the 2 selected runs" in view.generation.note.text())
     assert sorted(len(x) for x, _y in _plotted(view.generation, "ttft_ms")) == [2, 2]
+
+
+def test_history_reads_the_runs_off_the_gui_thread_and_drops_an_overtaken_read(qtbot, sweep):
+    import threading
+
+    from studio.ui.generation_chart import GenerationCharts
+
+    repo, ids = sweep
+    gate, first_done, readers = threading.Event(), threading.Event(), []
+
+    class SlowRepo:  # the first read (all listed runs) waits until the second has been shown
+        def list_runs(self, *a, **k):
+            readers.append(threading.current_thread())
+            gate.wait(10)
+            return repo.list_runs(*a, **k)
+
+        def get_run(self, run_id):
+            try:
+                return repo.get_run(run_id)
+            finally:
+                first_done.set()
+
+    charts = GenerationCharts()
+    qtbot.addWidget(charts)
+    charts.load_history(SlowRepo(), [], None)  # returns at once: the read is on a thread
+    assert charts.note.text() == "Reading the runs…" and charts.series == []
+    charts.load_history(repo, ids[:2], None)
+    qtbot.waitUntil(lambda: "the 2 selected runs" in charts.note.text())
+    gate.set()
+    qtbot.waitUntil(first_done.is_set)
+    qtbot.wait(100)  # the overtaken read's result reaches the GUI thread and is dropped
+    assert "the 2 selected runs" in charts.note.text()
+    assert sorted(len(x) for x, _y in _plotted(charts, "ttft_ms")) == [2, 2]
+    assert readers and readers[0] is not threading.main_thread()
