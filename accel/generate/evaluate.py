@@ -20,7 +20,7 @@ from accel.generate.settings import (
     GenerateError,
     GenerateSettings,
     check_fits,
-    lm_config,
+    model_lm_config,
     prompt_ids,
     setting,
     vocab_size,
@@ -75,7 +75,7 @@ class GenerationProfile:
 def prepare(original: Any, bench: Any, seed: int = 0) -> tuple[GenerateSettings, Any]:
     """The checked settings and the seeded prompt for ``original`` (a loaded torch LM)."""
     settings = GenerateSettings.from_bench(bench)
-    config = lm_config(getattr(original, "module", None))
+    config = model_lm_config(original)
     check_fits(settings, config)
     return settings, prompt_ids(settings, vocab_size(config) or 1, seed)
 

@@ -78,16 +78,20 @@ def cache_dtype_bytes(module: Any) -> int:
 
 def layer_split_problem(model: Any) -> str | None:
     """Why ``model``'s generation cannot be split per layer (None: it can): a torch decoder
-    LM that generates through its KV cache is what the hooks time token by token."""
+    LM that generates through its KV cache is what the hooks time token by token; a stateful
+    OpenVINO LM (no module, its IR's facts) is split by its performance counters."""
     from accel.generate.decoders import decoder_for
-    from accel.generate.settings import GenerateError, lm_config, vocab_size
+    from accel.generate.settings import GenerateError, lm_config, model_lm_config, vocab_size
 
     module = getattr(model, "module", None)
     inner = getattr(module, "_orig_mod", module)
     can_generate = getattr(inner, "can_generate", None)
-    if inner is None or not callable(can_generate) or not can_generate():
+    if module is None:  # a runtime's own LM (a stateful OpenVINO IR) knows its vocabulary
+        if vocab_size(model_lm_config(model)) is None:
+            return "not a decoder language model (a Hugging Face model that generates)"
+    elif not callable(can_generate) or not can_generate():
         return "not a decoder language model (a Hugging Face model that generates)"
-    if vocab_size(lm_config(module)) is None:
+    elif vocab_size(lm_config(module)) is None:
         return "the model's config has no vocab_size"
     try:
         decoder = decoder_for(model, 2)

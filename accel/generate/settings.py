@@ -7,6 +7,7 @@ its vocabulary) is checked here, once the model is loaded, with an error naming 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 from accel.errors import AccelError
@@ -71,6 +72,17 @@ def lm_config(module: Any) -> Any:
     """The Hugging Face config of a causal LM module (through torch.compile's wrapper)."""
     inner = getattr(module, "_orig_mod", module)
     return getattr(inner, "config", None)
+
+
+def model_lm_config(model: Any) -> Any:
+    """The LM config of a loaded model: its torch module's Hugging Face config, else what
+    its runtime read from the model file (a stateful OpenVINO IR keeps the vocabulary size
+    and context length: ``metadata["lm_config"]``); None when neither says."""
+    config = lm_config(getattr(model, "module", None))
+    if config is not None:
+        return config
+    facts = (getattr(model, "metadata", None) or {}).get("lm_config")
+    return SimpleNamespace(**facts) if facts else None
 
 
 def context_length(config: Any) -> int | None:

@@ -99,9 +99,11 @@ class ProfileRequest:
 class GenerationWork(Protocol):
     """One greedy generation, one call per token, for ``Runtime.profile_generation``
     (``accel.generate.profiling.GreedyWork``): ``prefill()`` runs the prompt and returns the
-    first token, ``step(token)`` feeds it and returns the next; ``new_tokens`` in all."""
+    first token, ``step(token)`` feeds it and returns the next; ``new_tokens`` in all, after
+    ``prompt`` (token ids, [batch, prompt_tokens])."""
 
     new_tokens: int
+    prompt: Any
 
     def prefill(self) -> Any: ...
 

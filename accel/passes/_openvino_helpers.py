@@ -25,8 +25,12 @@ def finish_ov_step(
     """Save ``ov_model`` as the step's IR, compile it once (compile time and the precision
     that really runs go to the step's metrics/details) and return the new model."""
     from accel.runtimes.openvino.ir import ov_stats, save_ir
+    from accel.runtimes.openvino.stateful import is_stateful_lm, lm_facts
 
     path = save_ir(ov_model, ctx.work_dir / "model.xml")
+    metadata = dict(model.metadata)
+    if is_stateful_lm(ov_model):  # as loading the IR gives it: generation needs no module
+        metadata["lm_config"] = lm_facts(ov_model)
     ctx.add_artifact(path, "model")
     ctx.add_artifact(path.with_suffix(".bin"), "weights")
     n, size, digest = ov_stats(ov_model, [path, path.with_suffix(".bin")])
@@ -43,6 +47,7 @@ def finish_ov_step(
         format=fmt,
         session_options=options,
         channels_last_inputs=False,  # the IR takes its inputs contiguous
+        metadata=metadata,
     )
     t0 = time.perf_counter()
     compiled, _ = new.session()

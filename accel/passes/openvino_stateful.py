@@ -85,12 +85,15 @@ def causal_lm(module: Any) -> Any:
 
 def _convert(lm: Any, ctx: PassContext) -> Any:
     from accel.passes._lm_stateful import lm_to_openvino, make_ir_stateful
+    from accel.runtimes.openvino.stateful import tag_lm_facts
 
     try:
         with root_logging_kept():
             ov_model, past, present = lm_to_openvino(lm)
             ctx.details["state_variables"] = len(past)
-            return make_ir_stateful(ov_model, past, present)
+            stateful = make_ir_stateful(ov_model, past, present)
+            tag_lm_facts(stateful, getattr(lm, "config", None))
+            return stateful
     except Exception as exc:  # tracing and OpenVINO's frontend raise many kinds
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
         useful = [ln for ln in lines if not ln.startswith(("Check '", "FrontEnd API failed"))]

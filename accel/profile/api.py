@@ -107,6 +107,9 @@ def profile_generation_layers(
     layers.kv_lengths, layers.kv_bytes = kv_growth(work)
     module = getattr(loaded, "module", None)
     per_token = kv_bytes_per_token(lm_config(module), cache_dtype_bytes(module), settings.batch)
+    held = getattr(decoder, "per_token_bytes", None)  # a runtime's own cache (stateful IR)
+    if per_token is None and held:
+        per_token = int(held * settings.batch)
     layers.kv_bytes_per_token = per_token
     layers.notes.extend(kv_notes(layers))
     return layers

@@ -12,7 +12,7 @@ Plain dataclasses that round-trip through JSON, as ``accel.profile.results``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,3 +160,16 @@ class GenerationLayers:
         values = {k: v for k, v in d.items() if k in names}
         values["rows"] = [LayerSplit.from_dict(r) for r in d.get("rows", [])]
         return cls(**values)
+
+
+def plain_round(work: Any, clock_ns: Callable[[], int]) -> tuple[float, float | None]:
+    """TTFT and TPOT (ms) of one generation of ``work`` (``accel.models.runtime``'s
+    ``GenerationWork``) with nothing watching it: what per-layer rows are compared with."""
+    t0 = clock_ns()
+    token = work.prefill()
+    t1 = clock_ns()
+    steps = work.new_tokens - 1
+    for _ in range(steps):
+        token = work.step(token)
+    t2 = clock_ns()
+    return (t1 - t0) / 1e6, ((t2 - t1) / 1e6 / steps if steps else None)

@@ -258,3 +258,92 @@ def test_a_generate_recipe_runs_the_stateful_export_and_int8_on_top(tmp_path):
         # a cache that grew (a model recomputing the sequence holds none)
         assert step.metrics["kv_cache_bytes"] > 0 and step.metrics["tokens_per_s_ratio"] > 0
     assert stateful.metrics["tf_top1"] == 1.0 and int8.metrics["tf_top1"] >= 0.75
+
+
+def test_a_stored_stateful_ir_generates_and_splits_per_layer_without_its_torch_model(exported):
+    """What generation needs of the config travels in the IR (rt_info), so a stored stateful
+    IR opened alone profiles its generation per layer from OpenVINO's performance counters."""
+    from accel.generate.profiling import layer_split_problem
+    from accel.models import load_model
+    from accel.profile import profile_generation_layers
+
+    _lm, ir, _ctx = exported
+    loaded = load_model(str(ir.runtime_file))
+    assert loaded.kind == "openvino" and loaded.module is None
+    assert loaded.metadata["lm_config"] == {"vocab_size": 256, "max_position_embeddings": 64}
+    assert layer_split_problem(loaded) is None
+    gen = profile_generation_layers(loaded, {"prompt_tokens": 8, "new_tokens": 4}, rounds=1)
+    assert gen.kv_cache == "stateful" and gen.prompt_tokens == 8
+    groups = {g.group: g for g in gen.groups()}
+    for group in ("attention", "mlp", "lm_head"):
+        assert groups[group].decode_ms > 0 and groups[group].prefill_ms > 0, group
+    rows = {r.name: r for r in gen.rows}
+    assert rows["lm.lm_head"].group == "lm_head"
+    assert rows["lm.model.layers.0.self_attn.q_proj"].group == "attention"
+    # the root's inclusive time is every row's self time (ops no module claims included)
+    assert rows[""].decode_inclusive_ms == pytest.approx(gen.decode_sum_ms)
+    # 2 layers x (k, v) x 2 heads x 16 per position, in the KV precision the plugin runs (a
+    # stored IR keeps no KV precision: the CPU plugin's default, u8 on recent CPUs)
+    from accel.runtimes.openvino.stateful import KV_BYTES, kv_precision_of
+
+    per = 2 * 2 * 2 * 16 * KV_BYTES[kv_precision_of(loaded.session()[0])]
+    assert gen.kv_bytes_per_token == per and gen.kv_bytes == [per * n for n in gen.kv_lengths]
+    # beyond the context the IR carries, the settings are refused before any work
+    with pytest.raises(Exception, match="context of 64 tokens"):
+        profile_generation_layers(loaded, {"prompt_tokens": 60, "new_tokens": 8})
+
+
+def test_the_ir_facts_are_positive_integers_or_ignored(exported, tmp_path):
+    """The IR is data: a vocabulary size that is not a plain positive integer is ignored
+    (the logits' static last dimension says it instead), never evaluated."""
+    import openvino as ov
+
+    from accel.runtimes.openvino.ir import read_ir
+    from accel.runtimes.openvino.stateful import RT_KEY, lm_facts
+
+    _lm, ir, _ctx = exported
+    ov_model = read_ir(ir.runtime_file)
+    ov_model.set_rt_info("__import__('os').system('false')", [RT_KEY, "vocab_size"])
+    ov_model.set_rt_info("-5", [RT_KEY, "max_position_embeddings"])
+    ov.save_model(ov_model, str(tmp_path / "m.xml"), compress_to_fp16=False)
+    assert lm_facts(read_ir(tmp_path / "m.xml")) == {"vocab_size": 256}
+
+
+def test_counters_sum_into_module_rows_and_ops_no_module_claims_go_to_the_root():
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    from accel.runtimes.openvino.generation_profile import _Phase, _rows
+
+    class Info(SimpleNamespace):
+        Status = SimpleNamespace(EXECUTED="run", NOT_RUN="skip")
+
+    def info(name: str, us: float, kind: str = "FullyConnected", status: str = "run"):
+        return Info(
+            node_name=name, node_type=kind, status=status, real_time=timedelta(microseconds=us)
+        )
+
+    ops = [
+        info("ReadValue_1", 10, "ReadValue"),
+        info("__module.m.layers.0.self_attn.q_proj/aten::linear/MatMul", 300),
+        info("__module.m.layers.0.self_attn/aten::sdpa/SDPA", 200, "SDPA"),
+        info("__module.m.layers.0.mlp.down_proj/aten::linear/MatMul", 400, "LLMMLP"),
+        info("__module.m.layers.0.mlp.up_proj/aten::linear/MatMul", 999, status="skip"),
+        info("__module.lm_head/aten::linear/MatMul", 100),
+    ]
+    prefill, decode = _Phase(), _Phase()
+    prefill.add_counters(ops)
+    decode.add_counters(ops, 0.5)
+    rows = {r.name: r for r in _rows(prefill, decode)}
+    assert rows[""].prefill_ms == pytest.approx(0.010) and rows[""].type == "Model"
+    assert rows[""].prefill_inclusive_ms == pytest.approx(1.010)  # the skipped op is not counted
+    assert rows["m.layers.0.self_attn"].prefill_inclusive_ms == pytest.approx(0.5)
+    assert rows["m.layers.0.self_attn"].decode_ms == pytest.approx(0.1)
+    assert rows["m.layers.0.mlp.down_proj"].type == "LLMMLP"
+    assert [rows[n].group for n in ("m.layers.0.self_attn", "m.layers.0.mlp", "lm_head")] == [
+        "attention",
+        "mlp",
+        "lm_head",
+    ]
+    assert "m.layers.0.mlp.up_proj" not in rows
+    assert list(rows)[:3] == ["", "m", "m.layers"]  # ancestors before their children

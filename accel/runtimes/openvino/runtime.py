@@ -13,8 +13,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from accel.errors import ModelLoadError
-from accel.models.runtime import ProfileRequest, ScriptRuntime, TimingTarget, register_runtime
+from accel.errors import AccelError, ModelLoadError
+from accel.models.runtime import (
+    GenerationWork,
+    ProfileRequest,
+    ScriptRuntime,
+    TimingTarget,
+    register_runtime,
+)
 from accel.runtimes.base import RuntimeBase
 from accel.runtimes.openvino.ir import (
     compile_config,
@@ -26,11 +32,13 @@ from accel.runtimes.openvino.ir import (
     to_numpy_feed,
     weights_file,
 )
+from accel.runtimes.openvino.stateful import is_stateful_lm, lm_facts
 
 if TYPE_CHECKING:
     from accel.graph.model import Graph
     from accel.models.inputs import InputSpec
     from accel.models.loaded import LoadedModel
+    from accel.profile.generation import GenerationLayers
     from accel.profile.results import ModelProfile
     from accel.runtimes.openvino.serving import ServedIR
 
@@ -63,6 +71,9 @@ class OpenVinoRuntime(RuntimeBase):
                 f"{len(inferred.inputs)} ({inferred.names})"
             )
         n, size, digest = ov_stats(ov_model, [Path(path), weights_file(path)])
+        metadata: dict[str, Any] = {}
+        if is_stateful_lm(ov_model):  # what generation needs of its config (vocab, context)
+            metadata["lm_config"] = lm_facts(ov_model)
         return LoadedModel(
             source=source,
             kind=self.kind,
@@ -75,6 +86,7 @@ class OpenVinoRuntime(RuntimeBase):
             # f32 unless a step says otherwise: OpenVINO's CPU default is bf16 where the
             # CPU has AMX, which would change a loaded model's outputs silently.
             session_options={"device": "CPU", "precision": "f32", "performance_hint": "latency"},
+            metadata=metadata,
         )
 
     def finish_load(self, model: LoadedModel, device: str, validate: bool) -> None:
@@ -199,6 +211,34 @@ class OpenVinoRuntime(RuntimeBase):
         prof_c = self.compile(model, perf_count=True, **over)
         fed = self.prepare_inputs(model, inputs)
         return profile_compiled(plain_c, prof_c, fed, self.kind, request)
+
+    def profile_generation(
+        self, model: LoadedModel, work: GenerationWork, request: ProfileRequest
+    ) -> GenerationLayers:
+        """A stateful LM's generation split per layer by the performance counters of a
+        PERF_COUNT twin compiled with the same options, generating beside the plain one."""
+        from accel.runtimes.openvino.generation_profile import profile_generation_ov
+        from accel.runtimes.openvino.stateful import StatefulDecoder
+
+        plain = self.lm_decoder(model, 1)
+        if plain is None:
+            raise AccelError(
+                f"cannot split {model.source}'s generation by layer: it is not a stateful LM "
+                "(its KV cache is not in the infer request); export it with openvino_stateful"
+            )
+        twin = self.compile(model, perf_count=True)
+        max_len = int(work.prompt.shape[1]) + work.new_tokens
+        counting = StatefulDecoder(
+            twin, twin.create_infer_request(), plain.per_token_bytes, max_len
+        )
+        return profile_generation_ov(
+            work,
+            counting,
+            rounds=request.iters,
+            warmup=request.warmup,
+            progress=request.progress,
+            cancel=request.cancel,
+        )
 
     def graph(self, model: LoadedModel, inputs: Mapping[str, Any] | None, **kwargs: Any) -> Graph:
         from accel.runtimes.openvino.graph import graph_from_ov

@@ -17,6 +17,10 @@ LM_INPUTS = frozenset({"input_ids", "attention_mask", "beam_idx"})
 # Bytes per cached value for the CPU plugin's KV_CACHE_PRECISION (u8/u4 also keep a scale
 # and a zero point per token and head, which these figures leave out).
 KV_BYTES = {"u8": 1.0, "u4": 0.5, "u3": 0.375, "f16": 2.0, "bf16": 2.0, "f32": 4.0}
+# What generation needs of the LM's config, kept in the IR's rt_info by the studio's export
+# (``tag_lm_facts``), so a stored stateful IR generates without its torch model.
+RT_KEY = "accel_lm"
+LM_FACTS = ("vocab_size", "max_position_embeddings")
 
 
 def input_names(ports: Any) -> set[str]:
@@ -31,6 +35,32 @@ def has_lm_inputs(ports: Any) -> bool:
 def is_stateful_lm(ov_model: Any) -> bool:
     """An IR (``ov.Model``) with state variables and the stateful-LM inputs."""
     return has_lm_inputs(ov_model.inputs) and len(ov_model.get_sinks()) > 0
+
+
+def tag_lm_facts(ov_model: Any, config: Any) -> None:
+    """Write the config's vocabulary size and context length into the IR's rt_info."""
+    for name in LM_FACTS:
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            ov_model.set_rt_info(str(value), [RT_KEY, name])
+
+
+def lm_facts(ov_model: Any) -> dict[str, int]:
+    """The generation facts of a stateful LM IR: those ``tag_lm_facts`` wrote (positive
+    integers only: the file is data), else the vocabulary from the logits' static last
+    dimension (an IR exported elsewhere, e.g. by optimum-intel); {} when neither says."""
+    facts: dict[str, int] = {}
+    for name in LM_FACTS:
+        if ov_model.has_rt_info([RT_KEY, name]):
+            text = str(ov_model.get_rt_info([RT_KEY, name]).astype(str)).strip()
+            if text.isdigit() and 0 < int(text) < 2**31:
+                facts[name] = int(text)
+    if "vocab_size" not in facts:
+        for out in ov_model.outputs:
+            shape = out.get_partial_shape()
+            if "logits" in out.get_names() and shape.rank.is_static and shape[-1].is_static:
+                facts["vocab_size"] = int(shape[-1].get_length())
+    return facts
 
 
 def lm_feed(names: set[str], ids: Any, past: int) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from torch import nn
 
 from accel.errors import Cancelled
 from accel.models.runtime import GenerationWork
-from accel.profile.generation import GenerationLayers, LayerSplit, layer_group
+from accel.profile.generation import GenerationLayers, LayerSplit, layer_group, plain_round
 from accel.profile.results import median, middle_half
 from accel.runtimes.torch.hooks import (
     Agg,
@@ -85,18 +85,6 @@ class _Timer:
         return aggregate(calls, [(c[2] - c[1]) / 1e6 for c in calls], self.cost_ms)
 
 
-def _plain_round(work: GenerationWork, clock_ns: ClockNs) -> tuple[float, float | None]:
-    """TTFT and TPOT (ms) of one generation without hooks."""
-    t0 = clock_ns()
-    token = work.prefill()
-    t1 = clock_ns()
-    steps = work.new_tokens - 1
-    for _ in range(steps):
-        token = work.step(token)
-    t2 = clock_ns()
-    return (t1 - t0) / 1e6, ((t2 - t1) / 1e6 / steps if steps else None)
-
-
 def _hooked_round(work: GenerationWork, timer: _Timer) -> tuple[_Phase, _Phase]:
     """One generation with the hooks installed: the prefill's rows and the decode's rows
     (the mean over its steps)."""
@@ -160,7 +148,7 @@ def profile_generation_torch(
     for i in range(warmup + rounds):
         if cancel is not None and cancel():
             raise Cancelled("profiling cancelled")
-        p = _plain_round(work, clock_ns)
+        p = plain_round(work, clock_ns)
         with install_hooks(module, timer.tree.pre, timer.tree.post, notes if i == 0 else None):
             h = _hooked_round(work, timer)
         if i >= warmup:
