@@ -66,6 +66,12 @@ def overlay_values(
 
 
 def _latency_values(graph: Graph, view: Graph, prof: Any) -> dict[str, float]:
+    # The root row is the whole forward: its unexplained remainder would land on the
+    # few ops outside any submodule and make them look hottest.
+    gen = getattr(prof, "generation", None)
+    if gen is not None:  # a decoder profiled generating: decode time per token, per module
+        values = {k: v for k, v in gen.decode_inclusive().items() if k != ROOT}
+        return paint(view, graph, values, "sum")
     if rows_are_nodes(getattr(prof, "kind", "")):
         # ONNX / OpenVINO rows are per node name: paint nodes directly, groups by sum.
         by_name = {r.name: r.self_ms for r in prof.rows}
@@ -78,13 +84,7 @@ def _latency_values(graph: Graph, view: Graph, prof: Any) -> dict[str, float]:
                     by_name.get(m.name, 0.0) for m in graph.nodes_of_group(n.module_path)
                 )
         return out
-    # The root row is the whole forward: its unexplained remainder would land on the
-    # few ops outside any submodule and make them look hottest.
-    gen = getattr(prof, "generation", None)
-    if gen is not None:  # a decoder profiled generating: decode time per token
-        values = {k: v for k, v in gen.decode_inclusive().items() if k != ROOT}
-    else:
-        values = {r.name: r.inclusive_ms for r in prof.rows if r.name != ROOT}
+    values = {r.name: r.inclusive_ms for r in prof.rows if r.name != ROOT}
     return paint(view, graph, values, "sum")
 
 

@@ -288,6 +288,20 @@ def test_a_stored_stateful_ir_generates_and_splits_per_layer_without_its_torch_m
 
     per = 2 * 2 * 2 * 16 * KV_BYTES[kv_precision_of(loaded.session()[0])]
     assert gen.kv_bytes_per_token == per and gen.kv_bytes == [per * n for n in gen.kv_lengths]
+    # the graph overlay paints decode time per token on the IR's own graph, by module
+    from types import SimpleNamespace
+
+    from accel.graph.overlays import overlay_values
+    from accel.models.runtime import runtime_of
+
+    graph = runtime_of(loaded).graph(loaded, None)
+    painted = overlay_values(
+        graph, graph.nodes, "latency", SimpleNamespace(kind="openvino", generation=gen, rows=[])
+    )
+    q_proj = [n.id for n in graph.nodes if n.module_path == "lm.model.layers.0.self_attn.q_proj"]
+    assert q_proj and sum(painted.get(i, 0.0) for i in q_proj) == pytest.approx(
+        rows["lm.model.layers.0.self_attn.q_proj"].decode_inclusive_ms
+    )
     # beyond the context the IR carries, the settings are refused before any work
     with pytest.raises(Exception, match="context of 64 tokens"):
         profile_generation_layers(loaded, {"prompt_tokens": 60, "new_tokens": 8})
