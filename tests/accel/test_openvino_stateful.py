@@ -361,3 +361,20 @@ def test_counters_sum_into_module_rows_and_ops_no_module_claims_go_to_the_root()
     ]
     assert "m.layers.0.mlp.up_proj" not in rows
     assert list(rows)[:3] == ["", "m", "m.layers"]  # ancestors before their children
+
+
+def test_the_forward_profile_of_a_stateful_ir_runs_the_sequence_from_an_empty_state(exported):
+    """The Profile panel's per-op profile feeds the whole sequence with a matching mask,
+    positions and beam_idx, from an empty state each run (random example inputs for
+    beam_idx / attention_mask made OpenVINO refuse it)."""
+    from accel.models import load_model
+    from accel.profile import profile_model
+
+    _lm, ir, _ctx = exported
+    loaded = load_model(str(ir.runtime_file))
+    inputs = loaded.example_inputs()
+    assert "beam_idx" in inputs
+    prof = profile_model(loaded, inputs, iters=2, warmup=1)
+    names = [r.name for r in prof.rows]
+    assert any("self_attn" in n for n in names) and prof.plain_forward_ms > 0
+    assert any(r.type == "ReadValue" for r in prof.rows)  # the state was read, from empty

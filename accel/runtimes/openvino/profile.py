@@ -31,20 +31,29 @@ def _counter_runs(
     n: int,
     progress: Callable[[float, str], None] | None,
     cancel: Callable[[], bool] | None,
+    reset_state: bool = False,
 ) -> _CounterRuns:
     """Warm up both compiled models, then ``n`` alternating runs: plain, then with counters
-    (the executed ops' real times)."""
+    (the executed ops' real times). ``reset_state``: a stateful model starts every run from
+    an empty state (untimed), as its forward does."""
     from accel.errors import Cancelled
 
     plain_r, prof_r = plain_c.create_infer_request(), prof_c.create_infer_request()
     plain_f, prof_f = to_numpy_feed(plain_c, fed), to_numpy_feed(prof_c, fed)
+    def reset() -> None:
+        if reset_state:
+            plain_r.reset_state()
+            prof_r.reset_state()
+
     for _ in range(max(1, warmup)):
+        reset()
         plain_r.infer(plain_f)
         prof_r.infer(prof_f)
     out = _CounterRuns()
     for i in range(n):
         if cancel is not None and cancel():
             raise Cancelled("profile cancelled")
+        reset()
         t0 = time.perf_counter()
         plain_r.infer(plain_f)
         out.plain.append((time.perf_counter() - t0) * 1e3)
@@ -119,16 +128,24 @@ def _op_rows_by_type(rows: list[Any], node_sum: float) -> list[Any]:
 
 
 def profile_compiled(
-    plain_c: Any, prof_c: Any, fed: Mapping[str, Any], kind: str, request: Any
+    plain_c: Any,
+    prof_c: Any,
+    fed: Mapping[str, Any],
+    kind: str,
+    request: Any,
+    reset_state: bool = False,
 ) -> Any:
     """The ModelProfile of a compiled model (``plain_c``) and its counting twin
-    (``prof_c``, compiled with PERF_COUNT) on the prepared inputs ``fed``."""
+    (``prof_c``, compiled with PERF_COUNT) on the prepared inputs ``fed`` (``reset_state``:
+    a stateful model, run from an empty state each time)."""
     import openvino as ov
 
     from accel.profile.results import ModelProfile
 
     n = max(1, request.iters)
-    runs = _counter_runs(plain_c, prof_c, fed, request.warmup, n, request.progress, request.cancel)
+    runs = _counter_runs(
+        plain_c, prof_c, fed, request.warmup, n, request.progress, request.cancel, reset_state
+    )
     plain, walls, per_run = runs.plain, runs.walls, runs.per_run
     rows, node_sum = _counter_rows(runs)
     plain_ms = median(plain)

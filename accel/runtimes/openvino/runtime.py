@@ -206,11 +206,16 @@ class OpenVinoRuntime(RuntimeBase):
         with plain runs of the same compiled model without counters."""
         from accel.runtimes.openvino.profile import profile_compiled
 
+        from accel.runtimes.openvino.stateful import has_lm_inputs, lm_sequence_feed
+
         over = {"threads": int(request.threads)} if request.threads else {}
         plain_c = self.compile(model, **over)
         prof_c = self.compile(model, perf_count=True, **over)
         fed = self.prepare_inputs(model, inputs)
-        return profile_compiled(plain_c, prof_c, fed, self.kind, request)
+        stateful = has_lm_inputs(plain_c.inputs)
+        if stateful:  # a stateful LM: the whole sequence from an empty cache, as its forward
+            fed = lm_sequence_feed(plain_c, fed)
+        return profile_compiled(plain_c, prof_c, fed, self.kind, request, reset_state=stateful)
 
     def profile_generation(
         self, model: LoadedModel, work: GenerationWork, request: ProfileRequest

@@ -82,14 +82,21 @@ def _ids(x: Any) -> Any:
     return x.detach().cpu().numpy() if hasattr(x, "detach") else x
 
 
+def lm_sequence_feed(compiled: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """One call's inputs for the whole sequence of ``inputs``' token ids from an empty cache
+    (the mask, positions and ``beam_idx`` made to match; whatever else ``inputs`` holds for
+    them is not used)."""
+    ids = inputs.get("input_ids", next(iter(inputs.values())))
+    return lm_feed(input_names(compiled.inputs), _ids(ids), 0)
+
+
 def full_forward(compiled: Any, request: Any, inputs: dict[str, Any]) -> tuple:
     """The LM on the whole sequence from an empty cache: (logits,) as torch tensors."""
     import numpy as np
     import torch
 
-    ids = inputs.get("input_ids", next(iter(inputs.values())))
     request.reset_state()
-    request.infer(lm_feed(input_names(compiled.inputs), _ids(ids), 0))
+    request.infer(lm_sequence_feed(compiled, inputs))
     return (torch.from_numpy(np.array(request.get_tensor("logits").data)),)
 
 
