@@ -40,6 +40,7 @@ def _counter_runs(
 
     plain_r, prof_r = plain_c.create_infer_request(), prof_c.create_infer_request()
     plain_f, prof_f = to_numpy_feed(plain_c, fed), to_numpy_feed(prof_c, fed)
+
     def reset() -> None:
         if reset_state:
             plain_r.reset_state()

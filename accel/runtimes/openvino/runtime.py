@@ -205,7 +205,6 @@ class OpenVinoRuntime(RuntimeBase):
         """Per-op times from OpenVINO's performance counters (PERF_COUNT), alternating
         with plain runs of the same compiled model without counters."""
         from accel.runtimes.openvino.profile import profile_compiled
-
         from accel.runtimes.openvino.stateful import has_lm_inputs, lm_sequence_feed
 
         over = {"threads": int(request.threads)} if request.threads else {}
