@@ -106,12 +106,15 @@ def convert_to_ov(model: LoadedModel, ctx: PassContext) -> Any:
 
 def _via_torch_export(model: LoadedModel, module: Any, ctx: PassContext, traced: Exception) -> Any:
     """The traced conversion failed: convert a torch.export program instead (composite ops
-    such as aten::diff are decomposed there); if that fails too, the traced error stands."""
+    such as aten::diff are decomposed there); if that fails too, the traced error stands, with
+    a note of why the torch.export route failed."""
     import openvino as ov
 
     try:
         converted = ov.convert_model(_export_keyword_call(model, module, ctx))
-    except Exception:
+    except Exception as exported:
+        why = (str(exported).strip().splitlines() or [""])[0][:300]
+        traced.add_note(f"The torch.export route failed too: {type(exported).__name__}: {why}")
         raise traced from None
     first = (str(traced).strip().splitlines() or [type(traced).__name__])[0][:200]
     ctx.details["converted_via"] = f"torch.export (the traced conversion failed: {first})"
@@ -162,8 +165,10 @@ def _convert(model: LoadedModel, ctx: PassContext) -> Any:
             if model.module is not None
             else " Check the ONNX opset, or re-export the model."
         )
+        notes = "".join(f" {n.rstrip('.')}." for n in getattr(exc, "__notes__", ()))
         raise PassError(
-            f"OpenVINO cannot convert the model{what}: {type(exc).__name__}: {first}.{hint}"
+            f"OpenVINO cannot convert the model{what}: {type(exc).__name__}: {first.rstrip('.')}."
+            f"{notes}{hint}"
         ) from None
 
 

@@ -125,16 +125,24 @@ class TorchScript(Pass):
         problem = _disagreement(model, new, second)
         if problem is None:
             return
+        on_example = _disagreement(model, new, ctx.inputs)
+        if on_example is not None:  # not a matter of shapes
+            raise PassError(
+                f"the saved TorchScript model {on_example} on the example inputs it was made "
+                f"from (method: {ctx.details['method']}). Use "
+                f"method: {'script' if ctx.details['method'] == 'trace' else 'trace'}, or "
+                "torch_export."
+            )
         fixed = []
         for name, value in dims.items():
             if value == traced[name]:
                 continue
             alone = spec.sample(seed=ctx.seed + 1, dims={**traced, name: value})
             if _disagreement(model, new, alone) is not None:
-                fixed.append(f"{name} (traced at {traced[name]}; wrong at {value})")
+                fixed.append(f"{name} (made at {traced[name]}; wrong at {value})")
         ctx.details["trace_fixed_dims"] = fixed
         cause = (
-            f"the trace fixed {', '.join(fixed)}"
+            f"the saved model fixed {', '.join(fixed)}"
             if fixed
             else "no dimension alone makes it fail (same shapes, other values: the trace "
             "recorded one path of data-dependent control flow; or only a combination of shapes "

@@ -269,3 +269,43 @@ def test_both_conversions_failing_report_the_traced_error(tmp_path, monkeypatch)
     _tracer_fails(monkeypatch, export_fails=True)
     with pytest.raises(PassError, match="no conversion rule for aten::diff"):
         _apply("openvino", load_model(RESNET), {}, tmp_path)
+
+
+DETECTIONS = """
+import torch
+
+
+class Detections(torch.nn.Module):
+    # as torchvision's detectors: a list of dicts out, as many boxes as pass a score threshold
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        out = []
+        for scores in self.fc(x):
+            kept = scores[scores > 0]
+            if kept.shape[0] > 2:  # a Python branch on a count read from the data
+                kept = kept[:2]
+            out.append({"scores": kept})
+        return out
+
+
+def build():
+    torch.manual_seed(0)
+    return Detections().eval()
+"""
+
+
+def test_openvino_says_why_both_conversion_routes_failed(tmp_path):
+    """tv:ssdlite320_mobilenet_v3_large: tracing fails on its list-of-dicts output and the
+    torch.export route on its data-dependent box count; the refusal named only the first."""
+    (tmp_path / "det.py").write_text(DETECTIONS)
+    model = load_model(f"{tmp_path / 'det.py'}:build", "x:float32[batch,8]; batch=1..4:2")
+    p = get_pass("openvino")()
+    ctx = PassContext(inputs=model.example_inputs(), work_dir=tmp_path)
+    with pytest.raises(PassError) as err:
+        p.apply(model.runtime.copy(model), p.parse_config({}), ctx)
+    text = str(err.value)
+    assert "Couldn't get TorchScript module by tracing" in text
+    assert "The torch.export route failed too:" in text and "data-dependent" in text, text
