@@ -846,3 +846,33 @@ def test_gpt2_fused_qkv_split_is_what_torch_pruning_mis_indexes():
     )
     with pytest.raises(IndexError, match="index 32 is out of bounds for dimension 0 with size 32"):
         pruner.step()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(TV_SKIP is not None, reason=f"torchvision unusable: {TV_SKIP}")
+def test_ssdlite_refusals_name_the_check_that_failed(tmp_path):
+    """tv:ssdlite320_mobilenet_v3_large's refused cells, each with its cause: torchvision's
+    nms has no half-type CPU kernel (bf16, fp16); its post-processing keeps as many boxes as
+    pass a score threshold, a count read from the data (torch.export, PT2E's export, the dynamo
+    ONNX exporter, and OpenVINO's torch.export route); it returns a list of dicts, which
+    torch.jit.trace (and so OpenVINO's traced route) cannot output."""
+    from accel.corpus_check import check_model
+
+    name = "tv:ssdlite320_mobilenet_v3_large"
+    want = {
+        "bf16": ["\"nms_kernel\" not implemented for 'BFloat16'", "use autocast"],
+        "fp16": ["\"nms_kernel\" not implemented for 'Half'", "use autocast"],
+        "export_onnx": ["cannot capture data-dependent control flow"],
+        "torch_export": ["data-dependent control flow", "GuardOnDataDependentSymNode"],
+        "quantize_static_int8": ["while exporting the model with torch.export", "data-dependent"],
+        "torchscript": ["Only tensors, lists, tuples of tensors, or dictionary of tensors"],
+        "openvino": [
+            "Couldn't get TorchScript module by tracing",
+            "The torch.export route failed too: GuardOnDataDependentSymNode",
+        ],
+    }
+    cells = check_model(name, CORPUS[name].small_spec, list(want), work_dir=tmp_path, time_it=False)
+    for c in cells:
+        assert c.outcome == "refused", (c.pass_name, c.outcome, c.reason)
+        for text in want[c.pass_name]:
+            assert text in c.reason, (c.pass_name, c.reason)
