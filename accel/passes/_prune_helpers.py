@@ -327,6 +327,50 @@ def prune_steps(model, pruner, steps, taylor, batches, on_step):
     model.zero_grad(set_to_none=True)
 
 
+def conv1d_as_linear(model):
+    """Replace each transformers Conv1D (GPT-2's attention and MLP layers: ``x @ weight + bias``
+    with ``weight`` of shape (in, out)) by the nn.Linear that computes the same, so that channel
+    pruning can take it. Returns the replaced layers' names."""
+    import torch
+
+    names = []
+    for parent_name, parent in list(model.named_modules()):
+        for name, child in list(parent.named_children()):
+            if type(child).__name__ != "Conv1D" or not hasattr(child, "nf"):
+                continue
+            weight = child.weight
+            linear = torch.nn.Linear(
+                weight.shape[0],
+                weight.shape[1],
+                bias=child.bias is not None,
+                device=weight.device,
+                dtype=weight.dtype,
+            )
+            with torch.no_grad():
+                linear.weight.copy_(weight.t())
+                if child.bias is not None:
+                    linear.bias.copy_(child.bias)
+            linear.train(child.training)
+            setattr(parent, name, linear)
+            names.append(f"{parent_name}.{name}" if parent_name else name)
+    return names
+
+
+def split_qkv_layers(model):
+    """Linear layers whose output a block splits into query, key and value by a fixed size
+    (GPT-2's ``c_attn`` with ``split_size``). torch-pruning maps the attention output's
+    channels back through scaled_dot_product_attention onto every output of the split (the
+    out-projection's 64 inputs got 192 indices: IndexError), so these keep their outputs."""
+    import torch
+
+    return [
+        m.c_attn
+        for m in model.modules()
+        if isinstance(getattr(m, "c_attn", None), torch.nn.Linear)
+        and isinstance(getattr(m, "split_size", None), int)
+    ]
+
+
 def prune_channels_tp(
     model,
     inputs,
@@ -350,9 +394,10 @@ def prune_channels_tp(
     layer coupled to them). Returns a dict of facts (ignored layers, channels before/after).
     """
     model.eval()
+    as_linear = conv1d_as_linear(model)
     outputs = output_norm_layers(model, inputs, linears=ignore_head)
     ignored, ignored_names = prunable_layers_to_ignore(
-        model, ignore, ignore_head, [*outputs, *keep]
+        model, ignore, ignore_head, [*outputs, *keep, *split_qkv_layers(model)]
     )
     heads, blocks = attention_heads(model)
     tied = channel_attributes(model)
@@ -383,6 +428,7 @@ def prune_channels_tp(
         "pruned_channels": changed_widths(channels_before, layer_widths(model)),
         "attention_blocks": len(blocks),
         "attention_pruning": ("whole heads" if whole_heads else "head size") if blocks else None,
+        "conv1d_as_linear": len(as_linear),
     }
 
 

@@ -8,9 +8,11 @@ the compiled model (see accel/runtimes/openvino/).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
@@ -106,16 +108,31 @@ def convert_to_ov(model: LoadedModel, ctx: PassContext) -> Any:
 
 def _via_torch_export(model: LoadedModel, module: Any, ctx: PassContext, traced: Exception) -> Any:
     """The traced conversion failed: convert a torch.export program instead (composite ops
-    such as aten::diff are decomposed there); if that fails too, the traced error stands."""
+    such as aten::diff are decomposed there); if that fails too, the traced error stands, with
+    a note of why the torch.export route failed."""
     import openvino as ov
 
     try:
         converted = ov.convert_model(_export_keyword_call(model, module, ctx))
-    except Exception:
+    except Exception as exported:
+        why = (str(exported).strip().splitlines() or [""])[0][:300]
+        traced.add_note(f"The torch.export route failed too: {type(exported).__name__}: {why}")
         raise traced from None
     first = (str(traced).strip().splitlines() or [type(traced).__name__])[0][:200]
     ctx.details["converted_via"] = f"torch.export (the traced conversion failed: {first})"
     return converted
+
+
+@contextlib.contextmanager
+def _pools_swapped(module: Any, feed: dict[str, Any], ctx: PassContext) -> Iterator[None]:
+    """Average pools whose kernel covers the whole map converted as global pools (see
+    accel.passes._pool_rewrite), recorded in the step's details."""
+    from accel.passes._pool_rewrite import global_pools_for
+
+    with global_pools_for(module.eval(), feed) as swapped:
+        if swapped:
+            ctx.details["converted_as_global_pool"] = swapped
+        yield
 
 
 def _convert(model: LoadedModel, ctx: PassContext) -> Any:
@@ -137,14 +154,17 @@ def _convert(model: LoadedModel, ctx: PassContext) -> Any:
             )
         feed = model.prepare_inputs(ctx.inputs)
         args, kwargs = bind_inputs(module, feed)
-        if kwargs:  # OpenVINO's tracer calls positionally: convert a torch.export program
-            return ov.convert_model(_export_keyword_call(model, module, ctx))
-        shapes = [ov.PartialShape(s) for _, s in _spec_shapes(model)]
-        try:
-            with torch.no_grad():
-                return ov.convert_model(module.eval(), example_input=args, input=shapes)
-        except Exception as traced:  # e.g. no rule for aten::diff (transformers' causal mask)
-            return _via_torch_export(model, module, ctx, traced)
+        spec_shapes = _spec_shapes(model)
+        fixed_maps = not any(-1 in s[2:] for _, s in spec_shapes)
+        with _pools_swapped(module, feed, ctx) if fixed_maps else contextlib.nullcontext():
+            if kwargs:  # OpenVINO's tracer calls positionally: convert a torch.export program
+                return ov.convert_model(_export_keyword_call(model, module, ctx))
+            shapes = [ov.PartialShape(s) for _, s in spec_shapes]
+            try:
+                with torch.no_grad():
+                    return ov.convert_model(module.eval(), example_input=args, input=shapes)
+            except Exception as traced:  # e.g. no rule for aten::diff (transformers' causal mask)
+                return _via_torch_export(model, module, ctx, traced)
     except PassError:
         raise
     except Exception as exc:  # OpenVINO's frontends raise OpConversionFailure / RuntimeError
@@ -162,8 +182,10 @@ def _convert(model: LoadedModel, ctx: PassContext) -> Any:
             if model.module is not None
             else " Check the ONNX opset, or re-export the model."
         )
+        notes = "".join(f" {n.rstrip('.')}." for n in getattr(exc, "__notes__", ()))
         raise PassError(
-            f"OpenVINO cannot convert the model{what}: {type(exc).__name__}: {first}.{hint}"
+            f"OpenVINO cannot convert the model{what}: {type(exc).__name__}: {first.rstrip('.')}."
+            f"{notes}{hint}"
         ) from None
 
 

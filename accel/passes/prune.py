@@ -368,6 +368,8 @@ class PruneChannels(Pass):
             "channel_importance",
             "changed_widths",
             "prune_steps",
+            "conv1d_as_linear",
+            "split_qkv_layers",
             "prune_channels_tp",
             "prune_channels_runnable",
             "distill",

@@ -65,6 +65,12 @@ def _lm(module: object) -> object:
             "static_kv_cache needs a Hugging Face causal language model (a generation config "
             "and a KV cache argument); this model has none. Use the compile pass instead."
         )
+    if getattr(config, "is_encoder_decoder", False):
+        raise NotApplicable(
+            f"static_kv_cache compiles decoder-only generation (input_ids in, one token per "
+            f"step); {type(inner).__name__} is an encoder-decoder, whose decoder needs "
+            "decoder_input_ids. Use the compile pass instead."
+        )
     if not getattr(inner, "_can_compile_fullgraph", True):
         raise NotApplicable(
             f"static_kv_cache: {type(inner).__name__} does not support a static cache "

@@ -112,49 +112,47 @@ class TorchScript(Pass):
         return new
 
     def _check_second_input(self, model: LoadedModel, new: LoadedModel, ctx: PassContext) -> None:
-        """Run the saved model and the source model on another input: other seed, other shapes."""
-        import torch
-
+        """Run the saved model and the source model on another input: other seed, other shapes.
+        When they disagree, each changed dimension is tried alone to name the ones the trace
+        fixed."""
         from accel.errors import PassError
-        from accel.parity import normalize_outputs
 
         spec = model.input_spec
-        dims = other_dims(spec, current_dims(spec, ctx.inputs))
+        traced = current_dims(spec, ctx.inputs)
+        dims = other_dims(spec, traced)
         second = spec.sample(seed=ctx.seed + 1, dims=dims or None)
         ctx.details["checked_on"] = {k: list(v.shape) for k, v in second.items()}
-        try:
-            want = normalize_outputs(model.forward(second))
-            got = normalize_outputs(new.forward(second))
-        except Exception as exc:
+        problem = _disagreement(model, new, second)
+        if problem is None:
+            return
+        on_example = _disagreement(model, new, ctx.inputs)
+        if on_example is not None:  # not a matter of shapes
             raise PassError(
-                f"the saved TorchScript model fails on a second input of other shapes {ctx.details['checked_on']}: "
-                f"{type(exc).__name__}: {_first_line(exc)}. The trace fixed a shape; use method: script or torch_export."
-            ) from None
-        want_l = (
-            [want]
-            if isinstance(want, torch.Tensor)
-            else list(torch.utils._pytree.tree_leaves(want))
-        )
-        got_l = (
-            [got] if isinstance(got, torch.Tensor) else list(torch.utils._pytree.tree_leaves(got))
-        )
-        # A low-precision model's two runs may round differently (other kernels after freezing).
-        low = any(c in ("float16", "bfloat16") for c in model.input_casts.values())
-        low = low or any(
-            p.dtype in (torch.float16, torch.bfloat16) for p in model.module.parameters()
-        )
-        tol = 5e-2 if low else 1e-3
-        ok = len(want_l) == len(got_l) and all(
-            a.shape == b.shape and torch.allclose(a.double(), b.double(), rtol=tol, atol=tol / 10)
-            for a, b in zip(want_l, got_l)
-            if isinstance(a, torch.Tensor)
-        )
-        if not ok:
-            raise PassError(
-                "the saved TorchScript model gives different outputs than the model on a second input "
-                f"(shapes {ctx.details['checked_on']}): the trace recorded one path of data-dependent control "
-                "flow or a fixed shape. Use method: script, or torch_export."
+                f"the saved TorchScript model {on_example} on the example inputs it was made "
+                f"from (method: {ctx.details['method']}). Use "
+                f"method: {'script' if ctx.details['method'] == 'trace' else 'trace'}, or "
+                "torch_export."
             )
+        fixed = []
+        for name, value in dims.items():
+            if value == traced[name]:
+                continue
+            alone = spec.sample(seed=ctx.seed + 1, dims={**traced, name: value})
+            if _disagreement(model, new, alone) is not None:
+                fixed.append(f"{name} (made at {traced[name]}; wrong at {value})")
+        ctx.details["trace_fixed_dims"] = fixed
+        cause = (
+            f"the saved model fixed {', '.join(fixed)}"
+            if fixed
+            else "no dimension alone makes it fail (same shapes, other values: the trace "
+            "recorded one path of data-dependent control flow; or only a combination of shapes "
+            "fails)"
+        )
+        raise PassError(
+            f"the saved TorchScript model {problem} on a second input of other shapes "
+            f"{ctx.details['checked_on']}; tried one dimension at a time: {cause}. "
+            "Use method: script, or torch_export (dynamic shapes)."
+        )
 
     def to_script(self, config: TorchScriptConfig) -> ScriptStep:
         from accel.passes._torch_helpers import prepared_args, source_of
@@ -174,3 +172,36 @@ class TorchScript(Pass):
             "model = torch.jit.load(str(step_dir / 'model.ts'), map_location=device).eval()\n"
         )
         return ScriptStep(code=code, helpers=source_of(prepared_args))
+
+
+def _disagreement(model: LoadedModel, new: LoadedModel, inputs: dict[str, Any]) -> str | None:
+    """How the saved model disagrees with the source model on ``inputs`` ("fails (error)" or
+    "gives different outputs"), or None when it agrees."""
+    import torch
+
+    from accel.parity import normalize_outputs
+
+    with torch.no_grad():
+        want = normalize_outputs(model.forward(inputs))  # the source model's error is not ours
+        try:
+            got = normalize_outputs(new.forward(inputs))
+        except Exception as exc:  # noqa: BLE001 - the finding, reported by the caller
+            return f"fails ({type(exc).__name__}: {_last_line(exc)})"
+    want_l = list(torch.utils._pytree.tree_leaves(want))
+    got_l = list(torch.utils._pytree.tree_leaves(got))
+    # A low-precision model's two runs may round differently (other kernels after freezing).
+    low = any(c in ("float16", "bfloat16") for c in model.input_casts.values())
+    low = low or any(p.dtype in (torch.float16, torch.bfloat16) for p in model.module.parameters())
+    tol = 5e-2 if low else 1e-3
+    ok = len(want_l) == len(got_l) and all(
+        a.shape == b.shape and torch.allclose(a.double(), b.double(), rtol=tol, atol=tol / 10)
+        for a, b in zip(want_l, got_l)
+        if isinstance(a, torch.Tensor)
+    )
+    return None if ok else "gives different outputs than the model"
+
+
+def _last_line(exc: BaseException) -> str:
+    """The error's own message: TorchScript's interpreter puts it last, after its traceback."""
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else type(exc).__name__

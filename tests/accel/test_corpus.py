@@ -774,10 +774,11 @@ def make():
 """
 
 
-def test_gpt2_conv1d_layers_prune_unstructured_and_name_channel_pruning_cause(tmp_path):
+def test_gpt2_conv1d_layers_prune_unstructured_and_prune_channels(tmp_path):
     """hf:gpt2_small: prune_unstructured was refused ('every one is ignored') and
-    prune_channels blamed ignored layers; the cause is transformers' Conv1D (a Linear with a
-    transposed weight). prune_unstructured prunes it; prune_channels names it."""
+    prune_channels found nothing it takes: transformers' Conv1D (a Linear with a transposed
+    weight). prune_unstructured prunes it; prune_channels takes it as the Linear it computes
+    and prunes the MLP width (the fused q|k|v layer keeps its outputs)."""
     from accel.passes import PassContext, get_pass
     from accel.passes._prune_helpers import prune_unstructured_magnitude, unhandled_weight_layers
 
@@ -790,5 +791,88 @@ def test_gpt2_conv1d_layers_prune_unstructured_and_name_channel_pruning_cause(tm
     assert "transformer.h.0.attn.c_attn" in layers and abs(sparsity - 0.5) < 0.01
     p = get_pass("prune_channels")()
     ctx = PassContext(inputs=model.example_inputs(), work_dir=tmp_path, original=model)
-    with pytest.raises(Exception, match="Conv1D x4"):
-        p.apply(model.runtime.copy(model), p.parse_config({}), ctx)
+    pruned = p.apply(model.runtime.copy(model), p.parse_config({"ratio": 0.25}), ctx)
+    assert ctx.details["conv1d_as_linear"] == 4
+    assert ctx.details["pruned_channels"] == {"transformer.h.0.mlp.c_fc": [128, 96]}
+    assert "transformer.h.0.attn.c_attn" in ctx.details["ignored_layers"]
+    assert pruned.module.transformer.h[0].mlp.c_proj.in_features == 96
+    assert unhandled_weight_layers(pruned.module) == {}
+    inputs = model.input_spec.sample(seed=3, dims={"batch": 2, "seq": 13})
+    with torch.no_grad():
+        assert pruned.forward(inputs).logits.shape == (2, 13, 100)
+
+
+def test_conv1d_as_linear_computes_the_same():
+    """The Linear that replaces a transformers Conv1D gives its outputs (weight transposed)."""
+    from transformers.pytorch_utils import Conv1D
+
+    from accel.passes._prune_helpers import conv1d_as_linear
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(Conv1D(12, 8), torch.nn.ReLU(), Conv1D(5, 12))
+    x = torch.randn(3, 4, 8)
+    with torch.no_grad():
+        before = model(x)
+        assert conv1d_as_linear(model) == ["0", "2"]
+        assert isinstance(model[0], torch.nn.Linear) and model[0].weight.shape == (12, 8)
+        assert torch.allclose(model(x), before, atol=1e-6)
+
+
+def test_gpt2_fused_qkv_split_is_what_torch_pruning_mis_indexes():
+    """The cause split_qkv_layers guards against, reproduced: without keeping GPT-2's fused
+    c_attn, torch-pruning maps the attention output back through scaled_dot_product_attention
+    onto all 3 x 32 outputs of the q|k|v split and indexes c_proj's 32 inputs with them."""
+    import torch_pruning as tp
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from accel.passes._prune_helpers import attention_heads, conv1d_as_linear, split_qkv_layers
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(
+        n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=64, use_cache=False
+    )
+    model = GPT2LMHeadModel(cfg).eval()
+    conv1d_as_linear(model)
+    assert split_qkv_layers(model) == [model.transformer.h[0].attn.c_attn]
+    heads, _ = attention_heads(model)
+    pruner = tp.pruner.MetaPruner(
+        model,
+        (torch.randint(0, 100, (1, 8)),),
+        importance=tp.importance.MagnitudeImportance(p=2),
+        pruning_ratio=0.25,
+        ignored_layers=[model.lm_head, model.transformer.wte, model.transformer.wpe],
+        num_heads=heads,
+        prune_head_dims=True,
+    )
+    with pytest.raises(IndexError, match="index 32 is out of bounds for dimension 0 with size 32"):
+        pruner.step()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(TV_SKIP is not None, reason=f"torchvision unusable: {TV_SKIP}")
+def test_ssdlite_refusals_name_the_check_that_failed(tmp_path):
+    """tv:ssdlite320_mobilenet_v3_large's refused cells, each with its cause: torchvision's
+    nms has no half-type CPU kernel (bf16, fp16); its post-processing keeps as many boxes as
+    pass a score threshold, a count read from the data (torch.export, PT2E's export, the dynamo
+    ONNX exporter, and OpenVINO's torch.export route); it returns a list of dicts, which
+    torch.jit.trace (and so OpenVINO's traced route) cannot output."""
+    from accel.corpus_check import check_model
+
+    name = "tv:ssdlite320_mobilenet_v3_large"
+    want = {
+        "bf16": ["\"nms_kernel\" not implemented for 'BFloat16'", "use autocast"],
+        "fp16": ["\"nms_kernel\" not implemented for 'Half'", "use autocast"],
+        "export_onnx": ["cannot capture data-dependent control flow"],
+        "torch_export": ["data-dependent control flow", "GuardOnDataDependentSymNode"],
+        "quantize_static_int8": ["while exporting the model with torch.export", "data-dependent"],
+        "torchscript": ["Only tensors, lists, tuples of tensors, or dictionary of tensors"],
+        "openvino": [
+            "Couldn't get TorchScript module by tracing",
+            "The torch.export route failed too: GuardOnDataDependentSymNode",
+        ],
+    }
+    cells = check_model(name, CORPUS[name].small_spec, list(want), work_dir=tmp_path, time_it=False)
+    for c in cells:
+        assert c.outcome == "refused", (c.pass_name, c.outcome, c.reason)
+        for text in want[c.pass_name]:
+            assert text in c.reason, (c.pass_name, c.reason)

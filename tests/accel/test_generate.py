@@ -312,6 +312,31 @@ def test_static_kv_cache_refuses_a_model_without_a_kv_cache(tmp_path):
     assert "static_kv_cache needs a Hugging Face causal language model" in text
 
 
+def test_static_kv_cache_is_not_applicable_to_an_encoder_decoder():
+    """hf:t5_small: static_kv_cache was refused as 'torch.compile (inductor) failed:
+    ValueError: You must specify exactly one of input_ids or inputs_embeds'. The cause is not
+    the compiler: its warm-up generation calls the model as a decoder-only LM (input_ids and a
+    cache), and T5's decoder then has no decoder_input_ids. Reproduced, then the pass says so
+    before any work."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    from accel.errors import NotApplicable
+    from accel.passes.static_cache import _lm
+
+    torch.manual_seed(0)
+    cfg = T5Config(
+        vocab_size=64, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2, use_cache=True
+    )
+    model = T5ForConditionalGeneration(cfg).eval()
+    ids = torch.randint(0, 64, (1, 5))
+    with pytest.raises(
+        ValueError, match="You must specify exactly one of input_ids or inputs_embeds"
+    ):
+        time_generation(CacheDecoder(model, 8), ids, 2)
+    with pytest.raises(NotApplicable, match="T5ForConditionalGeneration is an encoder-decoder"):
+        _lm(model)
+
+
 @pytest.mark.slow
 def test_openvino_int8_weights_generate_without_a_kv_cache(tmp_path):
     pytest.importorskip("nncf")

@@ -269,3 +269,91 @@ def test_both_conversions_failing_report_the_traced_error(tmp_path, monkeypatch)
     _tracer_fails(monkeypatch, export_fails=True)
     with pytest.raises(PassError, match="no conversion rule for aten::diff"):
         _apply("openvino", load_model(RESNET), {}, tmp_path)
+
+
+DETECTIONS = """
+import torch
+
+
+class Detections(torch.nn.Module):
+    # as torchvision's detectors: a list of dicts out, as many boxes as pass a score threshold
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        out = []
+        for scores in self.fc(x):
+            kept = scores[scores > 0]
+            if kept.shape[0] > 2:  # a Python branch on a count read from the data
+                kept = kept[:2]
+            out.append({"scores": kept})
+        return out
+
+
+def build():
+    torch.manual_seed(0)
+    return Detections().eval()
+"""
+
+
+def test_openvino_says_why_both_conversion_routes_failed(tmp_path):
+    """tv:ssdlite320_mobilenet_v3_large: tracing fails on its list-of-dicts output and the
+    torch.export route on its data-dependent box count; the refusal named only the first."""
+    (tmp_path / "det.py").write_text(DETECTIONS)
+    model = load_model(f"{tmp_path / 'det.py'}:build", "x:float32[batch,8]; batch=1..4:2")
+    p = get_pass("openvino")()
+    ctx = PassContext(inputs=model.example_inputs(), work_dir=tmp_path)
+    with pytest.raises(PassError) as err:
+        p.apply(model.runtime.copy(model), p.parse_config({}), ctx)
+    text = str(err.value)
+    assert "Couldn't get TorchScript module by tracing" in text
+    assert "The torch.export route failed too:" in text and "data-dependent" in text, text
+
+
+POOLER = """
+import torch
+
+
+class Pooler(torch.nn.Module):
+    # Hugging Face EfficientNet's pooler: AvgPool2d(hidden_dim, ceil_mode=True) on a small map
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 16, 3, stride=2, padding=1)
+        self.pooler = torch.nn.AvgPool2d(16, ceil_mode=True)
+        self.fc = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc(self.pooler(self.conv(x)).flatten(1))
+
+
+def build():
+    torch.manual_seed(0)
+    return Pooler().eval()
+"""
+
+
+def test_openvino_converts_a_pool_whose_kernel_covers_the_map_as_a_global_pool(tmp_path):
+    """hf:efficientnet_b0: openvino and compress_weights_openvino crashed at the first
+    inference and quantize_openvino was refused: OpenVINO rejects an AvgPool kernel (1280)
+    larger than its input map, which torch averages whole. Reproduced on OpenVINO directly,
+    then the pass converts such a pool as a global one (same outputs)."""
+    import openvino as ov
+
+    (tmp_path / "pooler.py").write_text(POOLER)
+    spec = "x:float32[batch,3,8,8]; batch=1..4:2"
+    model = load_model(f"{tmp_path / 'pooler.py'}:build", spec)
+    x = model.example_inputs()["x"]
+    with torch.no_grad():
+        want = model.module(x)
+    raw = ov.Core().compile_model(ov.convert_model(model.module, example_input=(x,)), "CPU")
+    with pytest.raises(RuntimeError, match="larger than the data shape after padding"):
+        raw(x.numpy())
+    p = get_pass("openvino")()
+    ctx = PassContext(inputs={"x": x}, work_dir=tmp_path)
+    new = p.apply(model.runtime.copy(model), p.parse_config({"precision": "f32"}), ctx)
+    assert ctx.details["converted_as_global_pool"] == ["pooler (AvgPool2d, kernel 16)"]
+    out = new.forward({"x": x})
+    out = out[0] if isinstance(out, (tuple, list)) else out
+    assert torch.allclose(out, want, atol=1e-5)
+    assert type(model.module.pooler) is torch.nn.AvgPool2d  # the source module is unchanged

@@ -598,3 +598,59 @@ def test_low_precision_says_when_an_op_has_no_kernel_for_the_dtype(tmp_path):
     for name in ("bf16", "fp16"):
         with pytest.raises(PassError, match="has no .* kernel here.*use autocast"):
             apply_pass(name, copy.deepcopy(model), tmp_path=tmp_path)
+
+
+def test_torchscript_trace_check_names_the_dimension_the_trace_fixed(tmp_path):
+    """hf:llama_small and hf:gpt2_small: the trace's second-input check was refused as 'fixed
+    a shape' (GPT-2's was written up as the sequence length). Tried one dimension at a time it
+    is the batch: transformers' decoders trace the batch size as a constant (batch 2 fails with
+    'index 1 is out of bounds'), while another sequence length gives the same outputs."""
+    spec = "input_ids:int64[batch,seq]{0..256}; batch=1..8:1; seq=1..64:16"
+    for factory in ("llama", "gpt2"):
+        model = load_model(f"{Path(__file__).parent / 'tiny_decoder.py'}:{factory}", spec)
+        p = get_pass("torchscript")()
+        (tmp_path / factory).mkdir()
+        ctx = PassContext(inputs=model.example_inputs(), work_dir=tmp_path / factory)
+        with pytest.raises(PassError) as err:
+            p.apply(model.runtime.copy(model), p.parse_config({}), ctx)
+        assert ctx.details["trace_fixed_dims"] == ["batch (made at 1; wrong at 2)"], factory
+        assert "index 1 is out of bounds for dimension 0 with size 1" in str(err.value)
+        assert "torch_export" in str(err.value)
+
+
+LIST_IN = """
+from typing import List
+
+import torch
+
+
+class ListIn(torch.nn.Module):
+    # takes its images as List[Tensor], as torchvision's detectors do; eager Python also
+    # iterates a batched tensor, TorchScript's argument check does not take one
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, images: List[torch.Tensor]):
+        return torch.stack([self.fc(img) for img in images])
+
+
+def build():
+    torch.manual_seed(0)
+    return ListIn().eval()
+"""
+
+
+def test_torchscript_check_says_when_the_saved_model_fails_on_its_own_example(tmp_path):
+    """tv:ssdlite320_mobilenet_v3_large with method: script: the scripted detector takes
+    List[Tensor] and fails on the batched tensor it was made for ('Unable to cast Python
+    instance of type <class 'torch.Tensor'>'); the second-input check had blamed the batch."""
+    (tmp_path / "listin.py").write_text(LIST_IN)
+    model = load_model(f"{tmp_path / 'listin.py'}:build", "x:float32[batch,8]; batch=1..4:1")
+    p = get_pass("torchscript")()
+    ctx = PassContext(inputs=model.example_inputs(), work_dir=tmp_path)
+    with pytest.raises(PassError) as err:
+        p.apply(model.runtime.copy(model), p.parse_config({"method": "script"}), ctx)
+    assert "on the example inputs it was made from (method: script)" in str(err.value)
+    assert "Unable to cast Python instance of type <class 'torch.Tensor'>" in str(err.value)
+    assert "trace_fixed_dims" not in ctx.details
