@@ -17,7 +17,8 @@ from pydantic import Field
 
 from accel.errors import PassError
 from accel.layer_patterns import PATTERN_HELP
-from accel.models.calls import bind_dynamic_shapes, bind_inputs
+from accel.models.calls import bind_dynamic_shapes, bind_inputs, call_module
+from accel.passes._global_pool import exact_global_pools
 from accel.passes._openvino_helpers import (
     OV_PRECISION_HELPER,
     compile_options,
@@ -118,6 +119,21 @@ def _via_torch_export(model: LoadedModel, module: Any, ctx: PassContext, traced:
     return converted
 
 
+def _convert_module(model: LoadedModel, module: Any, feed: Any, ctx: PassContext) -> Any:
+    import openvino as ov
+    import torch
+
+    args, kwargs = bind_inputs(module, feed)
+    if kwargs:  # OpenVINO's tracer calls positionally: convert a torch.export program
+        return ov.convert_model(_export_keyword_call(model, module, ctx))
+    shapes = [ov.PartialShape(s) for _, s in _spec_shapes(model)]
+    try:
+        with torch.no_grad():
+            return ov.convert_model(module.eval(), example_input=args, input=shapes)
+    except Exception as traced:  # e.g. no rule for aten::diff (transformers' causal mask)
+        return _via_torch_export(model, module, ctx, traced)
+
+
 def _convert(model: LoadedModel, ctx: PassContext) -> Any:
     import openvino as ov
     import torch
@@ -136,15 +152,10 @@ def _convert(model: LoadedModel, ctx: PassContext) -> Any:
                 "before the torchscript step, or export ONNX first"
             )
         feed = model.prepare_inputs(ctx.inputs)
-        args, kwargs = bind_inputs(module, feed)
-        if kwargs:  # OpenVINO's tracer calls positionally: convert a torch.export program
-            return ov.convert_model(_export_keyword_call(model, module, ctx))
-        shapes = [ov.PartialShape(s) for _, s in _spec_shapes(model)]
-        try:
-            with torch.no_grad():
-                return ov.convert_model(module.eval(), example_input=args, input=shapes)
-        except Exception as traced:  # e.g. no rule for aten::diff (transformers' causal mask)
-            return _via_torch_export(model, module, ctx, traced)
+        with exact_global_pools(module, lambda: call_module(module, feed)) as pools:
+            if pools:
+                ctx.details["global_pools_as_mean"] = pools
+            return _convert_module(model, module, feed, ctx)
     except PassError:
         raise
     except Exception as exc:  # OpenVINO's frontends raise OpConversionFailure / RuntimeError

@@ -73,8 +73,13 @@ def run_trial(
     ``out`` (the trial's run folder), ``trial`` (its number). ``benchmark.skip``: build and
     check only (no timing). In-process callers may pass ``hold`` (a dict) to get the built
     ``model``, the ``original`` and the ``inputs`` back (benchmarks that time contenders
-    round-robin themselves)."""
-    trial = _Trial(spec, emit, cancel)
+    round-robin themselves). A spec with ``retime`` is the search's final side-by-side
+    re-timing of its top trials (``accel.search.retime``)."""
+    if spec.get("retime") is not None:
+        from accel.search.retime import run_retime
+
+        return run_retime(spec, emit, cancel)
+    trial = TrialBuild(spec, emit, cancel)
     try:
         trial.load()
     except Exception as exc:  # noqa: BLE001 - reported as the trial's failure
@@ -88,7 +93,7 @@ def run_trial(
     return trial.gate_time_and_record(hold)
 
 
-class _Trial:
+class TrialBuild:
     """The state of one trial between its phases: load, build (cached prefix, then the
     remaining steps), gate (parity, accuracy), time (interleaved against the original) and
     record (the last StepFinished, RunFinished and the returned summary)."""
@@ -139,8 +144,13 @@ class _Trial:
         return _cancelled(self.emit, self.run_dir, self.t_start)
 
     # -- load --------------------------------------------------------------------------------
-    def load(self) -> None:
-        """The original model, the inputs, its reference outputs and the data sources."""
+    def load(self, shared: TrialBuild | None = None) -> None:
+        """The original model, the inputs, its reference outputs and the data sources; those
+        of ``shared`` (another build of the same spec's model) when given."""
+        if shared is not None:
+            self.original, self.inputs = shared.original, shared.inputs
+            self.reference, self.data = shared.reference, shared.data
+            return
         import torch
 
         from accel.models import load_model
@@ -332,7 +342,7 @@ class _Trial:
         last = len(self.steps) - 1
         self.index = last if last >= 0 else None
         try:
-            report, metrics, gate_reason = self._gate()
+            report, metrics, gate_reason = self.gate()
             trial_status = "ok"
             if hold is not None:
                 hold.update(model=self.current, original=self.original, inputs=self.inputs)
@@ -346,7 +356,7 @@ class _Trial:
             return self.failed(exc)
         return self._record(report, metrics, gate_reason, trial_status)
 
-    def _gate(self) -> tuple[Any, dict[str, float | None], str | None]:
+    def gate(self) -> tuple[Any, dict[str, float | None], str | None]:
         """Parity against the original's outputs, then the accuracy drop (with eval data)."""
         from accel.parity import Tolerances, compare, normalize_outputs
 
