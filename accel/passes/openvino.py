@@ -376,6 +376,14 @@ def _is_transformer(ov_model: Any) -> bool:
     return bool(attention) and "MatMul" in types
 
 
+def _first_useful_line(text: str) -> str:
+    """The line of an OpenVINO error that says what failed: its first lines only name the
+    C++ files the exception passed through ("Exception from src/...cpp:224:")."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    useful = [ln for ln in lines if not ln.startswith(("Exception from", "Check '"))]
+    return (useful or lines or [""])[0][:300]
+
+
 @register_pass
 class QuantizeOpenVinoPass(Pass):
     name = "quantize_openvino"
@@ -457,7 +465,7 @@ class QuantizeOpenVinoPass(Pass):
         except PassError:
             raise
         except Exception as exc:  # NNCF raises many kinds; the first line says what failed
-            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+            first = _first_useful_line(str(exc))
             raise PassError(
                 f"NNCF quantization failed: {type(exc).__name__}: {first}. Try exclude for the "
                 "failing op, preset: mixed, or fewer samples"
