@@ -10,6 +10,15 @@ same measured values give the same trials. A trial that fails the parity gate is
 before it is timed and told to Optuna as pruned; one that fails or crashes as failed; the
 search goes on until the trial count or the wall-time budget is spent, or it is cancelled.
 
+With the latency objective the search ends with a final side-by-side re-timing
+(accel.search.retime): its top ``final_top_k`` trials within the constraints, each timed
+against the original in its own measurement minutes apart, are timed together with the
+original in ONE round-robin measurement, and the winner is chosen on it. ``final_share`` of
+the budget is kept for it once two trials qualify. The result's ``final`` holds that
+measurement; the best's reported speedup comes from it (``SearchResult.best_timing``), while
+each trial keeps its own figure. A re-timing cut short (deadline, cancel, failure) keeps no
+figure, and the best is then chosen on the trials' own figures.
+
 Latency is measured, so with ``objective="latency"`` two searches can differ once timing
 noise reorders trials; with ``objective="size"`` every value the sampler sees is
 deterministic and a seed reproduces the whole search.
@@ -624,7 +633,13 @@ def _final_retime(
     final = FinalTiming(trials=numbers)
     limit = None
     if config.budget_s is not None:
-        limit = config.budget_s - (CLOCK() - t0) - WIND_DOWN_S
+        # What is left of the budget, or the share kept for the re-timing if a trial that
+        # started before it ran into it; never past budget + one trial timeout.
+        elapsed = CLOCK() - t0
+        limit = max(config.budget_s - elapsed, final_reserve_s(config)) - WIND_DOWN_S
+        if config.trial_timeout_s is not None:
+            promise = config.budget_s + config.trial_timeout_s - elapsed - WIND_DOWN_S
+            limit = min(limit, promise)
         if limit < MIN_FINAL_S:
             final.reason = (
                 f"not run: {max(limit, 0):.0f} s of the budget were left, it needs at least "

@@ -263,3 +263,22 @@ def test_the_retime_job_stops_at_its_time_limit(tmp_path, monkeypatch):
     out = run_trial(spec, lambda e: None, lambda: False)
     assert out["status"] == "timed_out" and "retime" not in out
     assert "time limit of 40 s" in out["error"]
+
+
+def test_a_trial_that_ran_into_the_kept_share_still_leaves_the_retime_its_share(
+    tmp_path, monkeypatch
+):
+    clock = FakeClock()
+    monkeypatch.setattr(search_engine, "CLOCK", clock)
+    ex = FakeExecutor({n: 2.0 + n / 10 for n in range(1, 40)}, clock=clock, step_s=30.0)
+    ex.on_retime = lambda: setattr(
+        ex, "final", {r["trial"]: 3.0 for r in ex.retime_specs[-1]["retime"]}
+    )
+    cfg = _config(
+        tmp_path, max_trials=None, budget_s=100.0, final_share=0.2, trial_timeout_s=60.0
+    )
+    res = run_search(cfg, ex, model_info=INFO, started=clock.t)
+    # trials end at 30, 60, 90 s: the third started before the kept 20 s and ran into them
+    assert len(ex.specs) == 3
+    assert ex.retime_specs[0]["time_limit_s"] == pytest.approx(20.0 - 5.0)
+    assert res.final.done
