@@ -274,9 +274,7 @@ def test_a_trial_that_ran_into_the_kept_share_still_leaves_the_retime_its_share(
     ex.on_retime = lambda: setattr(
         ex, "final", {r["trial"]: 3.0 for r in ex.retime_specs[-1]["retime"]}
     )
-    cfg = _config(
-        tmp_path, max_trials=None, budget_s=100.0, final_share=0.2, trial_timeout_s=60.0
-    )
+    cfg = _config(tmp_path, max_trials=None, budget_s=100.0, final_share=0.2, trial_timeout_s=60.0)
     res = run_search(cfg, ex, model_info=INFO, started=clock.t)
     # trials end at 30, 60, 90 s: the third started before the kept 20 s and ran into them
     assert len(ex.specs) == 3
