@@ -38,8 +38,18 @@ def _trial_name(search_id: str, number: int, label: str) -> str:
     return f"search {search_id[:8]} #{number} {label}"[:200]
 
 
+def _spec_label(spec: dict[str, Any]) -> str:
+    """A job's label: its chain, or the final re-timing with the trials it times."""
+    if spec.get("retime") is not None:
+        trials = ", ".join(str(c["trial"]) for c in spec["retime"])
+        return f"final side-by-side re-timing of trials {trials}"
+    return "+".join(s["pass"] for s in spec["steps"]) or "original"
+
+
 def _spec_recipe(config: SearchConfig, spec: dict[str, Any]) -> dict[str, Any]:
     rec = TrialRecord(spec["trial"], tuple(s["pass"] for s in spec["steps"]), spec["steps"], "")
+    if spec.get("retime") is not None:
+        return trial_recipe(config, rec, name=f"search {_spec_label(spec)}")
     return trial_recipe(config, rec, name=f"search trial {rec.number}: {rec.label}")
 
 
@@ -68,7 +78,7 @@ class PoolExecutor:
         )
 
     def submit(self, number: int, spec: dict[str, Any]) -> _PoolHandle:
-        label = "+".join(s["pass"] for s in spec["steps"]) or "original"
+        label = _spec_label(spec)
         h = self.pool.submit(
             SEARCH_TRIAL.kind,
             spec,
@@ -117,7 +127,7 @@ class RecordingExecutor:
     def _record(self, number: int, spec: dict[str, Any], out: dict[str, Any]) -> str | None:
         if self.repo is None:
             return None
-        label = "+".join(s["pass"] for s in spec["steps"]) or "original"
+        label = _spec_label(spec)
         try:
             run = self.repo.create_run(
                 model_source=self.config.model,
@@ -238,6 +248,8 @@ def optimize(
     finally:
         cleanup()
     if repo is not None:
+        # the final re-timing's run (tagged with the search, not counted as a trial) is
+        # named in the summary's ``final.run_id``
         repo.finish_search(search_id, result.status, _summary(result))
     files = write_outputs(result, out, search_id=search_id, where=where, script=script)
     return OptimizeOutcome(search_id, result, files, where)
@@ -312,6 +324,9 @@ def prior_of(result: SearchResult) -> dict[str, Any] | None:
     best = result.trial(result.best)
     key = {"latency": "speedup", "throughput": "throughput"}.get(result.config.objective)
     score = best.metrics.get(key) if key else None
+    timing = result.best_timing()
+    if key == "speedup" and timing is not None and timing.speedup is not None:
+        score = timing.speedup  # the final side-by-side figure where it chose the best
     return {
         "family": result.space.get("family", ""),
         "size_class": result.space.get("size_class", ""),

@@ -20,6 +20,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from accel.models import calls
 from accel.models.calls import bind_dynamic_shapes, bind_inputs, call_module
 from accel.models.forms import COMPILED, EAGER, EXPORTED, SCRIPTED
+from accel.passes._global_pool import exact_global_pools
 from accel.passes.base import (
     STAGE_LOWER,
     Pass,
@@ -492,7 +493,10 @@ class ExportOnnx(Pass):
         external = config.external_data
         if external is None:  # one protobuf cannot hold more than 2 GiB
             external = _weight_bytes(module) > EXTERNAL_DATA_THRESHOLD
-        _run_exporter(module, args, path, names, out_names, axes, config, opset, external, ctx)
+        with exact_global_pools(module, lambda: call_module(module, inputs)) as pools:
+            if pools:
+                ctx.details["global_pools_as_mean"] = pools
+            _run_exporter(module, args, path, names, out_names, axes, config, opset, external, ctx)
         ctx.check_cancelled()
 
         ctx.progress(0.6, "checking the ONNX graph")

@@ -8,18 +8,17 @@ the compiled model (see accel/runtimes/openvino/).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
 from accel.errors import PassError
 from accel.layer_patterns import PATTERN_HELP
-from accel.models.calls import bind_dynamic_shapes, bind_inputs
+from accel.models.calls import bind_dynamic_shapes, bind_inputs, call_module
+from accel.passes._global_pool import exact_global_pools
 from accel.passes._openvino_helpers import (
     OV_PRECISION_HELPER,
     compile_options,
@@ -123,16 +122,19 @@ def _via_torch_export(model: LoadedModel, module: Any, ctx: PassContext, traced:
     return converted
 
 
-@contextlib.contextmanager
-def _pools_swapped(module: Any, feed: dict[str, Any], ctx: PassContext) -> Iterator[None]:
-    """Average pools whose kernel covers the whole map converted as global pools (see
-    accel.passes._pool_rewrite), recorded in the step's details."""
-    from accel.passes._pool_rewrite import global_pools_for
+def _convert_module(model: LoadedModel, module: Any, feed: Any, ctx: PassContext) -> Any:
+    import openvino as ov
+    import torch
 
-    with global_pools_for(module.eval(), feed) as swapped:
-        if swapped:
-            ctx.details["converted_as_global_pool"] = swapped
-        yield
+    args, kwargs = bind_inputs(module, feed)
+    if kwargs:  # OpenVINO's tracer calls positionally: convert a torch.export program
+        return ov.convert_model(_export_keyword_call(model, module, ctx))
+    shapes = [ov.PartialShape(s) for _, s in _spec_shapes(model)]
+    try:
+        with torch.no_grad():
+            return ov.convert_model(module.eval(), example_input=args, input=shapes)
+    except Exception as traced:  # e.g. no rule for aten::diff (transformers' causal mask)
+        return _via_torch_export(model, module, ctx, traced)
 
 
 def _convert(model: LoadedModel, ctx: PassContext) -> Any:
@@ -153,18 +155,13 @@ def _convert(model: LoadedModel, ctx: PassContext) -> Any:
                 "before the torchscript step, or export ONNX first"
             )
         feed = model.prepare_inputs(ctx.inputs)
-        args, kwargs = bind_inputs(module, feed)
         spec_shapes = _spec_shapes(model)
-        fixed_maps = not any(-1 in s[2:] for _, s in spec_shapes)
-        with _pools_swapped(module, feed, ctx) if fixed_maps else contextlib.nullcontext():
-            if kwargs:  # OpenVINO's tracer calls positionally: convert a torch.export program
-                return ov.convert_model(_export_keyword_call(model, module, ctx))
-            shapes = [ov.PartialShape(s) for _, s in spec_shapes]
-            try:
-                with torch.no_grad():
-                    return ov.convert_model(module.eval(), example_input=args, input=shapes)
-            except Exception as traced:  # e.g. no rule for aten::diff (transformers' causal mask)
-                return _via_torch_export(model, module, ctx, traced)
+        if any(-1 in s[2:] for _, s in spec_shapes):  # a pool covers the map only at fixed sizes
+            return _convert_module(model, module, feed, ctx)
+        with exact_global_pools(module, lambda: call_module(module, feed)) as pools:
+            if pools:
+                ctx.details["global_pools_as_mean"] = pools
+            return _convert_module(model, module, feed, ctx)
     except PassError:
         raise
     except Exception as exc:  # OpenVINO's frontends raise OpConversionFailure / RuntimeError
@@ -387,6 +384,14 @@ def _is_transformer(ov_model: Any) -> bool:
     return bool(attention) and "MatMul" in types
 
 
+def _first_useful_line(text: str) -> str:
+    """The line of an OpenVINO error that says what failed: its first lines only name the
+    C++ files the exception passed through ("Exception from src/...cpp:224:")."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    useful = [ln for ln in lines if not ln.startswith(("Exception from", "Check '"))]
+    return (useful or lines or [""])[0][:300]
+
+
 @register_pass
 class QuantizeOpenVinoPass(Pass):
     name = "quantize_openvino"
@@ -468,7 +473,7 @@ class QuantizeOpenVinoPass(Pass):
         except PassError:
             raise
         except Exception as exc:  # NNCF raises many kinds; the first line says what failed
-            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+            first = _first_useful_line(str(exc))
             raise PassError(
                 f"NNCF quantization failed: {type(exc).__name__}: {first}. Try exclude for the "
                 "failing op, preset: mixed, or fewer samples"

@@ -10,6 +10,15 @@ same measured values give the same trials. A trial that fails the parity gate is
 before it is timed and told to Optuna as pruned; one that fails or crashes as failed; the
 search goes on until the trial count or the wall-time budget is spent, or it is cancelled.
 
+With the latency objective the search ends with a final side-by-side re-timing
+(accel.search.retime): its top ``final_top_k`` trials within the constraints, each timed
+against the original in its own measurement minutes apart, are timed together with the
+original in ONE round-robin measurement, and the winner is chosen on it. ``final_share`` of
+the budget is kept for it once two trials qualify. The result's ``final`` holds that
+measurement; the best's reported speedup comes from it (``SearchResult.best_timing``), while
+each trial keeps its own figure. A re-timing cut short (deadline, cancel, failure) keeps no
+figure, and the best is then chosen on the trials' own figures.
+
 Latency is measured, so with ``objective="latency"`` two searches can differ once timing
 noise reorders trials; with ``objective="size"`` every value the sampler sees is
 deterministic and a seed reproduces the whole search.
@@ -41,6 +50,9 @@ from accel.timing.result import StepTiming
 
 log = logging.getLogger(__name__)
 
+# The clock of budgets and deadlines (seconds, monotonic). Tests replace it with a fake one.
+CLOCK: Callable[[], float] = time.monotonic
+
 OBJECTIVES = ("latency", "throughput", "size", *GENERATION_OBJECTIVES)
 # Optuna objective (metric key, direction) per user objective; parity error and size follow.
 _PRIMARY = {
@@ -52,6 +64,7 @@ _PRIMARY = {
     **GENERATION_PRIMARY,  # tokens_per_s, ttft: ratios against the original, same rounds
 }
 MAX_DUPLICATES = 40  # proposals in a row already tried: the space is exhausted
+MAX_FINAL_TOP_K = 8  # trials timed together in the final re-timing, at most
 
 
 @dataclass
@@ -92,6 +105,12 @@ class SearchConfig:
     bench_dims: dict[str, int] = field(default_factory=dict)
     # tokens_per_s / ttft objectives: prompt_tokens, new_tokens, batch (accel.generate)
     generate: dict[str, int] = field(default_factory=dict)
+    # The final side-by-side re-timing (latency objective, accel.search.retime): the top
+    # ``final_top_k`` trials within the parity budget timed together with the original in
+    # one measurement, the winner chosen on it; ``final_share`` of the budget is kept for it
+    # (0 top-k: off).
+    final_top_k: int = 3
+    final_share: float = 0.1
 
     def validate(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -113,6 +132,16 @@ class SearchConfig:
             raise SearchError(
                 f"--allow {', '.join(unknown)}: not something to allow; one of "
                 f"{', '.join(sorted(allow_words()))}"
+            )
+        if not (isinstance(self.final_top_k, int) and 0 <= self.final_top_k <= MAX_FINAL_TOP_K):
+            raise SearchError(
+                f"the final re-timing's top-k must be an integer from 0 to {MAX_FINAL_TOP_K}, "
+                f"got {self.final_top_k!r}"
+            )
+        if not (isinstance(self.final_share, int | float) and 0 <= self.final_share <= 0.5):
+            raise SearchError(
+                "the budget share kept for the final re-timing must be from 0 to 0.5, got "
+                f"{self.final_share!r}"
             )
         if self.max_accuracy_drop is not None and not self.data.get("eval"):
             raise SearchError(
@@ -164,6 +193,47 @@ class TrialRecord:
 
 
 @dataclass
+class FinalTiming:
+    """The final side-by-side re-timing (accel.search.retime): the trials timed together
+    with the original in one measurement, each one's StepTiming from it, and the winner
+    chosen on it. ``done`` False: it did not run or was cut short (``reason``), and no figure
+    of it is kept; the best is then the best trial by its own measurement."""
+
+    trials: list[int]  # the trials re-timed, best first by their own measurements
+    done: bool = False
+    timings: dict[int, StepTiming] = field(default_factory=dict)
+    winner: int | None = None
+    reason: str = ""
+    run_id: str | None = None
+    duration_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "trials": list(self.trials),
+            "done": self.done,
+            "timings": {str(n): t.to_json() for n, t in self.timings.items()},
+            "winner": self.winner,
+            "reason": self.reason,
+            "run_id": self.run_id,
+            "duration_s": self.duration_s,
+            "what": "the winner's speedup comes from this one side-by-side measurement of "
+            "these trials and the original; each trial's own figure stays in its row",
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> FinalTiming:
+        return cls(
+            trials=[int(n) for n in d.get("trials") or []],
+            done=bool(d.get("done")),
+            timings={int(n): StepTiming.from_json(t) for n, t in (d.get("timings") or {}).items()},
+            winner=d.get("winner"),
+            reason=str(d.get("reason") or ""),
+            run_id=d.get("run_id"),
+            duration_s=float(d.get("duration_s") or 0.0),
+        )
+
+
+@dataclass
 class SearchResult:
     status: str  # finished | cancelled | no_feasible | failed
     config: SearchConfig
@@ -175,9 +245,19 @@ class SearchResult:
     space: dict[str, Any] = field(default_factory=dict)
     cache: dict[str, int] = field(default_factory=dict)
     model_kind: str = "torch"
+    final: FinalTiming | None = None  # the final side-by-side re-timing (None: not tried)
 
     def trial(self, number: int) -> TrialRecord:
         return next(t for t in self.trials if t.number == number)
+
+    def best_timing(self) -> StepTiming | None:
+        """The best trial's timing: from the final side-by-side measurement when it chose
+        the best, else the trial's own."""
+        if self.best is None:
+            return None
+        if self.final is not None and self.final.done and self.best in self.final.timings:
+            return self.final.timings[self.best]
+        return self.trial(self.best).timing
 
     def recipe_for(self, number: int) -> dict[str, Any]:
         return trial_recipe(self.config, self.trial(number))
@@ -194,6 +274,7 @@ class SearchResult:
             "space": self.space,
             "cache": dict(self.cache),
             "model_kind": self.model_kind,
+            "final": self.final.to_dict() if self.final is not None else None,
         }
 
 
@@ -462,7 +543,7 @@ def run_search(
     budget counts from ``started`` (monotonic; default: now), e.g. before an inspection."""
     config.validate()
     is_cancelled = cancel or (lambda: False)
-    t0 = time.monotonic() if started is None else started
+    t0 = CLOCK() if started is None else started
     model_info = model_info or inspect_model(config)
     kind, layers, space = _search_space(config, model_info)
     space, settings = add_runtime_settings(space, config.objective, config.bench_threads)
@@ -482,9 +563,16 @@ def run_search(
     loop = _TrialLoop(config, space, study, executor, len(seeds), on_trial or (lambda t: None))
     status, reason = loop.run(is_cancelled, t0)
     space, sensitivity = loop.space, _sensitivity_summary(config, loop)
-    executor.close()
     trials = loop.trials
     ok, best = _scores_and_best(config, trials)
+    final = None
+    if status != "cancelled":
+        final = _final_retime(config, executor, trials, ok, is_cancelled, t0)
+        if is_cancelled():
+            status, reason = "cancelled", "cancelled by the user"
+    executor.close()
+    if final is not None and final.done:
+        best = final.winner
     if status != "cancelled":
         status, reason = _verdict(config, trials, best, len(seeds), status, reason)
     return SearchResult(
@@ -494,7 +582,7 @@ def run_search(
         front=pareto_front(ok),
         best=best,
         reason=reason,
-        wall_s=time.monotonic() - t0,
+        wall_s=CLOCK() - t0,
         space={
             **_space_facts(space, seeds),
             "family": family,
@@ -504,7 +592,91 @@ def run_search(
         },
         cache=loop.cache_total,
         model_kind=kind,
+        final=final,
     )
+
+
+def final_candidates(
+    config: SearchConfig, trials: Sequence[TrialRecord], ok: Mapping[int, Any]
+) -> list[int]:
+    """The trials the final re-timing times together: the top ``final_top_k`` by their own
+    measurements among those within the constraints (status ok) with steps; none unless the
+    objective is latency (a speedup) and at least two qualify."""
+    if config.objective != "latency" or config.final_top_k < 2:
+        return []
+    ranked = sorted((n for n in ok if trials[n].chain), key=lambda n: (ok[n][0], n))
+    top = ranked[: config.final_top_k]
+    return top if len(top) >= 2 else []
+
+
+def final_reserve_s(config: SearchConfig) -> float:
+    """Seconds of the budget kept for the final re-timing (0 without a budget or top-k)."""
+    if config.budget_s is None or config.objective != "latency" or config.final_top_k < 2:
+        return 0.0
+    return config.final_share * config.budget_s
+
+
+def _final_retime(
+    config: SearchConfig,
+    executor: Executor,
+    trials: list[TrialRecord],
+    ok: Mapping[int, Any],
+    is_cancelled: Callable[[], bool],
+    t0: float,
+) -> FinalTiming | None:
+    """Time the top trials together with the original in one measurement (a job on the
+    executor, accel.search.retime) within what is left of the budget; the winner is the
+    fastest in it. Cut short, cancelled or failed: not done, no figure kept."""
+    numbers = final_candidates(config, trials, ok)
+    if not numbers:
+        return None
+    final = FinalTiming(trials=numbers)
+    limit = None
+    if config.budget_s is not None:
+        # What is left of the budget, or the share kept for the re-timing if a trial that
+        # started before it ran into it; never past budget + one trial timeout.
+        elapsed = CLOCK() - t0
+        limit = max(config.budget_s - elapsed, final_reserve_s(config)) - WIND_DOWN_S
+        if config.trial_timeout_s is not None:
+            promise = config.budget_s + config.trial_timeout_s - elapsed - WIND_DOWN_S
+            limit = min(limit, promise)
+        if limit < MIN_FINAL_S:
+            final.reason = (
+                f"not run: {max(limit, 0):.0f} s of the budget were left, it needs at least "
+                f"{MIN_FINAL_S:.0f} s (give a larger --budget)"
+            )
+            return final
+    if is_cancelled():
+        final.reason = "not run: the search was cancelled"
+        return final
+    spec = trial_spec(config, len(trials), [])
+    spec["out"] = str(Path(spec["out"]).with_name("final_retime"))
+    spec["retime"] = [{"trial": n, "steps": trials[n].steps} for n in numbers]
+    spec["time_limit_s"] = limit
+    if limit is not None:
+        spec["timeout_s"] = limit
+    started = CLOCK()
+    outcome = _wait(executor.submit(len(trials), spec), is_cancelled, limit)
+    final.duration_s = CLOCK() - started
+    final.run_id = outcome.get("run_id")
+    res = outcome.get("result") or {}
+    found = res.get("retime") if outcome.get("status") == "succeeded" else None
+    if found is None or is_cancelled():
+        why = outcome.get("error") or res.get("error") or outcome.get("status", "failed")
+        final.reason = "cancelled by the user" if is_cancelled() else str(why)
+        return final
+    final.timings = {int(n): StepTiming.from_json(t) for n, t in found["timings"].items()}
+    if len(final.timings) < 2:
+        final.timings = {}
+        final.reason = "fewer than two trials were timed; nothing to choose between"
+        return final
+    skipped = found.get("skipped") or {}
+    final.reason = "; ".join(f"trial {n} left out: {why}" for n, why in skipped.items())
+    final.winner = max(
+        final.timings, key=lambda n: (final.timings[n].speedup or 0.0, -numbers.index(n))
+    )
+    final.done = True
+    return final
 
 
 def _objective_first(space: SearchSpace, seeds: list[Seed], first: tuple[Seed, ...]) -> list[Seed]:
@@ -608,7 +780,7 @@ class _TrialLoop:
         self.trials: list[TrialRecord] = []
         self.tried: dict[str, TrialRecord] = {}
         self.duplicates = 0
-        self.t0 = time.monotonic()  # when the search's budget began (set by ``run``)
+        self.t0 = CLOCK()  # when the search's budget began (set by ``run``)
         self.cache_total = {"hits": 0, "misses": 0, "stored": 0, "evicted": 0, "reused_steps": 0}
         # --allow sensitivity: once refine_after trials (the first seeds) have run, the space
         # gets the analysis's exclude sets (same chains, more parameters); its summary.
@@ -624,7 +796,7 @@ class _TrialLoop:
                 return "cancelled", "cancelled by the user"
             if config.max_trials is not None and len(self.trials) >= config.max_trials:
                 return "finished", ""
-            if config.budget_s is not None and config.budget_s - (time.monotonic() - t0) <= 0:
+            if config.budget_s is not None and config.budget_s - (CLOCK() - t0) <= self._kept():
                 return "finished", ""
             if self._refine_now():
                 self.space, self.refined = _exclude_sets(self.space, config, is_cancelled, t0)
@@ -636,6 +808,12 @@ class _TrialLoop:
                 self._finish(ot, rec, _wait(handle, is_cancelled, config.trial_timeout_s))
             if is_cancelled():
                 return "cancelled", "cancelled by the user"
+
+    def _kept(self) -> float:
+        """Seconds of the budget kept for the final re-timing: once there are two trials
+        to re-time (before that, the trials may use all of it)."""
+        ok = sum(1 for t in self.trials if t.status == "ok" and t.chain)
+        return final_reserve_s(self.config) if ok >= 2 else 0.0
 
     def _refine_now(self) -> bool:
         return (
@@ -680,7 +858,7 @@ class _TrialLoop:
         timeout_s = config.trial_timeout_s
         if timeout_s is None or config.budget_s is None:
             return timeout_s
-        left = config.budget_s + timeout_s - (time.monotonic() - self.t0) - WIND_DOWN_S
+        left = config.budget_s + timeout_s - (CLOCK() - self.t0) - WIND_DOWN_S
         return max(min(timeout_s, left), timeout_s / 2)
 
     def _finish(self, ot: Any, rec: TrialRecord, outcome: dict[str, Any]) -> None:
@@ -722,10 +900,10 @@ def _exclude_sets(
     the analysis stops at cancel or at its deadline (``analysis_deadline``)."""
     from accel.search.sensitivity_space import add_exclude_sets, analysis_deadline
 
-    deadline = analysis_deadline(config.budget_s, t0, time.monotonic())
+    deadline = analysis_deadline(config.budget_s, t0, CLOCK())
 
     def stop() -> bool:
-        return is_cancelled() or (deadline is not None and time.monotonic() > deadline)
+        return is_cancelled() or (deadline is not None and CLOCK() > deadline)
 
     return add_exclude_sets(space, config, stop)
 
@@ -733,6 +911,9 @@ def _exclude_sets(
 # Time kept, out of budget + one trial timeout, for the search to stop its last trial's
 # worker, write its files and return.
 WIND_DOWN_S = 5.0
+
+# The final re-timing is not started with less of the budget left than this.
+MIN_FINAL_S = 10.0
 
 # A trial that outlives its timeout by this much is given up here, whatever its executor
 # does (the pool and Ray stop it at its timeout; this holds the search's own promise).
@@ -743,7 +924,7 @@ def _wait(
     handle: TrialHandle, is_cancelled: Callable[[], bool], timeout_s: float | None = None
 ) -> dict[str, Any]:
     cancelled = False
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s + OVERDUE_S
+    deadline = None if timeout_s is None else CLOCK() + timeout_s + OVERDUE_S
     while True:
         try:
             return handle.result(timeout=0.2)
@@ -751,7 +932,7 @@ def _wait(
             if is_cancelled() and not cancelled:
                 cancelled = True
                 handle.cancel()
-            if deadline is not None and time.monotonic() > deadline:
+            if deadline is not None and CLOCK() > deadline:
                 handle.cancel()
                 return {
                     "status": "timed_out",

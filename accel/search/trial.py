@@ -73,8 +73,13 @@ def run_trial(
     ``out`` (the trial's run folder), ``trial`` (its number). ``benchmark.skip``: build and
     check only (no timing). In-process callers may pass ``hold`` (a dict) to get the built
     ``model``, the ``original`` and the ``inputs`` back (benchmarks that time contenders
-    round-robin themselves)."""
-    trial = _Trial(spec, emit, cancel)
+    round-robin themselves). A spec with ``retime`` is the search's final side-by-side
+    re-timing of its top trials (``accel.search.retime``)."""
+    if spec.get("retime") is not None:
+        from accel.search.retime import run_retime
+
+        return run_retime(spec, emit, cancel)
+    trial = TrialBuild(spec, emit, cancel)
     try:
         trial.load()
     except Exception as exc:  # noqa: BLE001 - reported as the trial's failure
@@ -88,7 +93,7 @@ def run_trial(
     return trial.gate_time_and_record(hold)
 
 
-class _Trial:
+class TrialBuild:
     """The state of one trial between its phases: load, build (cached prefix, then the
     remaining steps), gate (parity, accuracy), time (interleaved against the original) and
     record (the last StepFinished, RunFinished and the returned summary)."""
@@ -139,24 +144,20 @@ class _Trial:
         return _cancelled(self.emit, self.run_dir, self.t_start)
 
     # -- load --------------------------------------------------------------------------------
-    def load(self) -> None:
-        """The original model, the inputs, its reference outputs and the data sources."""
+    def load(self, shared: TrialBuild | None = None) -> None:
+        """The original model, the inputs, its reference outputs and the data sources; those
+        of ``shared`` (another build of the same spec's model) when given."""
+        if shared is not None:
+            self.original, self.inputs = shared.original, shared.inputs
+            self.reference, self.data = shared.reference, shared.data
+            return
         import torch
 
-        from accel.models import load_model
-        from accel.parity import normalize_outputs
-
         torch.manual_seed(self.seed)
-        m = self.spec["model"]
-        self.original = load_model(
-            m["source"],
-            m.get("input_spec"),
-            trust_pickle=bool(m.get("trust_pickle")),
-            device=self.device,
+        self.original, self.inputs, self.reference = _loaded_original(
+            self.spec["model"], self.device, self.seed, self.bench.get("dims") or None
         )
-        dims = self.bench.get("dims") or None
-        self.inputs = self.original.input_spec.sample(seed=self.seed, dims=dims)
-        self.reference = normalize_outputs(self.original.forward(self.inputs))
+        torch.manual_seed(self.seed)
         self.data = _data_sources(self.spec.get("data") or {}, self.original, self.seed)
 
     def emit_started(self) -> None:
@@ -332,7 +333,7 @@ class _Trial:
         last = len(self.steps) - 1
         self.index = last if last >= 0 else None
         try:
-            report, metrics, gate_reason = self._gate()
+            report, metrics, gate_reason = self.gate()
             trial_status = "ok"
             if hold is not None:
                 hold.update(model=self.current, original=self.original, inputs=self.inputs)
@@ -346,7 +347,7 @@ class _Trial:
             return self.failed(exc)
         return self._record(report, metrics, gate_reason, trial_status)
 
-    def _gate(self) -> tuple[Any, dict[str, float | None], str | None]:
+    def gate(self) -> tuple[Any, dict[str, float | None], str | None]:
         """Parity against the original's outputs, then the accuracy drop (with eval data)."""
         from accel.parity import Tolerances, compare, normalize_outputs
 
@@ -477,6 +478,54 @@ class _Trial:
             "run_dir": str(self.run_dir),
             "duration_s": duration,
         }
+
+
+# The last original this process loaded, with its inputs and reference outputs: the trials
+# of a search in one process (in-process, a warm worker) load the same model with the same
+# seed, 13 s each for a ResNet-50 from transformers on a loaded machine. Trials never change
+# it (they build on a deep copy); one entry, so a process holds one original at most.
+_LAST_ORIGINAL: list[tuple[Any, tuple[Any, Any, Any]]] = []
+
+
+def _loaded_original(
+    model: dict[str, Any], device: str, seed: int, dims: dict[str, int] | None
+) -> tuple[Any, Any, Any]:
+    """The original model (``load_model``), the spec's sample inputs at ``seed`` and its
+    outputs on them; the same objects again for the same key (a file source's size and
+    modification time are part of it)."""
+    from accel.models import load_model
+    from accel.parity import normalize_outputs
+
+    source = str(model["source"])
+    path = Path(source.split(":", 1)[0]) if ":" in source else Path(source)
+    stamp = None
+    try:
+        if path.is_file():
+            st = path.stat()
+            stamp = (st.st_size, st.st_mtime_ns)
+    except OSError:
+        stamp = None
+    key = repr(
+        (
+            source,
+            stamp,
+            model.get("input_spec"),
+            bool(model.get("trust_pickle")),
+            device,
+            seed,
+            sorted((dims or {}).items()),
+        )
+    )
+    if _LAST_ORIGINAL and _LAST_ORIGINAL[0][0] == key:
+        return _LAST_ORIGINAL[0][1]
+    _LAST_ORIGINAL.clear()  # free the previous model before loading the next
+    original = load_model(
+        source, model.get("input_spec"), trust_pickle=bool(model.get("trust_pickle")), device=device
+    )
+    inputs = original.input_spec.sample(seed=seed, dims=dims)
+    reference = normalize_outputs(original.forward(inputs))
+    _LAST_ORIGINAL.append((key, (original, inputs, reference)))
+    return original, inputs, reference
 
 
 def _cancelled(emit: Emit, run_dir: Path, t_start: float) -> dict[str, Any]:

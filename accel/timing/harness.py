@@ -1,7 +1,9 @@
 """What the timing loop calls, and the measurements the runner, the search and the corpus
 check make with it: ``compare_interleaved`` (a step against the original, in alternating
-rounds), ``time_alone`` (one model, the same machinery: the original's row, the memory
-fallback). Both return objects whose ``timing()`` is the typed StepTiming.
+rounds), ``compare_round_robin`` (several candidates against the original in one
+measurement: the search's final re-timing), ``time_alone`` (one model, the same machinery:
+the original's row, the memory fallback). All return objects whose ``timing()`` is the typed
+StepTiming.
 
 * One thread count (``settings.threads``, default: the physical cores, or the CPUs other
   processes leave free, ``choose_cpus``) drives torch and every runtime alike.
@@ -21,7 +23,7 @@ from accel.errors import AccelError
 from accel.models.feed import as_positional, move_inputs
 from accel.timing.noise import NoiseMonitor
 from accel.timing.placement import choose_cpus, torch_threads, with_threads
-from accel.timing.rounds import Alone, Comparison, run_alone, run_rounds
+from accel.timing.rounds import Alone, Comparison, run_alone, run_round_robin
 from accel.timing.settings import MeasureError, TimingSettings
 
 log = logging.getLogger(__name__)
@@ -128,6 +130,34 @@ def compare_interleaved(
     .onnx path). Raises MeasureError for a model that returns NaN. ``reference_warm``: see
     ``run_rounds``. With ``settings.threads`` unset, CPUs that other processes keep busy are
     left out while timing (``choose_cpus``); the result's ``placement`` says where it ran."""
+    return compare_round_robin(
+        reference,
+        {"candidate": candidate},
+        inputs,
+        settings,
+        device=device,
+        cancel=cancel,
+        progress=progress,
+        seed=seed,
+        reference_warm=reference_warm,
+    )["candidate"]
+
+
+def compare_round_robin(
+    reference: Any,
+    candidates: Mapping[str, Any],
+    inputs: Any,
+    settings: TimingSettings | Mapping[str, Any] | None = None,
+    *,
+    device: str = "cpu",
+    cancel: Callable[[], bool] | None = None,
+    progress: Callable[[float, str], None] | None = None,
+    seed: int = 0,
+    reference_warm: bool = False,
+) -> dict[str, Comparison]:
+    """``compare_interleaved`` for several named candidates in one measurement
+    (``run_round_robin``: rotating order, the reference in every round): each candidate's
+    Comparison against the reference of the same rounds, so their speedups compare."""
     settings = TimingSettings.from_any(settings)
     device = str(device)
     placement = choose_cpus(settings.threads, device)
@@ -135,13 +165,12 @@ def compare_interleaved(
     settings = settings.with_threads(threads)
     sync = _sync_for(device)
     with placement.pinned(), torch_threads(threads), _grad_off():
-        prepared = {
-            "reference": prepare(with_threads(reference, threads), inputs, device, threads),
-            "candidate": prepare(with_threads(candidate, threads), inputs, device, threads),
-        }
-        cmp = run_rounds(
+        prepared = {"reference": prepare(with_threads(reference, threads), inputs, device, threads)}
+        for name, model in candidates.items():
+            prepared[name] = prepare(with_threads(model, threads), inputs, device, threads)
+        out = run_round_robin(
             prepared["reference"].call,
-            prepared["candidate"].call,
+            {name: prepared[name].call for name in candidates},
             settings,
             sync=sync,
             monitor=NoiseMonitor(device),
@@ -152,12 +181,13 @@ def compare_interleaved(
             check_output=check_finite,
             reference_warm=reference_warm,
         )
-    cmp.placement = placement
+    for cmp in out.values():
+        cmp.placement = placement
+        if placement.note and cmp.noisy:
+            cmp.reasons.append(placement.note)
     if placement.note:
         log.info("%s", placement.note)
-        if cmp.noisy:
-            cmp.reasons.append(placement.note)
-    return cmp
+    return out
 
 
 def time_alone(
@@ -196,6 +226,7 @@ __all__ = [
     "batch_size",
     "check_finite",
     "compare_interleaved",
+    "compare_round_robin",
     "prepare",
     "time_alone",
 ]

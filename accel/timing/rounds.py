@@ -1,7 +1,8 @@
 """The one timing loop: a model's first call timed apart, its warm-up, then rounds of
 samples; two models in alternating rounds (A B, then B A, ...: neither always runs on the
 other's caches), or one model alone (the original's row, the memory fallback) with the very
-same first call, warm-up, batching and rounds.
+same first call, warm-up, batching and rounds; or a reference and several candidates in
+rotating order (``run_round_robin``: the search's final side-by-side re-timing).
 
 Nothing here asserts on wall time; the tests drive it with a fake clock (``CLOCK``).
 """
@@ -311,31 +312,79 @@ def run_rounds(
     ``check_output(output, side)`` sees the first call's output (to reject NaN).
     ``reference_warm``: the reference already ran in this process (the runner's baseline),
     so it gets one warm-up call instead of ``settings.warmup``."""
-    calls = {"reference": reference, "candidate": candidate}
-    sides = _warmed_up(calls, settings, sync, first, check_output, reference_warm)
-    order = ("reference", "candidate")
+    return run_round_robin(
+        reference,
+        {"candidate": candidate},
+        settings,
+        sync=sync,
+        monitor=monitor,
+        cancel=cancel,
+        progress=progress,
+        seed=seed,
+        first=first,
+        check_output=check_output,
+        reference_warm=reference_warm,
+    )["candidate"]
 
-    def alternating(rounds: int) -> list[tuple[Side, Callable[[], Any]]]:
-        names = order if rounds % 2 == 0 else order[::-1]
-        return [(sides[name], calls[name]) for name in names]
+
+def run_round_robin(
+    reference: Callable[[], Any],
+    candidates: Mapping[str, Callable[[], Any]],
+    settings: TimingSettings,
+    *,
+    sync: Callable[[], None] = lambda: None,
+    monitor: NoiseMonitor | None = None,
+    cancel: Callable[[], bool] | None = None,
+    progress: Callable[[float, str], None] | None = None,
+    seed: int = 0,
+    first: Mapping[str, Callable[[], Any]] | None = None,
+    check_output: Callable[[Any, str], None] | None = None,
+    reference_warm: bool = False,
+) -> dict[str, Comparison]:
+    """``run_rounds`` for a reference and any number of named candidates in ONE measurement:
+    every round times each side once, in an order rotated by one each round (with one
+    candidate: A B, then B A, ...), so that every candidate and the reference see the same
+    machine load. Each candidate's Comparison holds the reference's side of these very
+    rounds; its speedup is the median of the per-round ratios (``_speedup_and_noise``).
+    ``min_time_s`` counts the time of two sides (a pair's), whatever the number of sides."""
+    if not candidates:
+        raise ValueError("round-robin timing needs at least one candidate")
+    if "reference" in candidates:
+        raise ValueError("'reference' names the reference side; name the candidate otherwise")
+    calls = {"reference": reference, **candidates}
+    sides = _warmed_up(calls, settings, sync, first, check_output, reference_warm)
+    order = list(calls)
+
+    def rotated(rounds: int) -> list[tuple[Side, Callable[[], Any]]]:
+        k = rounds % len(order)
+        return [(sides[name], calls[name]) for name in order[k:] + order[:k]]
 
     rounds, noise = _timed_rounds(
-        alternating, settings, sync, monitor=monitor, cancel=cancel, progress=progress
+        rotated,
+        settings,
+        sync,
+        time_scale=2.0 / len(order),
+        monitor=monitor,
+        cancel=cancel,
+        progress=progress,
     )
-    ref, cand = sides["reference"], sides["candidate"]
-    interval, reasons = _speedup_and_noise(ref, cand, noise, seed)
-    return Comparison(
-        speedup=interval,
-        reference=ref,
-        candidate=cand,
-        rounds=rounds,
-        iters=settings.per_round,
-        warmup=settings.warmup,
-        threads=settings.threads,
-        noise=noise,
-        reasons=reasons,
-        seed=seed,
-    )
+    ref = sides["reference"]
+    out = {}
+    for name in candidates:
+        interval, reasons = _speedup_and_noise(ref, sides[name], noise, seed)
+        out[name] = Comparison(
+            speedup=interval,
+            reference=ref,
+            candidate=sides[name],
+            rounds=rounds,
+            iters=settings.per_round,
+            warmup=settings.warmup,
+            threads=settings.threads,
+            noise=noise,
+            reasons=reasons,
+            seed=seed,
+        )
+    return out
 
 
 def _speedup_and_noise(

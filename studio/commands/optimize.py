@@ -341,9 +341,11 @@ def report(outcome: Any, interrupted: bool = False, trust_pickle: bool = False) 
         print(render_table(HEADERS[:-1], [trial_row(res.trial(n))[:-1] for n in res.front]))
     if res.reason:
         print(f"\n{res.reason}")
+    if res.final is not None:
+        print(final_retime_text(res))
     if res.best is not None:
         b = res.trial(res.best)
-        print(f"\nbest within the constraints: trial {b.number} {b.label}")
+        print(f"\nbest within the constraints: trial {b.number} {b.label}{best_figure(res)}")
         for key in ("best", "script", "search"):
             if key in outcome.files:
                 print(f"  {key}: {outcome.files[key]}")
@@ -357,6 +359,46 @@ def report(outcome: Any, interrupted: bool = False, trust_pickle: bool = False) 
     if res.status == "cancelled" or interrupted:
         return 130
     return 0 if res.best is not None else 1
+
+
+def best_figure(res: Any) -> str:
+    """' : 5.40x [5.1-5.7] (final side-by-side measurement)' when the final re-timing chose
+    the best; else its own trial's figure."""
+    t = res.best_timing()
+    if t is None or t.speedup is None:
+        return ""
+    final = res.final is not None and res.final.done
+    where = "the final side-by-side measurement" if final else "its own trial's measurement"
+    low, high = t.speedup_low, t.speedup_high
+    rng = f" [{low:.2f}-{high:.2f}]" if low is not None and high is not None else ""
+    return f": {t.speedup:.2f}x{rng} ({where})"
+
+
+def final_retime_text(res: Any) -> str:
+    """The final re-timing: each re-timed trial's own figure beside its figure from the one
+    side-by-side measurement, or why there is none."""
+    final = res.final
+    head = "\nfinal side-by-side re-timing of trials " + ", ".join(str(n) for n in final.trials)
+    if not final.done:
+        return f"{head}: not done ({final.reason}); the best is chosen on the trials' own figures"
+    lines = [f"{head} with the original, in one measurement ({final.duration_s:.0f} s):"]
+    for n in final.trials:
+        t = res.trial(n)
+        own = t.metrics.get("speedup")
+        own_text = "-" if own is None else f"{own:.2f}x"
+        ft = final.timings.get(n)
+        if ft is None or ft.speedup is None:
+            side = "not timed"
+        else:
+            side = f"{ft.speedup:.2f}x [{ft.speedup_low:.2f}-{ft.speedup_high:.2f}]"
+        mark = "  <- chosen" if n == final.winner else ""
+        lines.append(
+            f"  trial {n} {t.label}: own measurement {own_text}, side by side {side}{mark}"
+        )
+    if final.reason:
+        lines.append(f"  {final.reason}")
+    lines.append("  (the trial table's speedups are each trial's own measurement)")
+    return "\n".join(lines)
 
 
 def _sensitivity_line(sens: dict[str, Any]) -> str:
@@ -383,6 +425,15 @@ def search_id_arg(repo: SearchStore, prefix: str) -> str:
         return repo.get_search(prefix).id
     except RunNotFound as exc:
         raise UserError(str(exc.args[0] if exc.args else exc)) from None
+
+
+def _final_mark(summary: dict[str, Any]) -> str:
+    """' 5.40x (final side by side)' when the final re-timing chose the stored best."""
+    final = summary.get("final") or {}
+    t = (final.get("timings") or {}).get(str(summary.get("best")))
+    if not final.get("done") or not t or t.get("speedup") is None:
+        return ""
+    return f" {t['speedup']:.2f}x (final side by side)"
 
 
 def list_searches(args: argparse.Namespace) -> int:
@@ -415,7 +466,9 @@ def list_searches(args: argparse.Namespace) -> int:
                 s.device,
                 s.objective,
                 s.trials,
-                "-" if best is None else f"#{best} run {str(best_run or '')[:8]}",
+                "-"
+                if best is None
+                else f"#{best} run {str(best_run or '')[:8]}{_final_mark(summ)}",
                 f"{summ['wall_s']:.0f} s" if summ.get("wall_s") is not None else "-",
             ]
         )

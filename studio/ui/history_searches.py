@@ -151,6 +151,14 @@ class SearchesView(QWidget):
             ]
             cells[0].setData(Qt.ItemDataRole.UserRole, s.id)
             cells[4].setToolTip(s.summary.get("reason") or s.status)
+            if best is not None:
+                final = s.summary.get("final") or {}
+                cells[6].setToolTip(
+                    "from the final side-by-side re-timing of trials "
+                    + ", ".join(str(n) for n in final.get("trials") or [])
+                    if final.get("done")
+                    else "the best trial's own measurement"
+                )
             for j, c in enumerate(cells):
                 t.setItem(i, j, c)
         t.setSortingEnabled(True)
@@ -162,8 +170,13 @@ class SearchesView(QWidget):
             self._show_trials()
 
     def _best_final(self, s: Any) -> StepTiming | None:
-        """The best trial's final speedup (with its interval where it was stored)."""
+        """The best's speedup: from the search's final side-by-side re-timing when that
+        chose it, else its trial run's own (with its interval where it was stored)."""
         best = s.summary.get("best")
+        final = s.summary.get("final") or {}
+        side_by_side = (final.get("timings") or {}).get(str(best)) if final.get("done") else None
+        if side_by_side:
+            return StepTiming.from_json(side_by_side)
         run_id = (s.summary.get("trial_runs") or {}).get(str(best)) if best is not None else None
         if not run_id:
             return None

@@ -366,3 +366,45 @@ def test_comparison_says_where_it_ran(monkeypatch):
     t = res.timing()
     assert t.cpus == (free,) and t.threads == 1
     assert "busy with other processes" in t.placement
+
+
+def test_round_robin_rotates_and_every_candidate_shares_the_reference_rounds(clock):
+    from accel.timing import run_round_robin
+
+    order: list[str] = []
+    load = lambda t: 1.0 if t < 0.3 else 2.0  # noqa: E731 - the load doubles mid-run
+    ref = fake_model(clock, 0.012, load, order, "R")
+    cands = {
+        "a": fake_model(clock, 0.006, load, order, "a"),
+        "b": fake_model(clock, 0.003, load, order, "b"),
+    }
+    settings = TimingSettings(rounds=6, iters=6, warmup=1, threads=1, min_time_s=0)
+    out = run_round_robin(ref, cands, settings)
+    assert set(out) == {"a", "b"}
+    assert out["a"].speedup.value == pytest.approx(2.0, rel=1e-6)
+    assert out["b"].speedup.value == pytest.approx(4.0, rel=1e-6)
+    assert out["a"].reference is out["b"].reference  # one measurement, one reference side
+    timed = order[-18:]  # 6 rounds x 3 sides x 1 sample
+    assert [timed[i : i + 3] for i in range(0, 9, 3)] == [
+        ["R", "a", "b"],
+        ["a", "b", "R"],
+        ["b", "R", "a"],
+    ]
+    with pytest.raises(ValueError, match="reference"):
+        run_round_robin(ref, {"reference": ref}, settings)
+
+
+def test_round_robin_cancel_stops_timing(clock):
+    from accel.errors import Cancelled
+    from accel.timing import run_round_robin
+
+    calls = {"n": 0}
+
+    def cancel():
+        calls["n"] += 1
+        return calls["n"] > 2
+
+    m = fake_model(clock, 0.001, lambda t: 1.0)
+    settings = TimingSettings(rounds=10, iters=10, warmup=0, threads=1, min_time_s=0)
+    with pytest.raises(Cancelled):
+        run_round_robin(m, {"a": m, "b": m}, settings, cancel=cancel)

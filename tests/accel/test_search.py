@@ -232,3 +232,33 @@ def test_the_budget_counts_from_when_the_search_started_for_its_user(tmp_path):
     run_search(cfg, late, model_info=info, started=time.monotonic() - 90.0)
     assert len(late.specs) == 1
     assert 30.0 <= late.specs[0]["timeout_s"] <= 100.0 + 60.0 - 90.0
+
+
+def test_trials_in_one_process_share_one_load_of_the_original_and_never_change_it(tmp_path):
+    import torch
+
+    from accel.models import load_model
+    from accel.search.engine import trial_spec
+    from accel.search.trial import run_trial
+
+    cfg = _config(tmp_path, bench_threads=1)
+    held = []
+    for n, steps in enumerate(([{"pass": "bf16", "params": {}}], [])):
+        spec = trial_spec(cfg, n, steps)
+        spec["cache"] = None
+        spec["benchmark"]["skip"] = True
+        hold: dict = {}
+        out = run_trial(spec, lambda e: None, lambda: False, hold=hold)
+        assert out["trial_status"] == "ok"
+        held.append(hold)
+    assert held[0]["original"] is held[1]["original"]  # loaded once
+    assert held[1]["model"].module is not held[1]["original"].module  # a trial builds on a copy
+    torch.manual_seed(cfg.seed)
+    fresh = load_model("zoo:mlp").module.state_dict()
+    kept = held[1]["original"].module.state_dict()
+    assert all(torch.equal(fresh[k], kept[k]) for k in fresh)  # the bf16 trial left it as loaded
+    other = trial_spec(_config(tmp_path, seed=4), 2, [])
+    other["cache"], other["benchmark"]["skip"] = None, True
+    hold = {}
+    run_trial(other, lambda e: None, lambda: False, hold=hold)
+    assert hold["original"] is not held[0]["original"]  # another seed: another load

@@ -43,12 +43,18 @@ def test_optimize_writes_best_recipe_and_records_trials(tmp_path, capsys):
     assert best["gates"]["min_cosine"] == pytest.approx(0.999)
     assert (out / "best.py").read_text().startswith("#")
     # trial folders and the prefix cache go to the --artifacts folder
-    assert sorted(p.name for p in (tmp_path / "shared" / "trials").iterdir())[0] == "trial_000"
+    folders = sorted(p.name for p in (tmp_path / "shared" / "trials").iterdir())
+    assert folders[:2] == ["final_retime", "trial_000"]
     assert (tmp_path / "shared" / "cache").is_dir() and not (out / "trials").exists()
     repo = Repository.open(str(db))
     runs = repo.list_runs(RunFilter(tags=("search",)))
+    # the trials, and the final side-by-side re-timing of the two trials with steps
+    (final_run,) = [r for r in runs if "re-timing" in r.name]
+    runs = [r for r in runs if r is not final_run]
     assert len(runs) == 3
-    assert {r.status for r in runs} == {"succeeded"}
+    assert {r.status for r in runs} == {"succeeded"} and final_run.status == "succeeded"
+    assert "final side-by-side re-timing of trials" in text and "<- chosen" in text
+    assert "(the final side-by-side measurement)" in text
     timed = [r.final for r in runs if r.final is not None]
     assert timed and all(t.consistent() and t.p50_ref_ms > 0 for t in timed)
     # a later ONNX trial started from the first one's export
@@ -58,16 +64,22 @@ def test_optimize_writes_best_recipe_and_records_trials(tmp_path, capsys):
     assert search.status == "finished" and search.trials == 3
     assert search.summary["best"] is not None and search.summary["front"]
     assert search.summary["cache"]["hits"] >= 1
+    final = search.summary["final"]
+    assert final["done"] and final["run_id"] == final_run.id
+    assert final["winner"] == search.summary["best"]
+    assert final["timings"][str(final["winner"])]["speedup"] > 0
     # what the next search for a similar model starts from (accel.search.seeds.Prior)
     (prior,) = repo.search_priors()
     assert prior["family"] == "mlp" and prior["size_class"] == "small"
     assert prior["device"] == "cpu" and prior["objective"] == "latency"
     assert [s["pass"] for s in prior["steps"]] == [s["pass"] for s in best["steps"]]
-    assert prior["score"] > 0  # the best trial's speedup
+    # the best's speedup from the final side-by-side measurement
+    assert prior["score"] == pytest.approx(final["timings"][str(final["winner"])]["speedup"])
     assert {r.id for r in repo.list_runs(RunFilter(search_id=search.id))} == {r.id for r in runs}
     assert main(["--db", str(db), "history", "--searches"]) == 0
     listing = capsys.readouterr().out
     assert search.short_id in listing and "finished" in listing
+    assert "(final side by side)" in listing
     assert main(["--db", str(db), "history", "--trials", search.id[:8]]) == 0
     listing = capsys.readouterr().out
     assert listing.count("search trial") == 3
