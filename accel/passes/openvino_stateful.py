@@ -161,7 +161,13 @@ class OpenVinoStatefulPass(Pass):
     keeps_kv_cache = True
     search = SearchSpec(
         stage=STAGE_LOWER,
-        params={"precision": Choice(("auto", "f32")), "kv_cache_precision": Choice(("u8", "f16"))},
+        params={
+            "precision": Choice(("auto", "f32")),
+            "kv_cache_precision": Choice(("u8", "f16")),
+            # the paged backend is not searched: its KV cache is not the IR's, so the
+            # teacher-forced parity (through the infer request) would not cover it
+            "pipeline": Choice(("infer_request", "genai")),
+        },
         devices=("cpu",),
         when=("attention",),
         exportable=False,
@@ -234,13 +240,19 @@ class OpenVinoStatefulPass(Pass):
                 "ov_pipe = ov_pipeline(ov_path, ov_config, ov_genai_attention)",
             ]
             helpers.append(inspect.getsource(genai._link_or_copy))
-            helpers.append(f"EOS_PLACEHOLDER = {genai.EOS_PLACEHOLDER!r}")
+            helpers.append(
+                f"EOS_PLACEHOLDER, PAGED_CACHE_GB, PAGED_MAX_BATCHED_TOKENS = "
+                f"{genai.EOS_PLACEHOLDER!r}, {genai.PAGED_CACHE_GB!r}, "
+                f"{genai.PAGED_MAX_BATCHED_TOKENS!r}"
+            )
             helpers.append(OV_PIPELINE_HELPER)
             imports += ["import os", "import shutil", "import tempfile"]
         trace = f"TRACE_BATCH, TRACE_PAST, TRACE_NEW = {lms.TRACE_BATCH!r}, {lms.TRACE_PAST!r}, {lms.TRACE_NEW!r}"
         sources = [inspect.getsource(f) for f in (lms.kv_shape, lms.flat_cache_lm)]
         sources += [inspect.getsource(f) for f in (lms.lm_to_openvino, lms.make_ir_stateful)]
-        return ScriptStep(code="\n".join(lines), imports=imports, helpers=[*helpers, trace, *sources])
+        return ScriptStep(
+            code="\n".join(lines), imports=imports, helpers=[*helpers, trace, *sources]
+        )
 
 
 OV_PIPELINE_HELPER = '''
@@ -252,7 +264,15 @@ def ov_pipeline(ov_path, ov_config, attention):
     try:
         _link_or_copy(Path(ov_path), folder / "openvino_model.xml")
         _link_or_copy(Path(ov_path).with_suffix(".bin"), folder / "openvino_model.bin")
-        return openvino_genai.LLMPipeline(str(folder), "CPU", **ov_config, ATTENTION_BACKEND=attention)
+        extra = {}
+        if attention == "PA":  # no prefix caching: a repeated prompt would skip its prefill
+            sc = openvino_genai.SchedulerConfig()
+            sc.enable_prefix_caching = False
+            sc.cache_size, sc.max_num_batched_tokens = PAGED_CACHE_GB, PAGED_MAX_BATCHED_TOKENS
+            extra["scheduler_config"] = sc
+        return openvino_genai.LLMPipeline(
+            str(folder), "CPU", **ov_config, ATTENTION_BACKEND=attention, **extra
+        )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

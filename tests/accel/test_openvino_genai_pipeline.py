@@ -174,3 +174,21 @@ def test_the_exported_script_generates_through_the_pipeline(tmp_path):
     rows = json.loads((out / "results.json").read_text())
     assert len(rows) == 2 and rows[0]["tf_top1"] == 1.0 and rows[0]["tf_cosine_mean"] > 0.9999
     assert rows[1]["tf_top1"] >= 0.75 and rows[1]["tokens_per_s"] > 0
+
+
+def test_the_tokens_per_s_search_starts_from_the_pipeline_at_batch_1_only():
+    from accel.search.engine import SearchConfig, _seed_params
+    from accel.search.generation import generation_seeds
+    from accel.search.space import build_space
+
+    chain = ("openvino_stateful", "compress_weights_openvino")
+    one = SearchConfig(model="hf:llama_small", objective="tokens_per_s")
+    first = generation_seeds(one)[0]
+    assert first.chain == chain and first.values["openvino_stateful.pipeline"] == "genai"
+    space = build_space("torch", "cpu", layer_types={"attention", "linear"})
+    enqueued = _seed_params(space, chain, first.values)
+    assert enqueued["openvino_stateful.pipeline"] == "genai"
+    assert enqueued["compress_weights_openvino.mode"] == "int8_asym"
+    batched = SearchConfig(model="hf:llama_small", objective="tokens_per_s", generate={"batch": 2})
+    seed = next(s for s in generation_seeds(batched) if s.chain == chain)
+    assert seed.values["openvino_stateful.pipeline"] == "infer_request"
