@@ -319,7 +319,14 @@ def figures(timings: list[Any], reference: list[Any]) -> dict[str, Any]:
 def build_group(
     group: str, original: Any, args: argparse.Namespace, work: Path
 ) -> tuple[dict[str, Any], dict[str, int], dict[str, str]]:
-    """One group's contenders: (label -> decoder, label -> weight bytes, label -> why not)."""
+    """One group's contenders: (label -> decoder, label -> weight bytes, label -> why not).
+    ``a+b``: the contenders of both, built one after the other, timed together."""
+    if "+" in group:
+        merged: tuple[dict[str, Any], dict[str, int], dict[str, str]] = ({}, {}, {})
+        for part in group.split("+"):
+            for into, new in zip(merged, build_group(part, original, args, work / part)):
+                into.update(new)
+        return merged
     total = args.prompt + args.new
     decoders: dict[str, Any] = {}
     weights: dict[str, int] = {}
