@@ -65,7 +65,9 @@ class OpenVinoStatefulConfig(PassConfig):
         "sdpa",
         description="pipeline genai: the pipeline's attention backend: sdpa keeps the IR's "
         "attention and state; paged rewrites it to paged attention with a block KV cache "
-        "(OpenVINO GenAI's continuous-batching form)",
+        "(OpenVINO GenAI's continuous-batching form; teacher-forced parity runs the IR "
+        "through the infer request, so it does not cover the paged cache: only the free-"
+        "running agreement does)",
     )
 
 
@@ -175,6 +177,8 @@ class OpenVinoStatefulPass(Pass):
 
     def preflight(self, model: LoadedModel, config: OpenVinoStatefulConfig) -> None:
         causal_lm(model.module)
+        if config.pipeline == "genai":
+            _check_genai(config)
 
     def apply(
         self, model: LoadedModel, config: OpenVinoStatefulConfig, ctx: PassContext
