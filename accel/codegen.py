@@ -119,7 +119,16 @@ def calibration_batches(limit=8):
 
 # What run() reads: the current model. A state is saved once for the original and swapped in
 # for its timing rounds, so each step is timed against the original round by round.
-STATE_NAMES = ("model", "session", "kind", "input_casts", "compiled", "request", "onnx_path")
+STATE_NAMES = (
+    "model",
+    "session",
+    "kind",
+    "input_casts",
+    "compiled",
+    "request",
+    "onnx_path",
+    "ov_pipe",
+)
 
 
 def current_state():

@@ -16,6 +16,10 @@ settings (no consent file is written; nothing under ``~/intel`` or ``~/.cache`` 
   client) and its telemetry events when it is imported; ONNX Runtime GenAI's events too
   (``onnxruntime_genai.disable_telemetry_events()`` when it is imported; the ort_genai
   pass's exported script calls it itself).
+- OpenVINO GenAI and OpenVINO Tokenizers (the ``pipeline: genai`` path) bring no sender of
+  their own: they import openvino (whose converter would import ``openvino_telemetry``,
+  blocked above) and their native libraries call no socket, name lookup or HTTP client
+  (tests/accel/test_privacy.py checks both).
 
 ``SCRIPT_PREAMBLE`` is the same in plain Python for exported scripts.
 """

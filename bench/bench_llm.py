@@ -29,6 +29,7 @@ import argparse
 import copy
 import importlib.util
 import json
+import os
 import sys
 import tempfile
 import time
@@ -67,16 +68,22 @@ def tensor_bytes(module: Any) -> int:
     )
 
 
-def hand_written(module: Any) -> dict[str, Any]:
-    """The hand-written contenders: label -> module (a copy of the original's)."""
+def hand_written(module: Any, which: str = "bf16,static,torchao") -> dict[str, Any]:
+    """The hand-written contenders (``which``: bf16, static, torchao): label -> module (a
+    copy of the original's)."""
     import torch
     from torchao.quantization import Int8WeightOnlyConfig, IntxWeightOnlyConfig, quantize_
     from torchao.quantization.granularity import PerGroup
 
-    out: dict[str, Any] = {"eager bf16": copy.deepcopy(module).to(torch.bfloat16)}
-    static = copy.deepcopy(module)
-    static.generation_config.cache_implementation = "static"
-    out["compile + static cache"] = torch.compile(static, dynamic=False)
+    out: dict[str, Any] = {}
+    if "bf16" in which:
+        out["eager bf16"] = copy.deepcopy(module).to(torch.bfloat16)
+    if "static" in which:
+        static = copy.deepcopy(module)
+        static.generation_config.cache_implementation = "static"
+        out["compile + static cache"] = torch.compile(static, dynamic=False)
+    if "torchao" not in which:
+        return out
     int8 = copy.deepcopy(module)
     quantize_(int8, Int8WeightOnlyConfig())
     out["torchao int8 weight-only"] = int8
@@ -92,9 +99,14 @@ def hand_written(module: Any) -> dict[str, Any]:
 
 
 def openvino_stateful(original: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """The studio's stateful OpenVINO LM (``openvino_stateful``, u8 KV cache) in f32 and bf16,
-    and NNCF int8 / int4 weights on the f32 one (``compress_weights_openvino``): label ->
-    LoadedModel, or the reason the contender is missing."""
+    """The studio's stateful OpenVINO LM (``openvino_stateful``, ``--kv-cache`` KV cache): NNCF
+    int8 / int4 weights on the f32 export (``compress_weights_openvino``), each generating
+    through the infer request and through OpenVINO GenAI's LLMPipeline (``pipeline: genai``,
+    the attention backends of ``--ov-pipelines``), and bf16 with ``--ov-bf16``: label ->
+    LoadedModel, or the reason the contender is missing. The f32 export itself is dropped
+    once compressed (its weights are the eager model's)."""
+    import gc
+
     from accel.models.runtime import runtime_of
     from accel.passes import PassContext, get_pass
     from accel.runtimes.openvino.ir import bf16_supported
@@ -105,41 +117,112 @@ def openvino_stateful(original: Any, args: argparse.Namespace, work: Path) -> di
         new = cls().apply(model, cls.parse_config(params), ctx)
         return runtime_of(new).with_threads(new, args.threads)
 
+    def piped(model: Any, attention: str) -> Any:
+        # what openvino_stateful(pipeline: genai, attention) + compression gives: same IR
+        return model.replace(
+            session_options={**model.session_options, "pipeline": "genai", "attention": attention}
+        )
+
     out: dict[str, Any] = {}
     kv = {"kv_cache_precision": args.kv_cache}
+    pipes = [a.strip() for a in args.ov_pipelines.split(",") if a.strip()]
     print("  exporting the stateful OpenVINO LM (f32)", flush=True)
     f32 = apply("openvino_stateful", original, {"precision": "f32", **kv}, "ov_f32")
-    out[f"OpenVINO stateful f32 ({args.kv_cache} KV)"] = f32
-    if bf16_supported("CPU"):
-        bf16 = apply("openvino_stateful", original, {"precision": "bf16", **kv}, "ov_bf16")
-        out[f"OpenVINO stateful bf16 ({args.kv_cache} KV)"] = bf16
-    else:
-        out[f"OpenVINO stateful bf16 ({args.kv_cache} KV)"] = "no bf16 kernels on this CPU"
     for mode, params in (
         ("int8", {"mode": "int8_asym"}),
         ("int4", {"mode": "int4_sym", "group_size": args.int4_group}),
     ):
-        label = f"OpenVINO stateful f32 + {mode} weights"
+        if mode not in args.ov_modes:
+            continue
+        label = f"OpenVINO stateful + {mode} weights"
         if mode == "int4":
             label += f" (g{args.int4_group})"
         print(f"  compressing weights to {mode}", flush=True)
         try:
-            out[label] = apply("compress_weights_openvino", f32, params, f"ov_{mode}")
+            model = apply("compress_weights_openvino", f32, params, f"ov_{mode}")
         except Exception as exc:  # noqa: BLE001 - a failed contender is a row that says why
             out[label] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            continue
+        out[label + ", infer request"] = model
+        for attention in pipes:
+            out[label + f", GenAI LLMPipeline ({attention})"] = piped(model, attention)
+    del f32
+    gc.collect()
+    if args.ov_bf16:
+        label = f"OpenVINO stateful bf16 ({args.kv_cache} KV)"
+        if bf16_supported("CPU"):
+            bf16 = apply("openvino_stateful", original, {"precision": "bf16", **kv}, "ov_bf16")
+            out[label + ", infer request"] = bf16
+            for attention in pipes:
+                out[label + f", GenAI LLMPipeline ({attention})"] = piped(bf16, attention)
+        else:
+            out[label] = "no bf16 kernels on this CPU"
     return out
 
 
-def optimum_rows() -> dict[str, str]:
-    """optimum-intel peers: why they are missing (the bench does not install packages)."""
+def optimum_import(site: str | None) -> tuple[Any, str | None]:
+    """optimum.intel imported from ``site`` (a --target folder, kept off the studio's venv),
+    or the exact reason it cannot be."""
+    import traceback
+
+    if site:
+        sys.path.insert(0, site)
     if importlib.util.find_spec("optimum") is None:
-        why = "optimum-intel is not installed here (pip install optimum-intel)"
-        return {"optimum-intel OpenVINO int8": why, "optimum-intel OpenVINO int4": why}
-    return {
-        "optimum-intel OpenVINO int8": "optimum-intel is installed but this bench does not "
-        "drive it yet",
-        "optimum-intel OpenVINO int4": "as above",
-    }
+        return None, "optimum-intel is not installed (--optimum-site: a pip --target folder)"
+    try:
+        from optimum.intel import OVModelForCausalLM, OVWeightQuantizationConfig
+    except Exception as exc:  # noqa: BLE001 - the row says exactly why
+        cause = exc
+        while cause.__cause__ is not None:
+            cause = cause.__cause__
+        last = traceback.extract_tb(cause.__traceback__)[-1]
+        return None, (
+            f"import optimum.intel fails under transformers {_version('transformers')}: "
+            f"{type(cause).__name__}: {cause} (at {Path(last.filename).name}:{last.lineno}); "
+            f"optimum-intel {_version('optimum-intel')} needs transformers<5.6"
+        )
+    return (OVModelForCausalLM, OVWeightQuantizationConfig), None
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "?"
+
+
+def optimum_peers(original: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """The hand-written peers: optimum-intel's OVModelForCausalLM export with int8 / int4
+    weights (its own defaults otherwise), the IR it writes generating through the studio's
+    stateful runtime: label -> LoadedModel, or why not."""
+    from accel.models import load_model
+    from accel.passes._ort_genai_build import save_hf_folder
+
+    labels = {8: "optimum-intel OpenVINO int8", 4: "optimum-intel OpenVINO int4 (g128)"}
+    classes, why = optimum_import(args.optimum_site)
+    if classes is None:
+        return dict.fromkeys(labels.values(), why)
+    model_cls, quant_cls = classes
+    hf = work / "optimum_hf"
+    save_hf_folder(original.module, hf)
+    out: dict[str, Any] = {}
+    for bits, label in labels.items():
+        try:
+            q = quant_cls(bits=bits, sym=bits == 4, group_size=128 if bits == 4 else -1)
+            ov_model = model_cls.from_pretrained(
+                str(hf), export=True, quantization_config=q, compile=False
+            )
+            folder = work / f"optimum_int{bits}"
+            ov_model.save_pretrained(str(folder))
+            del ov_model
+            loaded = load_model(str(folder / "openvino_model.xml"))
+            options = {"threads": args.threads, "kv_cache_precision": args.kv_cache}
+            out[label] = loaded.replace(session_options={**loaded.session_options, **options})
+        except Exception as exc:  # noqa: BLE001 - the row says why
+            out[label] = f"{type(exc).__name__}: {str(exc)[:300]}"
+    return out
 
 
 def studio_best(source: str, args: argparse.Namespace, work: Path) -> tuple[Any, str, dict]:
@@ -233,7 +316,57 @@ def figures(timings: list[Any], reference: list[Any]) -> dict[str, Any]:
     }
 
 
+def build_group(
+    group: str, original: Any, args: argparse.Namespace, work: Path
+) -> tuple[dict[str, Any], dict[str, int], dict[str, str]]:
+    """One group's contenders: (label -> decoder, label -> weight bytes, label -> why not).
+    ``a+b``: the contenders of both, built one after the other, timed together."""
+    if "+" in group:
+        merged: tuple[dict[str, Any], dict[str, int], dict[str, str]] = ({}, {}, {})
+        for part in group.split("+"):
+            for into, new in zip(merged, build_group(part, original, args, work / part)):
+                into.update(new)
+        return merged
+    total = args.prompt + args.new
+    decoders: dict[str, Any] = {}
+    weights: dict[str, int] = {}
+    missing: dict[str, str] = {}
+    if group == "torch":
+        for k, m in hand_written(original.module, args.torch_rows).items():
+            decoders[k] = CacheDecoder(m, total)
+            weights[k] = tensor_bytes(getattr(m, "_orig_mod", m))
+        return decoders, weights, missing
+    if group == "openvino":
+        built = openvino_stateful(original, args, work)
+    elif group == "ort_genai":
+        built = genai_contenders(original, args, work)
+    elif group == "peers":
+        built = optimum_peers(original, args, work)
+    elif group == "search":
+        built = {}
+        if args.budget_s > 0:
+            print(f"  searching (tokens_per_s, budget {args.budget_s:.0f} s)", flush=True)
+            best, params, info = studio_best(original.source, args, work)
+            args.search_info = info
+            built = {f"studio best: {params}": best if best is not None else "none found"}
+    else:
+        raise SystemExit(f"unknown group {group!r}")
+    for label, m in built.items():
+        if isinstance(m, str):
+            missing[label] = m
+            continue
+        decoders[label] = decoder_for(m, total)
+        weights[label] = int(m.size_bytes or 0)
+    return decoders, weights, missing
+
+
 def bench_model(key: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Each group of contenders is built, checked, timed round-robin beside eager fp32 and
+    freed before the next (``--groups``), so a ~1B model's contenders need not all fit in
+    memory at once. A row's ratio is to the eager fp32 of its own group (paired rounds)."""
+    import gc
+    import shutil
+
     import torch
 
     from accel.models import load_model
@@ -245,72 +378,71 @@ def bench_model(key: str, args: argparse.Namespace, work: Path) -> dict[str, Any
     module = original.module
     settings = GenerateSettings(args.prompt, args.new, 1)
     prompt = prompt_ids(settings, module.config.vocab_size)
-    total = settings.total_tokens
-    modules = {"eager fp32": module, **({} if args.no_hand_written else hand_written(module))}
-    decoders = {k: CacheDecoder(m, total) for k, m in modules.items()}
-    weights = {k: tensor_bytes(getattr(m, "_orig_mod", m)) for k, m in modules.items()}
-    unavailable: dict[str, str] = optimum_rows()
-    if args.openvino:
-        for label, m in openvino_stateful(original, args, work / key).items():
-            if isinstance(m, str):
-                unavailable[label] = m
-                continue
-            decoders[label] = decoder_for(m, total)
-            weights[label] = int(m.size_bytes or 0)
-    for label, m in genai_contenders(original, args, work / key).items():
-        if isinstance(m, str):
-            unavailable[label] = m
-            continue
-        decoders[label] = decoder_for(m, total)
-        weights[label] = int(m.size_bytes or 0)
-    best_info: dict[str, Any] = {}
-    if args.budget_s > 0:
-        print(
-            f"[{key}] searching (objective tokens_per_s, budget {args.budget_s:.0f} s)", flush=True
-        )
-        best, params, best_info = studio_best(source, args, work / key)
-        if best is not None:
-            label = f"studio best: {params}"
-            decoders[label] = decoder_for(best, total)
-            weights[label] = int(best.size_bytes or 0)
-    print(f"[{key}] parity against eager fp32", flush=True)
-    tokens, logits = reference_continuation(decoders["eager fp32"], prompt, args.new)
-    parity = {
-        k: compare_generation_parity(tokens, logits, d, prompt, Tolerances()).metrics()
-        for k, d in decoders.items()
-    }
-    print(f"[{key}] timing {len(decoders)} contenders round-robin", flush=True)
-    per = round_robin(decoders, prompt, args.new, args.rounds)
-    rows = []
-    for k, dec in decoders.items():
-        rows.append(
-            {
-                "contender": k,
-                **figures(per[k], per["eager fp32"]),
-                "weights_bytes": weights[k],
-                "kv_cache_bytes": dec.kv_cache_bytes(),
-                "tf_cosine_mean": parity[k]["tf_cosine_mean"],
-                "tf_top1": parity[k]["tf_top1"],
-                "greedy_agree_tokens": parity[k]["greedy_agree_tokens"],
-            }
-        )
-    return {
+    reference = CacheDecoder(module, settings.total_tokens)
+    fp32_bytes = tensor_bytes(module)
+    print(f"[{key}] eager fp32 reference continuation", flush=True)
+    tokens, logits = reference_continuation(reference, prompt, args.new)
+    result: dict[str, Any] = {
         "model": source,
         "settings": settings.to_dict(),
-        "rows": rows,
-        "unavailable": unavailable,
-        "search": best_info,
+        "threads": args.threads,
+        "rows": [],
+        "unavailable": {},
+        "search": {},
+        "load_average": [],
     }
+    for group in [g.strip() for g in args.groups.split(",") if g.strip()]:
+        sub = work / key / group
+        print(f"[{key}] group {group}: building", flush=True)
+        try:
+            decoders, weights, missing = build_group(group, original, args, sub)
+        except Exception as exc:  # noqa: BLE001 - a group that fails is reported, not fatal
+            decoders, weights, missing = {}, {}, {f"group {group}": f"{type(exc).__name__}: {exc}"}
+        result["unavailable"].update(missing)
+        if decoders:
+            print(
+                f"[{key}] group {group}: parity and timing {len(decoders)} + eager fp32", flush=True
+            )
+            parity = {
+                k: compare_generation_parity(tokens, logits, d, prompt, Tolerances()).metrics()
+                for k, d in decoders.items()
+            }
+            per = round_robin({"eager fp32": reference, **decoders}, prompt, args.new, args.rounds)
+            result["load_average"].append([group, list(os.getloadavg())])
+            rows = [row(f"eager fp32 [{group}]", per["eager fp32"], per["eager fp32"])]
+            rows[0].update(weights_bytes=fp32_bytes, kv_cache_bytes=reference.kv_cache_bytes())
+            rows[0].update(tf_cosine_mean=1.0, tf_top1=1.0, greedy_agree_tokens=args.new)
+            for k, dec in decoders.items():
+                r = row(k, per[k], per["eager fp32"])
+                r.update(weights_bytes=weights[k], kv_cache_bytes=dec.kv_cache_bytes())
+                r.update(
+                    {m: parity[k][m] for m in ("tf_cosine_mean", "tf_top1", "greedy_agree_tokens")}
+                )
+                rows.append(r)
+            for r in rows:
+                r.update(group=group, weights_vs_fp32=r["weights_bytes"] / fp32_bytes)
+            result["rows"] += rows
+        del decoders
+        gc.collect()
+        shutil.rmtree(sub, ignore_errors=True)
+        result["search"] = getattr(args, "search_info", {})
+        if args.json:  # what is done so far survives a later group's death
+            Path(args.json).write_text(json.dumps([result], indent=1, default=str))
+    return result
+
+
+def row(label: str, timings: list[Any], reference: list[Any]) -> dict[str, Any]:
+    return {"contender": label, **figures(timings, reference)}
 
 
 def print_table(result: dict[str, Any]) -> None:
     s = result["settings"]
-    fp32 = next(r for r in result["rows"] if r["contender"] == "eager fp32")
     print(
         f"\n{result['model']}: batch {s['batch']}, prompt {s['prompt_tokens']}, "
-        f"{s['new_tokens']} new tokens"
+        f"{s['new_tokens']} new tokens, {result['threads']} threads; x fp32: against the "
+        f"eager fp32 timed in the same group; load average {result['load_average']}"
     )
-    head = f"{'contender':52} {'TTFT ms':>22} {'TPOT ms':>20} {'tok/s':>20} {'x fp32':>18} {'weights':>8} {'KV MiB':>7} {'TF cos':>8} {'TF top1':>7} {'agree':>5}"
+    head = f"{'contender':62} {'TTFT ms':>22} {'TPOT ms':>20} {'tok/s':>20} {'x fp32':>18} {'weights':>8} {'KV MiB':>7} {'TF cos':>8} {'TF top1':>7} {'agree':>5}"
     print(head)
     for r in result["rows"]:
 
@@ -318,13 +450,13 @@ def print_table(result: dict[str, Any]) -> None:
             return f"{v[0]:.{d}f} [{v[1]:.{d}f},{v[2]:.{d}f}]"
 
         print(
-            f"{r['contender'][:52]:52} {c(r['ttft_ms'], 1):>22} {c(r['tpot_ms'], 2):>20} "
+            f"{r['contender'][:62]:62} {c(r['ttft_ms'], 1):>22} {c(r['tpot_ms'], 2):>20} "
             f"{c(r['tokens_per_s'], 1):>20} {c(r['ratio'], 2):>18} "
-            f"{r['weights_bytes'] / fp32['weights_bytes']:>7.2f}x {r['kv_cache_bytes'] / 2**20:>7.2f} "
+            f"{r['weights_vs_fp32']:>7.2f}x {r['kv_cache_bytes'] / 2**20:>7.2f} "
             f"{r['tf_cosine_mean']:>8.5f} {r['tf_top1']:>7.3f} {int(r['greedy_agree_tokens']):>5}"
         )
     for k, why in result["unavailable"].items():
-        print(f"{k[:52]:52} unavailable: {why}")
+        print(f"{k[:62]:62} unavailable: {why}")
     if result["search"]:
         print(
             f"search: {result['search']['trials']} trials in {result['search']['wall_s']} s "
@@ -347,22 +479,35 @@ def main() -> int:
         help="ort_genai precisions, comma-separated (int4-emb: the embedding too)",
     )
     p.add_argument(
-        "--no-hand-written", action="store_true", help="eager fp32 and the studio's rows only"
+        "--groups",
+        default="torch,openvino,ort_genai,peers,search",
+        help="contender groups, each built, timed beside eager fp32 and freed in turn",
     )
+    p.add_argument("--torch-rows", default="bf16,static,torchao", help="the torch group's rows")
+    p.add_argument("--ov-modes", default="int8,int4", help="NNCF weight modes on the stateful IR")
+    p.add_argument(
+        "--ov-pipelines",
+        default="sdpa,paged",
+        help="OpenVINO GenAI LLMPipeline attention backends timed beside the infer request",
+    )
+    p.add_argument("--ov-bf16", action="store_true", help="also the bf16 stateful export")
+    p.add_argument("--optimum-site", default=None, help="a pip --target folder with optimum-intel")
     p.add_argument("--max-cosine-drop", type=float, default=0.01)
     p.add_argument("--json", default=None)
-    p.add_argument("--no-openvino", dest="openvino", action="store_false")
     p.add_argument("--kv-cache", default="u8", help="stateful OpenVINO KV-cache precision")
     p.add_argument("--int4-group", type=int, default=128)
+    p.add_argument("--work", default=None, help="folder for the build folders (default: tmp)")
     args = p.parse_args()
     b = args.budget.strip().lower()
     args.budget_s = float(b[:-1]) * 60 if b.endswith("m") else float(b.rstrip("s"))
     results = []
-    with tempfile.TemporaryDirectory(prefix="bench-llm-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-llm-", dir=args.work) as tmp:
         for key in [m.strip() for m in args.models.split(",") if m.strip()]:
             result = bench_model(key, args, Path(tmp))
             print_table(result)
             results.append(result)
+            if args.json:
+                Path(args.json).write_text(json.dumps(results, indent=1, default=str))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=str))
     return 0

@@ -19,7 +19,11 @@ from accel.generate.settings import GenerateError, lm_config
 
 
 class Decoder(Protocol):
-    """One generation at a time: prefill returns the last position's logits [batch, vocab]."""
+    """One generation at a time: prefill returns the last position's logits [batch, vocab].
+
+    A decoder may also have ``generate_timed(prompt, new_tokens, clock)`` -> (clock before,
+    clock at each new token, tokens): a runtime that generates in one call (OpenVINO GenAI's
+    LLMPipeline); ``time_generation`` then uses it, and prefill / step serve parity only."""
 
     kv_cache: str  # "dynamic", "static", "stateful" (held by the runtime) or "none"
 

@@ -39,6 +39,8 @@ class Decoder:
         self.stateful = "beam_idx" in self.ov_names
         # An ONNX Runtime GenAI model (og.Model in `compiled`): og.Generator keeps the cache.
         self.genai = state["kind"] == "ort_genai"
+        # OpenVINO GenAI's LLMPipeline generates; teacher-forced calls use `request`.
+        self.pipe = state.get("ov_pipe") if self.stateful else None
 
     def _genai_prefill(self, ids):
         params = og.GeneratorParams(self.state["compiled"])
@@ -112,6 +114,8 @@ class Decoder:
 
 def generate(dec, prompt, n):
     """Greedy tokens [batch, n], TTFT (s), the clock after each token."""
+    if getattr(dec, "pipe", None) is not None:
+        return ov_pipeline_generate(dec.pipe, prompt, n)
     start = time.perf_counter()
     tok = dec.prefill(prompt).argmax(-1, keepdim=True)
     sync()

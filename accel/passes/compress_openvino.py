@@ -151,5 +151,7 @@ class CompressWeightsOpenVino(Pass):
             "ov.save_model(ov_model, str(ov_path), compress_to_fp16=False)",
             "compiled = ov.Core().compile_model(ov.Core().read_model(str(ov_path)), 'CPU', ov_config)",
             "request = compiled.create_infer_request()",
+            "if globals().get('ov_pipe') is not None:  # OpenVINO GenAI's pipeline, on these weights",
+            "    ov_pipe = ov_pipeline(ov_path, ov_config, ov_genai_attention)",
         ]
         return ScriptStep(code="\n".join(lines), imports=["import openvino as ov"])

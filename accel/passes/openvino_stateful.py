@@ -54,6 +54,21 @@ class OpenVinoStatefulConfig(PassConfig):
         "KV_CACHE_PRECISION): u8 (OpenVINO's CPU default) and u4 are quantized per token, "
         "f16 / bf16 / f32 stay float (f32: exact)",
     )
+    pipeline: Literal["infer_request", "genai"] = Field(
+        "infer_request",
+        description="how the IR generates: infer_request (the studio drives the request one "
+        "token at a time) or genai (OpenVINO GenAI's LLMPipeline, token ids in, batch 1; "
+        "teacher-forced parity still runs the same IR through the infer request, since the "
+        "pipeline returns no logits)",
+    )
+    attention: Literal["sdpa", "paged"] = Field(
+        "sdpa",
+        description="pipeline genai: the pipeline's attention backend: sdpa keeps the IR's "
+        "attention and state; paged rewrites it to paged attention with a block KV cache "
+        "(OpenVINO GenAI's continuous-batching form; teacher-forced parity runs the IR "
+        "through the infer request, so it does not cover the paged cache: only the free-"
+        "running agreement does)",
+    )
 
 
 def causal_lm(module: Any) -> Any:
@@ -104,6 +119,34 @@ def _convert(lm: Any, ctx: PassContext) -> Any:
         ) from None
 
 
+def _check_genai(config: OpenVinoStatefulConfig) -> None:
+    from accel.runtimes.openvino.genai import pipeline_unavailable
+
+    reason = pipeline_unavailable()
+    if reason:
+        raise NotApplicable(f"openvino_stateful pipeline genai: {reason}")
+
+
+def _try_pipeline(model: LoadedModel, ctx: PassContext) -> None:
+    """Build the LLMPipeline once (then drop it): a pipeline that cannot take this IR is
+    refused here, with OpenVINO GenAI's reason, not at the first generation."""
+    from pathlib import Path
+
+    from accel.runtimes.openvino.genai import pipeline_for
+
+    ctx.progress(0.8, "checking that OpenVINO GenAI's LLMPipeline takes the IR")
+    t0 = time.perf_counter()
+    try:
+        pipeline_for(Path(model.runtime_file), dict(model.session_options))
+    except Exception as exc:  # noqa: BLE001 - the pipeline's C++ errors are RuntimeErrors
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+        raise PassError(
+            f"openvino_stateful: OpenVINO GenAI's LLMPipeline refused the IR: {first[:300]}. "
+            "Use pipeline: infer_request"
+        ) from None
+    ctx.metrics["pipeline_build_time_s"] = time.perf_counter() - t0
+
+
 @register_pass
 class OpenVinoStatefulPass(Pass):
     name = "openvino_stateful"
@@ -123,7 +166,13 @@ class OpenVinoStatefulPass(Pass):
     keeps_kv_cache = True
     search = SearchSpec(
         stage=STAGE_LOWER,
-        params={"precision": Choice(("auto", "f32")), "kv_cache_precision": Choice(("u8", "f16"))},
+        params={
+            "precision": Choice(("auto", "f32")),
+            "kv_cache_precision": Choice(("u8", "f16")),
+            # the paged backend is not searched: its KV cache is not the IR's, so the
+            # teacher-forced parity (through the infer request) would not cover it
+            "pipeline": Choice(("infer_request", "genai")),
+        },
         devices=("cpu",),
         when=("attention",),
         exportable=False,
@@ -131,6 +180,8 @@ class OpenVinoStatefulPass(Pass):
 
     def preflight(self, model: LoadedModel, config: OpenVinoStatefulConfig) -> None:
         causal_lm(model.module)
+        if config.pipeline == "genai":
+            _check_genai(config)
 
     def apply(
         self, model: LoadedModel, config: OpenVinoStatefulConfig, ctx: PassContext
@@ -146,6 +197,9 @@ class OpenVinoStatefulPass(Pass):
             )
         options = compile_options("CPU", config.precision, "latency", None, ctx)
         options["kv_cache_precision"] = config.kv_cache_precision
+        if config.pipeline == "genai":
+            _check_genai(config)
+            options.update(pipeline="genai", attention=config.attention)
         ctx.progress(0.1, "converting the LM with its KV cache to OpenVINO")
         t0 = time.perf_counter()
         ov_model = _convert(lm, ctx)
@@ -155,6 +209,8 @@ class OpenVinoStatefulPass(Pass):
         ctx.progress(0.6, "saving and compiling the stateful IR")
         new = finish_ov_step(model, ov_model, ctx, options, "openvino_ir_stateful")
         ctx.details["kv_cache_precision_ran"] = kv_precision_of(new.session()[0])
+        if config.pipeline == "genai":
+            _try_pipeline(new, ctx)
         return new
 
     def to_script(self, config: OpenVinoStatefulConfig) -> ScriptStep:
@@ -178,11 +234,79 @@ class OpenVinoStatefulPass(Pass):
             "request = compiled.create_infer_request()",
             'kind, model, session, input_casts = "openvino", None, None, {}',
         ]
+        helpers = [OV_PRECISION_HELPER]
+        imports = ["import openvino as ov", "from typing import Any"]
+        if config.pipeline == "genai":
+            from accel.runtimes.openvino import genai
+
+            backend = genai.ATTENTION_BACKENDS[config.attention]
+            lines += [
+                "# OpenVINO GenAI's LLMPipeline generates (token ids in, batch 1); teacher-",
+                "# forced parity runs the same IR through `request` (the pipeline has no logits).",
+                f"ov_genai_attention = {backend!r}",
+                "ov_pipe = ov_pipeline(ov_path, ov_config, ov_genai_attention)",
+            ]
+            helpers.append(inspect.getsource(genai._link_or_copy))
+            helpers.append(
+                f"EOS_PLACEHOLDER, PAGED_CACHE_GB, PAGED_MAX_BATCHED_TOKENS = "
+                f"{genai.EOS_PLACEHOLDER!r}, {genai.PAGED_CACHE_GB!r}, "
+                f"{genai.PAGED_MAX_BATCHED_TOKENS!r}"
+            )
+            helpers.append(OV_PIPELINE_HELPER)
+            imports += ["import os", "import shutil", "import tempfile"]
         trace = f"TRACE_BATCH, TRACE_PAST, TRACE_NEW = {lms.TRACE_BATCH!r}, {lms.TRACE_PAST!r}, {lms.TRACE_NEW!r}"
         sources = [inspect.getsource(f) for f in (lms.kv_shape, lms.flat_cache_lm)]
         sources += [inspect.getsource(f) for f in (lms.lm_to_openvino, lms.make_ir_stateful)]
         return ScriptStep(
-            code="\n".join(lines),
-            imports=["import openvino as ov", "from typing import Any"],
-            helpers=[OV_PRECISION_HELPER, trace, *sources],
+            code="\n".join(lines), imports=imports, helpers=[*helpers, trace, *sources]
         )
+
+
+OV_PIPELINE_HELPER = '''
+def ov_pipeline(ov_path, ov_config, attention):
+    """OpenVINO GenAI's LLMPipeline of the IR (no tokenizer: token ids in)."""
+    import openvino_genai
+
+    folder = Path(tempfile.mkdtemp(prefix="ov-genai-"))
+    try:
+        _link_or_copy(Path(ov_path), folder / "openvino_model.xml")
+        _link_or_copy(Path(ov_path).with_suffix(".bin"), folder / "openvino_model.bin")
+        extra = {}
+        if attention == "PA":  # no prefix caching: a repeated prompt would skip its prefill
+            sc = openvino_genai.SchedulerConfig()
+            sc.enable_prefix_caching = False
+            sc.cache_size, sc.max_num_batched_tokens = PAGED_CACHE_GB, PAGED_MAX_BATCHED_TOKENS
+            extra["scheduler_config"] = sc
+        return openvino_genai.LLMPipeline(
+            str(folder), "CPU", **ov_config, ATTENTION_BACKEND=attention, **extra
+        )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def ov_pipeline_generate(pipe, prompt, n):
+    """Greedy, exactly n tokens through the pipeline: (tokens [1, n], start, clock per token)."""
+    import openvino_genai
+
+    if prompt.shape[0] != 1:
+        raise SystemExit("OpenVINO GenAI's LLMPipeline streams batch 1 only")
+    times = []
+
+    class Clocked(openvino_genai.StreamerBase):
+        def write(self, token):
+            times.extend([time.perf_counter()] * (len(token) if isinstance(token, list) else 1))
+            return openvino_genai.StreamingStatus.RUNNING
+
+        def end(self):
+            pass
+
+    cfg = pipe.get_generation_config()
+    cfg.do_sample, cfg.num_beams, cfg.ignore_eos = False, 1, True
+    cfg.max_new_tokens = cfg.min_new_tokens = n
+    cfg.eos_token_id, cfg.stop_token_ids = EOS_PLACEHOLDER, {EOS_PLACEHOLDER}
+    ids = np.ascontiguousarray(prompt.numpy(), dtype=np.int64)
+    inputs = openvino_genai.TokenizedInputs(ov.Tensor(ids), ov.Tensor(np.ones_like(ids)))
+    start = time.perf_counter()
+    result = pipe.generate(inputs, cfg, Clocked())
+    return torch.tensor([list(result.tokens[0])]), start, times
+'''

@@ -24,14 +24,14 @@ NO_KV_CACHE = (
 )
 
 
-# Stacks tried first for a generation objective: on CPUs ONNX Runtime GenAI's int4 build and
-# the stateful OpenVINO LM with int8 or int4 weights (NNCF) (the CPU's fastest decoding), the
+# Stacks tried first for a generation objective: on CPUs the stateful OpenVINO LM with int8
+# or int4 weights (NNCF) and ONNX Runtime GenAI's int4 build (the CPU's fastest decoding), the
 # decode step compiled with a static KV cache on float or on int8 weights, the weights alone,
 # the stateful LM alone. Chains the device's space lacks (OpenVINO or ORT GenAI on CUDA, a
 # library not installed, a model the GenAI builder does not know) are dropped.
 SEEDS = (
-    ("ort_genai",),
     ("openvino_stateful", "compress_weights_openvino"),
+    ("ort_genai",),
     ("static_kv_cache",),
     ("quantize_weight_only", "static_kv_cache"),
     ("quantize_weight_only",),
@@ -42,16 +42,23 @@ SEEDS = (
 # Searched values a seed starts from (``pass.param``; the rest at the pass defaults): the
 # stateful LM's first trial with int8 weights, which keeps teacher-forced logits within the
 # default cosine budget (int4's default g128 often does not on random weights; the search
-# still samples it).
+# still samples it), generating through OpenVINO GenAI's LLMPipeline: on hf:llama_small
+# (prompt 128, 64 new, 2 threads) its decode step took 1.67 ms per token against 6.93 ms
+# for the studio's own infer-request loop on the same IR (28.4x vs 9.3x eager fp32 tokens/s).
+# The pipeline streams batch 1 only: other batches start from the infer request.
 SEED_VALUES: dict[tuple[str, ...], dict[str, Any]] = {
     ("openvino_stateful", "compress_weights_openvino"): {
-        "compress_weights_openvino.mode": "int8_asym"
+        "compress_weights_openvino.mode": "int8_asym",
+        "openvino_stateful.pipeline": "genai",
     },
 }
 
 
-def seed_values(chain: tuple[str, ...]) -> dict[str, Any]:
-    return dict(SEED_VALUES.get(tuple(chain), {}))
+def seed_values(chain: tuple[str, ...], batch: int = 1) -> dict[str, Any]:
+    values = dict(SEED_VALUES.get(tuple(chain), {}))
+    if batch != 1 and values.get("openvino_stateful.pipeline") == "genai":
+        values["openvino_stateful.pipeline"] = "infer_request"
+    return values
 
 
 # The same chains at other values, tried right after them: ORT GenAI at int8, which keeps
@@ -69,9 +76,10 @@ def generation_seeds(config: Any) -> tuple[Any, ...]:
 
     if config.objective not in GENERATION_OBJECTIVES:
         return ()
+    batch = int((getattr(config, "generate", None) or {}).get("batch", 1) or 1)
     out = []
     for chain in SEEDS:
-        out.append(Seed(chain, seed_values(chain), "objective"))
+        out.append(Seed(chain, seed_values(chain, batch), "objective"))
         out += [Seed(c, dict(v), "objective") for c, v in VARIANTS if c == chain]
     return tuple(out)
 

@@ -149,7 +149,13 @@ class OpenVinoRuntime(RuntimeBase):
         if not has_lm_inputs(compiled.inputs) or not request.query_state():
             return None
         per_token = kv_bytes_per_token(read_ir(model.runtime_file), kv_precision_of(compiled))
-        return StatefulDecoder(compiled, request, per_token, max_len)
+        decoder = StatefulDecoder(compiled, request, per_token, max_len)
+        if model.session_options.get("pipeline") == "genai":  # OpenVINO GenAI's LLMPipeline
+            from accel.runtimes.openvino.genai import PipelineDecoder, pipeline_for
+
+            pipe = pipeline_for(Path(model.runtime_file), dict(model.session_options))
+            return PipelineDecoder(pipe, decoder)
+        return decoder
 
     def concurrent_throughput(
         self, model: LoadedModel, inputs: Mapping[str, Any], seconds: float = 1.0
