@@ -20,7 +20,8 @@ from pydantic import Field, ValidationInfo, field_validator
 from accel.models import calls
 from accel.models.calls import bind_dynamic_shapes, bind_inputs, call_module
 from accel.models.forms import COMPILED, EAGER, EXPORTED, SCRIPTED
-from accel.passes._global_pool import exact_global_pools
+from accel.passes._global_pool import SCRIPT_FIXED_MAPS, exact_global_pools
+from accel.passes._global_pool import script_helpers as global_pool_script_helpers
 from accel.passes.base import (
     STAGE_LOWER,
     Pass,
@@ -493,7 +494,8 @@ class ExportOnnx(Pass):
         external = config.external_data
         if external is None:  # one protobuf cannot hold more than 2 GiB
             external = _weight_bytes(module) > EXTERNAL_DATA_THRESHOLD
-        with exact_global_pools(module, lambda: call_module(module, inputs)) as pools:
+        fixed_maps = not any(a >= 2 for dims in axes.values() for a in dims)
+        with exact_global_pools(module, lambda: call_module(module, inputs), fixed_maps) as pools:
             if pools:
                 ctx.details["global_pools_as_mean"] = pools
             _run_exporter(module, args, path, names, out_names, axes, config, opset, external, ctx)
@@ -545,8 +547,15 @@ class ExportOnnx(Pass):
             "    _n = len(_out) if isinstance(_out, (tuple, list)) else 1",
             'output_names = ["output"] if _n == 1 else [f"output_{i}" for i in range(_n)]',
         ]
-        lines += _script_export_call(config, opset)
-        imports = ["import onnx"]
+        fixed = SCRIPT_FIXED_MAPS if config.dynamic else "True"
+        lines += [
+            "# Average pools whose window covers the whole map export as a mean (ONNX Runtime's",
+            "# int8 pool gave wrong outputs on them), while the spatial sizes are fixed.",
+            "with exact_global_pools(model, lambda: model(*call_args, **call_kwargs),",
+            f"                        {fixed}):",
+            *(f"    {line}" for line in _script_export_call(config, opset)),
+        ]
+        imports = ["import contextlib", "import onnx"]
         if config.simplify:
             imports.append("import onnxslim")
             lines += ["onnx.save(onnxslim.slim(onnx.load(str(onnx_path))), str(onnx_path))"]
@@ -570,7 +579,7 @@ class ExportOnnx(Pass):
                 calls.bind_inputs,
                 calls.bind_dynamic_shapes,
             )
-        ]
+        ] + global_pool_script_helpers()
         return ScriptStep(code="\n".join(lines) + "\n", imports=imports, helpers=helpers)
 
 

@@ -18,7 +18,8 @@ from pydantic import Field
 from accel.errors import PassError
 from accel.layer_patterns import PATTERN_HELP
 from accel.models.calls import bind_dynamic_shapes, bind_inputs, call_module
-from accel.passes._global_pool import exact_global_pools
+from accel.passes._global_pool import SCRIPT_FIXED_MAPS, exact_global_pools
+from accel.passes._global_pool import script_helpers as global_pool_script_helpers
 from accel.passes._openvino_helpers import (
     OV_PRECISION_HELPER,
     compile_options,
@@ -155,10 +156,8 @@ def _convert(model: LoadedModel, ctx: PassContext) -> Any:
                 "before the torchscript step, or export ONNX first"
             )
         feed = model.prepare_inputs(ctx.inputs)
-        spec_shapes = _spec_shapes(model)
-        if any(-1 in s[2:] for _, s in spec_shapes):  # a pool covers the map only at fixed sizes
-            return _convert_module(model, module, feed, ctx)
-        with exact_global_pools(module, lambda: call_module(module, feed)) as pools:
+        fixed_maps = not any(-1 in s[2:] for _, s in _spec_shapes(model))
+        with exact_global_pools(module, lambda: call_module(module, feed), fixed_maps) as pools:
             if pools:
                 ctx.details["global_pools_as_mean"] = pools
             return _convert_module(model, module, feed, ctx)
@@ -231,8 +230,11 @@ class OpenVinoPass(Pass):
                     "                 for n, x in inputs.items()]",
                     "    ov_example = tuple((x.to(input_casts[k]) if k in input_casts and x.is_floating_point()",
                     "                        else x).to(device) for k, x in inputs.items())",
-                    "    with torch.no_grad():",
-                    "        ov_model = ov.convert_model(model.eval(), example_input=ov_example, input=ov_shapes)",
+                    "    # Average pools whose window covers the whole map convert as a mean (OpenVINO",
+                    "    # rejects a kernel larger than its input), while the spatial sizes are fixed.",
+                    "    with exact_global_pools(model.eval(), lambda: model(*ov_example),",
+                    f"                            {SCRIPT_FIXED_MAPS}), torch.no_grad():",
+                    "        ov_model = ov.convert_model(model, example_input=ov_example, input=ov_shapes)",
                     "elif kind == 'onnx':",
                     "    ov_model = ov.convert_model(str(onnx_path))",
                     "else:",
@@ -242,8 +244,8 @@ class OpenVinoPass(Pass):
                     *_compile_lines(config),
                 ]
             ),
-            imports=["import openvino as ov"],
-            helpers=[OV_PRECISION_HELPER],
+            imports=["import contextlib", "import openvino as ov"],
+            helpers=[OV_PRECISION_HELPER, *global_pool_script_helpers()],
         )
 
 

@@ -357,3 +357,37 @@ def test_openvino_converts_a_pool_whose_kernel_covers_the_map_as_a_global_pool(t
     out = out[0] if isinstance(out, (tuple, list)) else out
     assert torch.allclose(out, want, atol=1e-5)
     assert type(model.module.pooler) is torch.nn.AvgPool2d  # the source module is unchanged
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [[{"pass": "openvino", "params": {"precision": "f32"}}], [{"pass": "export_onnx"}]],
+    ids=["openvino", "export_onnx"],
+)
+def test_the_exported_script_converts_a_covering_pool_as_the_studio_does(tmp_path, steps):
+    """The studio converts such a pool as a mean; the exported script carries the same
+    rewrite (without it the script's OpenVINO model failed at its first inference)."""
+    (tmp_path / "pooler.py").write_text(POOLER)
+    spec = "x:float32[batch,3,8,8]; batch=1..4:2"
+    recipe = _recipe(f"{tmp_path / 'pooler.py'}:build", steps, spec, gates=LOOSE)
+    res = run_recipe(recipe, out_dir=tmp_path / "run", trust_recipe_code=True)
+    assert res.status == "succeeded", res.error
+    assert res.steps[0].details["global_pools_as_mean"] == ["pooler"]
+    script = tmp_path / "recipe.py"
+    script.write_text(recipe_to_script(recipe))
+    assert "def exact_global_pools(module, run, fixed_maps=True):" in script.read_text()
+    out = tmp_path / "script_out"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    name = f"step_00_{steps[0]['pass']}"
+    want = torch.load(tmp_path / "run" / name / "outputs.pt")
+    got = torch.load(out / name / "outputs.pt")
+    want = want[0] if isinstance(want, tuple | list) else want
+    got = got[0] if isinstance(got, tuple | list) else got
+    assert torch.allclose(want, got, rtol=1e-4, atol=1e-5)
