@@ -33,7 +33,8 @@ def finish_ov_step(
         metadata["lm_config"] = lm_facts(ov_model)
     ctx.add_artifact(path, "model")
     ctx.add_artifact(path.with_suffix(".bin"), "weights")
-    n, size, digest = ov_stats(ov_model, [path, path.with_suffix(".bin")])
+    weights, size, digest = ov_stats(ov_model, [path, path.with_suffix(".bin")])
+    metadata["param_dtypes"] = weights
     new = model.replace(
         kind="openvino",
         module=None,
@@ -41,7 +42,7 @@ def finish_ov_step(
         runtime_file=path,
         providers=None,
         input_casts={},
-        num_params=n,
+        num_params=sum(weights.values()),
         size_bytes=size,
         content_hash=digest,
         format=fmt,

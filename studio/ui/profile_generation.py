@@ -19,6 +19,10 @@ BAR = 0.4  # width of one bar; a group's two bars sit either side of its tick
 GROUP_LABELS = {"(unattributed)": "rest", "embedding": "embed"}
 
 
+# Bars under this share of TTFT / TPOT (%) carry no label: the table beside gives their ms.
+MIN_LABELLED_SHARE = 3.0
+
+
 def _short_ms(v: float) -> str:
     """A bar's milliseconds in three significant digits (the title gives the units)."""
     return f"{v:.3g}" if v < 1000 else f"{v:.0f}"
@@ -100,6 +104,8 @@ class GenerationCharts:
             self.groups_plot.addItem(bars)
             self.bars.append(bars)
             for x, share, v in zip(xs, shares, values, strict=True):
+                if share < MIN_LABELLED_SHARE:  # a sliver's label only crowds its neighbours
+                    continue
                 label = pg.TextItem(_short_ms(v), color=fg, anchor=(0.5, 1.0))
                 label.setFont(font)
                 label.setPos(x, share)

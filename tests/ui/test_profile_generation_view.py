@@ -71,6 +71,19 @@ def test_a_generation_profile_draws_group_bars_and_the_kv_line(view):
     assert "TPOT <b>2.000 ms</b>" in view.summary.text()
 
 
+def test_a_slivers_bar_carries_no_label(view):
+    """Labels of bars under 3 % of TTFT / TPOT overlapped their neighbours' ("0.003367"
+    over "1.75" at 1366x768); the table gives their milliseconds."""
+    profile = _profile()
+    rows = profile.generation.rows
+    rows[0] = LayerSplit("", "LM", "other", 0.2, 0.04, 10.0, 2.0, 1)  # 2 % of both phases
+    view.state.set_model("tiny:llama", {"kind": "torch", "generation_split": None})
+    view.state.set_profile(profile)
+    texts = [label.toPlainText() for label in view.gen_charts.labels]
+    assert "0.2" not in texts and "0.04" not in texts
+    assert {"4", "0.5", "3", "1"} <= set(texts)
+
+
 def test_a_forward_profile_leaves_the_generation_tabs_disabled(view):
     view.state.set_model("zoo:mlp", {"kind": "torch", "generation_split": "not a decoder"})
     assert not view.generate_box.isEnabled()

@@ -117,18 +117,62 @@ def spec_from_ov(ov_model: Any) -> InputSpec:
     return InputSpec.parse("; ".join(parts))
 
 
-def ov_stats(ov_model: Any, files: list[Path]) -> tuple[int, int, str]:
-    """(parameter count, bytes of the files, sha256 of the files)."""
-    n = 0
-    for op in ov_model.get_ordered_ops():
-        if op.get_type_name() == "Constant":
-            shape = op.get_output_partial_shape(0)
-            if shape.is_static and op.get_output_element_type(0).is_real():
-                size = 1
-                for d in shape.to_shape():
-                    size *= int(d)
-                if size > 1:
-                    n += size
+def _const_of(node: Any) -> Any:
+    """The Constant behind ``node`` (itself, or through one Convert), else None."""
+    if node.get_type_name() == "Convert":
+        node = node.input_value(0).get_node()
+    return node if node.get_type_name() == "Constant" else None
+
+
+def _numel(node: Any) -> int:
+    shape = node.get_output_partial_shape(0)
+    if not shape.is_static:
+        return 0
+    size = 1
+    for d in shape.to_shape():
+        size *= int(d)
+    return size
+
+
+def weight_dtypes(ov_model: Any) -> dict[str, int]:
+    """The model's weights by element type (``{"f32": n, "i8": m}``): real constants, and
+    integer constants decompressed to real ones (NNCF ``compress_weights``: u8/i8/u4/i4
+    weight -> Convert [-> Subtract zero point] -> Multiply scale). The scales and zero points
+    of such a decompression are not weights; nor are scalars."""
+    ops = list(ov_model.get_ordered_ops())
+    aux: set[str] = set()  # friendly names of decompression scales and zero points
+    for op in ops:
+        if op.get_type_name() not in ("Subtract", "Multiply") or op.get_input_size() != 2:
+            continue
+        first = op.input_value(0).get_node()
+        compressed = first.get_type_name() == "Subtract" or (
+            first.get_type_name() == "Convert"
+            and (c := _const_of(first)) is not None
+            and not c.get_output_element_type(0).is_real()
+        )
+        if compressed:
+            other = _const_of(op.input_value(1).get_node())
+            if other is not None:
+                aux.add(other.get_friendly_name())
+    out: dict[str, int] = {}
+    for op in ops:
+        if op.get_type_name() != "Constant" or op.get_friendly_name() in aux:
+            continue
+        etype = op.get_output_element_type(0)
+        if not etype.is_real():
+            consumers = [t.get_node().get_type_name() for t in op.output(0).get_target_inputs()]
+            if not consumers or any(c != "Convert" for c in consumers):
+                continue  # shapes, indices, axes: integers that are not weights
+        size = _numel(op)
+        if size > 1:
+            key = etype.get_type_name()
+            out[key] = out.get(key, 0) + size
+    return out
+
+
+def ov_stats(ov_model: Any, files: list[Path]) -> tuple[dict[str, int], int, str]:
+    """(weights by element type, bytes of the files, sha256 of the files)."""
+    n = weight_dtypes(ov_model)
     h = hashlib.sha256()
     total = 0
     for f in files:

@@ -70,8 +70,8 @@ class OpenVinoRuntime(RuntimeBase):
                 f"input spec has {len(spec.inputs)} inputs, the OpenVINO model "
                 f"{len(inferred.inputs)} ({inferred.names})"
             )
-        n, size, digest = ov_stats(ov_model, [Path(path), weights_file(path)])
-        metadata: dict[str, Any] = {}
+        weights, size, digest = ov_stats(ov_model, [Path(path), weights_file(path)])
+        metadata: dict[str, Any] = {"param_dtypes": weights}
         if is_stateful_lm(ov_model):  # what generation needs of its config (vocab, context)
             metadata["lm_config"] = lm_facts(ov_model)
         return LoadedModel(
@@ -79,7 +79,7 @@ class OpenVinoRuntime(RuntimeBase):
             kind=self.kind,
             input_spec=spec,
             runtime_file=Path(path),
-            num_params=n,
+            num_params=sum(weights.values()),
             size_bytes=size,
             content_hash=digest,
             format="openvino_ir",
@@ -264,10 +264,13 @@ class OpenVinoRuntime(RuntimeBase):
         return ov_layer_outputs(model.runtime_file, dict(model.session_options), fed), set()
 
     def info(self, model: LoadedModel) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "file": str(model.runtime_file) if model.runtime_file else None,
             "compile": dict(model.session_options),
         }
+        if model.metadata.get("param_dtypes"):  # integer weights counted as NNCF stores them
+            out["param_dtypes"] = dict(model.metadata["param_dtypes"])
+        return out
 
     # -- scripts and serving ---------------------------------------------------------------
     def script(self) -> ScriptRuntime:
