@@ -380,10 +380,10 @@ def bisect(job: BisectJob, emit: Emit, cancel: CancelCheck) -> BisectResult:
 
 
 def search_trial_job(params: dict[str, Any], emit: Emit, cancel: CancelCheck) -> dict[str, Any]:
-    """One trial of a recipe search (``accel.search.trial.run_trial`` validates its spec)."""
-    from accel.search.trial import run_trial
+    """One trial of a recipe search, or its final re-timing (``accel.search.job``)."""
+    from accel.search.job import run_search_job
 
-    return run_trial(params, emit, cancel)
+    return run_search_job(params, emit, cancel)
 
 
 # A trial is a recipe run: the search's pool executor records it as a run itself.

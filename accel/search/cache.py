@@ -2,9 +2,11 @@
 
 A trial whose first steps (same passes, same parameters, same model content hash, device,
 input spec and data) were built before starts from the stored model instead of rebuilding
-it: one ``export_onnx`` serves every ONNX trial. Only models that live in files (ONNX and
-other exported runtimes) are stored; torch prefixes are rebuilt (cheap, and a module is not
-safe to unpickle). Entries are folders ``ROOT/KEY/`` with the model files (hard links where
+it: one ``export_onnx`` serves every ONNX trial, one ``openvino`` conversion (or NNCF
+quantization) every trial that shares it, and the final re-timing of the top trials loads
+their models instead of building them again. Only models that live in files (an ONNX graph,
+a runtime's file such as an OpenVINO IR with its weights) are stored; torch prefixes are
+rebuilt (cheap, and a module is not safe to unpickle). Entries are folders ``ROOT/KEY/`` with the model files (hard links where
 the file system allows) and ``entry.json``; writes go to a temporary folder renamed into
 place, so worker processes and Ray tasks can share one cache. The cache is bounded by
 entries and bytes; the least recently used entries go first.
@@ -72,11 +74,22 @@ class PrefixCache:
         self.stats = CacheStats()
 
     @staticmethod
-    def cacheable(model: Any) -> bool:
-        # ONNX files (no torch module in memory) are what the cache stores.
-        return (
-            getattr(model, "module", None) is None and getattr(model, "onnx_path", None) is not None
-        )
+    def model_file(model: Any) -> tuple[str, Path] | None:
+        """(field, path) of the file a model without a torch module lives in: its runtime's
+        file (an OpenVINO IR) or its ONNX graph; None for an in-memory model."""
+        if getattr(model, "module", None) is not None:
+            return None
+        for name in ("runtime_file", "onnx_path"):
+            path = getattr(model, name, None)
+            if path is not None:
+                # A model folder (ONNX Runtime GenAI's) is not stored: one file and its
+                # companions make an entry.
+                return (name, Path(path)) if Path(path).is_file() else None
+        return None
+
+    @classmethod
+    def cacheable(cls, model: Any) -> bool:
+        return cls.model_file(model) is not None
 
     def get(self, key: str, original: Any) -> Any | None:
         """The stored model for ``key`` (a LoadedModel built on ``original``), or None."""
@@ -87,19 +100,22 @@ class PrefixCache:
         try:
             meta = json.loads(meta_path.read_text())
             path = entry / meta["file"]
-            if not path.is_file():
+            role = meta.get("role", "onnx_path")
+            if not path.is_file() or role not in ("onnx_path", "runtime_file"):
                 return None
             os.utime(meta_path)  # least recently used goes first
         except (OSError, ValueError, KeyError):
             return None
         fields = {k: meta["fields"][k] for k in _FIELDS if k in meta["fields"]}
-        return original.replace(module=None, onnx_path=path, _session=None, **fields)
+        files = {"onnx_path": None, "runtime_file": None, role: path}
+        return original.replace(module=None, _session=None, **files, **fields)
 
     def put(self, key: str, model: Any) -> bool:
         """Store ``model`` under ``key`` (no-op when present or not cacheable)."""
-        if not self.cacheable(model) or (self.root / key / "entry.json").is_file():
+        found = self.model_file(model)
+        if found is None or (self.root / key / "entry.json").is_file():
             return False
-        src = Path(model.onnx_path)
+        role, src = found
         files = [src, *_companions(src)]
         tmp = self.root / f".tmp-{key}-{uuid.uuid4().hex[:8]}"
         try:
@@ -108,6 +124,7 @@ class PrefixCache:
                 _link_or_copy(f, tmp / f.name)
             meta = {
                 "file": src.name,
+                "role": role,
                 "fields": {k: jsonable(getattr(model, k, None)) for k in _FIELDS},
                 "created": time.time(),
             }
@@ -151,11 +168,13 @@ class PrefixCache:
 
 
 def _companions(path: Path) -> list[Path]:
-    """External data files next to an ONNX file (``model.onnx.data``, ``model.onnx_data``)."""
+    """The files a model file needs beside it: those named after it (an ONNX file's external
+    data, ``model.onnx.data``) or sharing its stem (an OpenVINO IR's weights, ``model.bin``);
+    a step's folder holds one model."""
     out = []
     with contextlib.suppress(OSError):
         for f in path.parent.iterdir():
-            if f != path and f.is_file() and f.name.startswith(path.name):
+            if f != path and f.is_file() and (f.name.startswith(path.name) or f.stem == path.stem):
                 out.append(f)
     return out
 

@@ -356,7 +356,7 @@ class InProcessExecutor:
         self.cancel_fn = cancel or (lambda: False)
 
     def submit(self, number: int, spec: dict[str, Any]) -> TrialHandle:
-        from accel.search.trial import run_trial
+        from accel.search.job import run_search_job
 
         events: list[dict[str, Any]] = []
 
@@ -366,7 +366,7 @@ class InProcessExecutor:
                 self.on_event(number, e)
 
         try:
-            res = run_trial(spec, emit, self.cancel_fn)
+            res = run_search_job(spec, emit, self.cancel_fn)
             status = res.get("status", "failed")
             out = {"status": status, "result": res, "error": res.get("error", ""), "events": events}
         except Exception as exc:  # noqa: BLE001 - recorded as the trial's failure
@@ -550,31 +550,15 @@ def run_search(
     info = list(model_info)
     size = size_class(info[3] if len(info) > 3 else None)
     family = model_family(layers)
-    seeds = (
-        _objective_first(
-            space,
-            plan_seeds(space, family, priors=priors, size=size, objective=config.objective),
-            generation_seeds(config),
-        )
-        if config.use_seeds
-        else [Seed(())]
-    )
+    seeds = _seeds(config, space, family, size, priors)
     study = _study(config, space, seeds)
     loop = _TrialLoop(config, space, study, executor, len(seeds), on_trial or (lambda t: None))
     status, reason = loop.run(is_cancelled, t0)
     space, sensitivity = loop.space, _sensitivity_summary(config, loop)
     trials = loop.trials
-    ok, best = _scores_and_best(config, trials)
-    final = None
-    if status != "cancelled":
-        final = _final_retime(config, executor, trials, ok, is_cancelled, t0)
-        if is_cancelled():
-            status, reason = "cancelled", "cancelled by the user"
-    executor.close()
-    if final is not None and final.done:
-        best = final.winner
-    if status != "cancelled":
-        status, reason = _verdict(config, trials, best, len(seeds), status, reason)
+    status, reason, best, final, ok = _finish(
+        config, executor, trials, (status, reason), len(seeds), is_cancelled, t0
+    )
     return SearchResult(
         status=status,
         config=config,
@@ -594,6 +578,51 @@ def run_search(
         model_kind=kind,
         final=final,
     )
+
+
+def _seeds(
+    config: SearchConfig,
+    space: SearchSpace,
+    family: str,
+    size: str,
+    priors: Sequence[Mapping[str, Any]],
+) -> list[Seed]:
+    """The chains tried first: the plan's seeds (hardware, family, earlier searches), the
+    generation seeds for a decoder's objectives; the original alone without seeds."""
+    if not config.use_seeds:
+        return [Seed(())]
+    return _objective_first(
+        space,
+        plan_seeds(space, family, priors=priors, size=size, objective=config.objective),
+        generation_seeds(config),
+    )
+
+
+def _finish(
+    config: SearchConfig,
+    executor: Executor,
+    trials: list[TrialRecord],
+    outcome: tuple[str, str],
+    num_seeds: int,
+    is_cancelled: Callable[[], bool],
+    t0: float,
+) -> tuple[str, str, int | None, FinalTiming | None, dict[int, Any]]:
+    """After the trials: the final side-by-side re-timing (unless cancelled) chooses the
+    best, the executor closes, the verdict is given. (status, reason, best, final, the
+    scores of the trials within the constraints)."""
+    status, reason = outcome
+    ok, best = _scores_and_best(config, trials)
+    final = None
+    if status != "cancelled":
+        final = _final_retime(config, executor, trials, ok, is_cancelled, t0)
+        if is_cancelled():
+            status, reason = "cancelled", "cancelled by the user"
+    executor.close()
+    if final is not None and final.done:
+        best = final.winner
+    if status != "cancelled":
+        status, reason = _verdict(config, trials, best, num_seeds, status, reason)
+    return status, reason, best, final, ok
 
 
 def final_candidates(
@@ -616,6 +645,20 @@ def final_reserve_s(config: SearchConfig) -> float:
     return config.final_share * config.budget_s
 
 
+def _final_limit_s(config: SearchConfig, t0: float) -> float | None:
+    """Seconds the final re-timing may take (None: no budget): what is left of the budget,
+    or the share kept for it if a trial that started before ran into it; never past the
+    budget plus one trial timeout."""
+    if config.budget_s is None:
+        return None
+    elapsed = CLOCK() - t0
+    limit = max(config.budget_s - elapsed, final_reserve_s(config)) - WIND_DOWN_S
+    if config.trial_timeout_s is not None:
+        promise = config.budget_s + config.trial_timeout_s - elapsed - WIND_DOWN_S
+        limit = min(limit, promise)
+    return limit
+
+
 def _final_retime(
     config: SearchConfig,
     executor: Executor,
@@ -631,21 +674,13 @@ def _final_retime(
     if not numbers:
         return None
     final = FinalTiming(trials=numbers)
-    limit = None
-    if config.budget_s is not None:
-        # What is left of the budget, or the share kept for the re-timing if a trial that
-        # started before it ran into it; never past budget + one trial timeout.
-        elapsed = CLOCK() - t0
-        limit = max(config.budget_s - elapsed, final_reserve_s(config)) - WIND_DOWN_S
-        if config.trial_timeout_s is not None:
-            promise = config.budget_s + config.trial_timeout_s - elapsed - WIND_DOWN_S
-            limit = min(limit, promise)
-        if limit < MIN_FINAL_S:
-            final.reason = (
-                f"not run: {max(limit, 0):.0f} s of the budget were left, it needs at least "
-                f"{MIN_FINAL_S:.0f} s (give a larger --budget)"
-            )
-            return final
+    limit = _final_limit_s(config, t0)
+    if limit is not None and limit < MIN_FINAL_S:
+        final.reason = (
+            f"not run: {max(limit, 0):.0f} s of the budget were left, it needs at least "
+            f"{MIN_FINAL_S:.0f} s (give a larger --budget)"
+        )
+        return final
     if is_cancelled():
         final.reason = "not run: the search was cancelled"
         return final

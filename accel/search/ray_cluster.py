@@ -89,13 +89,13 @@ def _trial_task(spec: dict[str, Any]) -> dict[str, Any]:
     """Body of the Ray task: run the trial, collect its events (third-party telemetry off in
     the Ray worker, as in the studio's own workers)."""
     from accel.privacy import disable_telemetry
-    from accel.search.trial import run_trial
+    from accel.search.job import run_search_job
 
     disable_telemetry()
 
     events: list[dict[str, Any]] = []
     try:
-        result = run_trial(spec, events.append, lambda: False)
+        result = run_search_job(spec, events.append, lambda: False)
     except Exception as exc:  # noqa: BLE001 - the search records the failure
         return {
             "status": "failed",

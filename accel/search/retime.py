@@ -7,7 +7,7 @@ budget) are built again (from the prefix cache where it still holds them) and ti
 original in ONE round-robin measurement (``accel.timing.compare_round_robin``); the search
 chooses its winner on that measurement, and reports the winner's figure from it.
 
-``run_retime(spec, emit, cancel) -> dict`` is the job (``run_trial`` hands it a spec with
+``run_retime(spec, emit, cancel) -> dict`` is the job (``accel.search.job`` hands it a spec with
 ``retime``: ``[{"trial": n, "steps": [...]}, ...]``, the trial spec's other keys as for a
 trial; ``time_limit_s``: the seconds it may take, building and timing). Past its time limit
 or at cancel it stops and returns no figures: a measurement cut short is no measurement.
@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,17 +38,12 @@ def run_retime(spec: dict[str, Any], emit: Emit, cancel: Callable[[], bool]) -> 
     measurement. Returns ``{"status": "succeeded", "retime": {"timings": {trial: StepTiming
     JSON}, "skipped": {trial: why}}}``, or ``{"status": "cancelled" | "timed_out" | "failed",
     "error": why}`` with no timings."""
-    from accel.search.trial import TrialBuild
-
     t_start = CLOCK()
     limit = spec.get("time_limit_s")
     out = Path(spec["out"])
 
-    def past_limit() -> bool:
-        return limit is not None and CLOCK() - t_start > float(limit)
-
     def stop() -> bool:
-        return cancel() or past_limit()
+        return cancel() or (limit is not None and CLOCK() - t_start > float(limit))
 
     def stopped(what: str) -> dict[str, Any]:
         status = "cancelled" if cancel() else "timed_out"
@@ -60,49 +56,22 @@ def run_retime(spec: dict[str, Any], emit: Emit, cancel: Callable[[], bool]) -> 
         }
 
     candidates = list(spec["retime"])
-    built: dict[str, Any] = {}
-    skipped: dict[str, str] = {}
-    first: TrialBuild | None = None
-    for cand in candidates:
-        number = int(cand["trial"])
-        if stop():
-            return stopped(f"building trial {number}")
-        sub = {**spec, "steps": list(cand["steps"]), "trial": number}
-        sub["out"] = str(out / f"trial_{number:03d}")
-        build = TrialBuild(sub, lambda e: None, stop)
-        try:
-            build.load(shared=first)
-        except Exception as exc:  # noqa: BLE001 - the original itself failed: nothing to time
-            return _failed(emit, out, f"loading the model: {type(exc).__name__}: {exc}")
-        if first is None:
-            first = build
-            _started(emit, spec, build, [int(c["trial"]) for c in candidates])
-        build.restore_cached_prefix()
-        if build.build() is not None:  # failed or stopped
-            if stop():
-                return stopped(f"building trial {number}")
-            skipped[str(number)] = "its chain failed to build again"
-            continue
-        try:
-            _, _, gate_reason = build.gate()
-        except Exception as exc:  # noqa: BLE001 - reported as the candidate's problem
-            gate_reason = f"{type(exc).__name__}: {exc}"
-        if gate_reason is not None:
-            skipped[str(number)] = f"built again, it failed its gate: {gate_reason}"
-            continue
-        built[str(number)] = build.current
-    if first is None or len(built) < 2:
-        reason = f"{len(built)} of {len(candidates)} trials built again; nothing to compare"
-        return _failed(emit, out, reason, skipped)
+    built = _Built()
+    problem = _build_all(spec, candidates, built, emit, stop)
+    if problem is not None:
+        return stopped(problem) if stop() else _failed(emit, out, problem)
+    if built.first is None or len(built.models) < 2:
+        reason = f"{len(built.models)} of {len(candidates)} trials built again; nothing to compare"
+        return _failed(emit, out, reason, built.skipped)
     try:
-        timings = _time_together(first, built, spec, stop)
+        timings = _time_together(built.first, built.models, spec, stop)
     except Cancelled:
         return stopped("timing")
     except Exception as exc:  # noqa: BLE001 - a measurement that failed is no measurement
-        return _failed(emit, out, f"timing: {type(exc).__name__}: {exc}", skipped)
+        return _failed(emit, out, f"timing: {type(exc).__name__}: {exc}", built.skipped)
     if stop():
         return stopped("timing")
-    result = {"timings": timings, "skipped": skipped}
+    result = {"timings": timings, "skipped": built.skipped}
     summary = {"final_retime": result}
     emit(RunFinished(status="succeeded", duration_s=CLOCK() - t_start, summary=summary).to_dict())
     return {
@@ -112,6 +81,60 @@ def run_retime(spec: dict[str, Any], emit: Emit, cancel: Callable[[], bool]) -> 
         "run_dir": str(out),
         "duration_s": CLOCK() - t_start,
     }
+
+
+@dataclass
+class _Built:
+    """The re-timing's models: the first build (it holds the original and the inputs), the
+    built models by trial number, and why the others were left out."""
+
+    first: Any = None
+    models: dict[str, Any] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def _build_all(
+    spec: dict[str, Any],
+    candidates: list[dict[str, Any]],
+    built: _Built,
+    emit: Emit,
+    stop: Callable[[], bool],
+) -> str | None:
+    """Build every candidate into ``built`` (from the prefix cache where it holds the whole
+    chain: then nothing is built again); a candidate that fails to build or its gate is left
+    out. Returns what was under way when it stopped, or why the original failed to load."""
+    from accel.search.trial import TrialBuild
+
+    out = Path(spec["out"])
+    for cand in candidates:
+        number = int(cand["trial"])
+        if stop():
+            return f"building trial {number}"
+        sub = {**spec, "steps": list(cand["steps"]), "trial": number}
+        sub["out"] = str(out / f"trial_{number:03d}")
+        build = TrialBuild(sub, lambda e: None, stop)
+        try:
+            build.load(shared=built.first)
+        except Exception as exc:  # noqa: BLE001 - the original itself failed: nothing to time
+            return f"loading the model: {type(exc).__name__}: {exc}"
+        if built.first is None:
+            built.first = build
+            _started(emit, spec, build, [int(c["trial"]) for c in candidates])
+        build.restore_cached_prefix()
+        if build.build() is not None:  # failed or stopped
+            if stop():
+                return f"building trial {number}"
+            built.skipped[str(number)] = "its chain failed to build again"
+            continue
+        try:
+            _, _, gate_reason = build.gate()
+        except Exception as exc:  # noqa: BLE001 - reported as the candidate's problem
+            gate_reason = f"{type(exc).__name__}: {exc}"
+        if gate_reason is not None:
+            built.skipped[str(number)] = f"built again, it failed its gate: {gate_reason}"
+            continue
+        built.models[str(number)] = build.current
+    return None
 
 
 def _time_together(

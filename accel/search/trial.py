@@ -37,11 +37,11 @@ def _copy_model(model: Any) -> Any:
 
 
 def _model_bytes(model: Any) -> float | None:
-    path = getattr(model, "onnx_path", None)
-    if model.module is None and path is not None:
-        from accel.search.cache import _companions
+    from accel.search.cache import PrefixCache, _companions
 
-        p = Path(path)
+    found = PrefixCache.model_file(model)
+    if found is not None:
+        p = found[1]
         if p.is_file():
             return float(p.stat().st_size + sum(f.stat().st_size for f in _companions(p)))
     size = getattr(model, "size_bytes", 0) or 0
@@ -73,12 +73,8 @@ def run_trial(
     ``out`` (the trial's run folder), ``trial`` (its number). ``benchmark.skip``: build and
     check only (no timing). In-process callers may pass ``hold`` (a dict) to get the built
     ``model``, the ``original`` and the ``inputs`` back (benchmarks that time contenders
-    round-robin themselves). A spec with ``retime`` is the search's final side-by-side
-    re-timing of its top trials (``accel.search.retime``)."""
-    if spec.get("retime") is not None:
-        from accel.search.retime import run_retime
-
-        return run_retime(spec, emit, cancel)
+    round-robin themselves). The search's final re-timing is another job
+    (``accel.search.job.run_search_job`` chooses)."""
     trial = TrialBuild(spec, emit, cancel)
     try:
         trial.load()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from accel.passes import list_passes
 from accel.search import (
@@ -262,3 +263,30 @@ def test_trials_in_one_process_share_one_load_of_the_original_and_never_change_i
     hold = {}
     run_trial(other, lambda e: None, lambda: False, hold=hold)
     assert hold["original"] is not held[0]["original"]  # another seed: another load
+
+
+def test_prefix_cache_keeps_an_openvino_ir_with_its_weights(tmp_path):
+    """OpenVINO IRs were not cached (ONNX only), so the final re-timing built every
+    OpenVINO + NNCF trial again (40 s and more each) and ran out of its share of the budget."""
+    pytest.importorskip("openvino")
+    from accel.models import load_model
+    from accel.passes import PassContext, get_pass
+
+    model = load_model("zoo:mlp")
+    p = get_pass("openvino")
+    ctx = PassContext(inputs=model.example_inputs(), work_dir=tmp_path / "ov")
+    ov_model = p().apply(model, p.parse_config({"precision": "f32"}), ctx)
+    cache = PrefixCache(tmp_path / "cache")
+    assert cache.put("k", ov_model)
+    entry = tmp_path / "cache" / "k"
+    assert sorted(f.name for f in entry.iterdir()) == ["entry.json", "model.bin", "model.xml"]
+    got = cache.get("k", model)
+    assert got.kind == "openvino" and got.module is None and got.onnx_path is None
+    assert got.runtime_file == entry / "model.xml"
+    assert got.session_options == ov_model.session_options
+    assert got.num_params == ov_model.num_params
+    x = model.example_inputs()
+    assert torch.allclose(torch.as_tensor(got.forward(x)[0]), model.forward(x), atol=1e-4)
+    folder = tmp_path / "genai"
+    folder.mkdir()
+    assert not cache.put("g", ov_model.replace(kind="ort_genai", runtime_file=folder))

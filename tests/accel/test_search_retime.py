@@ -13,7 +13,7 @@ import pytest
 from accel.search import SearchConfig, SearchError, run_search
 from accel.search import engine as search_engine
 from accel.search import retime as retime_mod
-from accel.search.trial import run_trial
+from accel.search.job import run_search_job
 from accel.timing.result import Latency, StepTiming
 
 CHEAP = ("quantize_dynamic_int8", "export_onnx", "quantize_onnx_dynamic", "onnxruntime", "bf16")
@@ -222,7 +222,9 @@ DYN = [{"pass": "quantize_dynamic_int8", "params": {}}]
 
 def test_the_retime_job_times_every_candidate_in_one_measurement(tmp_path):
     events: list[dict] = []
-    out = run_trial(_retime_spec(tmp_path, [(1, BF16), (2, DYN)]), events.append, lambda: False)
+    out = run_search_job(
+        _retime_spec(tmp_path, [(1, BF16), (2, DYN)]), events.append, lambda: False
+    )
     assert out["status"] == "succeeded", out
     timings = out["retime"]["timings"]
     assert set(timings) == {"1", "2"}
@@ -246,7 +248,7 @@ def test_the_retime_job_cancelled_while_timing_returns_no_figures(tmp_path, monk
         return real(*a, **kw)
 
     monkeypatch.setattr(harness, "run_round_robin", counting)
-    out = run_trial(_retime_spec(tmp_path, [(1, BF16), (2, DYN)]), lambda e: None, cancel)
+    out = run_search_job(_retime_spec(tmp_path, [(1, BF16), (2, DYN)]), lambda e: None, cancel)
     assert out["status"] == "cancelled" and "retime" not in out
     assert "no figures were kept" in out["error"]
 
@@ -260,7 +262,7 @@ def test_the_retime_job_stops_at_its_time_limit(tmp_path, monkeypatch):
 
     monkeypatch.setattr(retime_mod, "CLOCK", clock)
     spec = _retime_spec(tmp_path, [(1, BF16), (2, DYN)], time_limit_s=40.0)
-    out = run_trial(spec, lambda e: None, lambda: False)
+    out = run_search_job(spec, lambda e: None, lambda: False)
     assert out["status"] == "timed_out" and "retime" not in out
     assert "time limit of 40 s" in out["error"]
 
