@@ -194,6 +194,14 @@ def test_script_reproduces_the_runner(tmp_path, source, spec, exclude):
     script.write_text(recipe_to_script(recipe))
     text = script.read_text()
     assert "accel" not in text.replace("Accel Studio", "") and "import openvino as ov" in text
+    out = _run_script(script, tmp_path)
+    results = json.loads((out / "results.json").read_text())
+    assert [r["step"] for r in results] == [s["pass"] for s in steps]
+    _assert_same_outputs(tmp_path / "run", out, steps)
+
+
+def _run_script(script, tmp_path):
+    """Run an exported script with --out; its output folder."""
     out = tmp_path / "script_out"
     proc = subprocess.run(
         [sys.executable, str(script), "--out", str(out)],
@@ -203,12 +211,15 @@ def test_script_reproduces_the_runner(tmp_path, source, spec, exclude):
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads((out / "results.json").read_text())
-    assert [r["step"] for r in results] == [s["pass"] for s in steps]
+    return out
+
+
+def _assert_same_outputs(run_dir, script_dir, steps):
+    """Every step's saved outputs agree between the runner and the script."""
     for i, step in enumerate(steps):
         name = f"step_{i:02d}_{step['pass']}"
-        want = torch.load(tmp_path / "run" / name / "outputs.pt")
-        got = torch.load(out / name / "outputs.pt")
+        want = torch.load(run_dir / name / "outputs.pt")
+        got = torch.load(script_dir / name / "outputs.pt")
         want = want[0] if isinstance(want, tuple | list) else want
         got = got[0] if isinstance(got, tuple | list) else got
         assert torch.allclose(want, got, rtol=1e-4, atol=1e-5), name
@@ -395,18 +406,4 @@ def test_the_exported_script_converts_a_covering_pool_as_the_studio_does(tmp_pat
     script = tmp_path / "recipe.py"
     script.write_text(recipe_to_script(recipe))
     assert "def exact_global_pools(module, run, fixed_maps=True):" in script.read_text()
-    out = tmp_path / "script_out"
-    proc = subprocess.run(
-        [sys.executable, str(script), "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    name = f"step_00_{steps[0]['pass']}"
-    want = torch.load(tmp_path / "run" / name / "outputs.pt")
-    got = torch.load(out / name / "outputs.pt")
-    want = want[0] if isinstance(want, tuple | list) else want
-    got = got[0] if isinstance(got, tuple | list) else got
-    assert torch.allclose(want, got, rtol=1e-4, atol=1e-5)
+    _assert_same_outputs(tmp_path / "run", _run_script(script, tmp_path), steps)

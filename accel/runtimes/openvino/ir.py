@@ -134,6 +134,17 @@ def _numel(node: Any) -> int:
     return size
 
 
+def _decompressed(node: Any) -> bool:
+    """Whether ``node`` is an integer constant turned real: Convert(integer Constant), or
+    the Subtract of a zero point from one."""
+    if node.get_type_name() == "Subtract":
+        return _decompressed(node.input_value(0).get_node())
+    if node.get_type_name() != "Convert":
+        return False
+    c = _const_of(node)
+    return c is not None and not c.get_output_element_type(0).is_real()
+
+
 def weight_dtypes(ov_model: Any) -> dict[str, int]:
     """The model's weights by element type (``{"f32": n, "i8": m}``): real constants, and
     integer constants decompressed to real ones (NNCF ``compress_weights``: u8/i8/u4/i4
@@ -144,13 +155,7 @@ def weight_dtypes(ov_model: Any) -> dict[str, int]:
     for op in ops:
         if op.get_type_name() not in ("Subtract", "Multiply") or op.get_input_size() != 2:
             continue
-        first = op.input_value(0).get_node()
-        compressed = first.get_type_name() == "Subtract" or (
-            first.get_type_name() == "Convert"
-            and (c := _const_of(first)) is not None
-            and not c.get_output_element_type(0).is_real()
-        )
-        if compressed:
+        if _decompressed(op.input_value(0).get_node()):
             other = _const_of(op.input_value(1).get_node())
             if other is not None:
                 aux.add(other.get_friendly_name())
