@@ -29,6 +29,8 @@ CRASH_HINTS = {
     "SIGSEGV": "a native crash (segmentation fault) in a library the job used",
     "SIGBUS": "a native crash (bus error) in a library the job used",
     "SIGABRT": "a library aborted the process",
+    "SIGFPE": "a native crash (arithmetic exception, such as an integer division by zero) in "
+    "a library the job used",
     "SIGKILL": "killed from outside, most often by the system's out-of-memory killer; "
     "try a smaller batch or input shape",
 }

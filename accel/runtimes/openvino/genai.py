@@ -53,9 +53,10 @@ def pipeline_for(xml: Path, options: dict[str, Any]) -> Any:
     """``openvino_genai.LLMPipeline`` of the IR ``xml`` on the CPU with the step's options."""
     import openvino_genai as ov_genai
 
-    from accel.runtimes.openvino.ir import compile_config, weights_file
+    from accel.runtimes.openvino.ir import compile_config, read_ir, weights_file
+    from accel.runtimes.openvino.known_crashes import safe_config
 
-    props = compile_config(options)
+    props = safe_config(read_ir(xml), compile_config(options), options, "CPU")
     backend = ATTENTION_BACKENDS[str(options.get("attention", "sdpa"))]
     props["ATTENTION_BACKEND"] = backend
     if backend == "PA":

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from accel.runtimes.openvino.ir import compile_config, module_path_of, read_ir, to_numpy_feed
+from accel.runtimes.openvino.known_crashes import safe_config
 
 
 def _last_ports(ov_model: Any) -> dict[str, Any]:
@@ -45,9 +46,9 @@ def ov_layer_outputs(
     existing = len(ov_model.outputs)
     ports = list(dict.fromkeys(last.values()))
     ov_model.add_outputs(ports)
-    compiled = ov.Core().compile_model(
-        ov_model, str(options.get("device", "CPU")).upper(), compile_config(options)
-    )
+    device = str(options.get("device", "CPU")).upper()
+    config = safe_config(ov_model, compile_config(options), options, device)
+    compiled = ov.Core().compile_model(ov_model, device, config)
     result = compiled.create_infer_request().infer(to_numpy_feed(compiled, fed))
     values = [torch.from_numpy(np.array(result[o])) for o in compiled.outputs[existing:]]
     by_port = dict(zip(ports, values))

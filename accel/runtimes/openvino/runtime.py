@@ -114,12 +114,12 @@ class OpenVinoRuntime(RuntimeBase):
         """A fresh compiled model of ``model`` (``overrides`` change session_options)."""
         import openvino as ov
 
+        from accel.runtimes.openvino.known_crashes import safe_config
+
         options = {**model.session_options, **overrides}
-        return ov.Core().compile_model(
-            read_ir(model.runtime_file),
-            str(options.get("device", "CPU")).upper(),
-            compile_config(options),
-        )
+        ov_model, device = read_ir(model.runtime_file), str(options.get("device", "CPU")).upper()
+        config = safe_config(ov_model, compile_config(options), options, device)
+        return ov.Core().compile_model(ov_model, device, config)
 
     def session(self, model: LoadedModel) -> Any:
         if model._session is None:

@@ -1,0 +1,130 @@
+"""Compile settings that crash OpenVINO's CPU plugin, refused before they take a process down.
+
+OpenVINO 2026.4's CPU plugin dies with SIGFPE (an integer division by zero, no exception)
+when it compiles a transformer's gated MLP (``down(act(gate(x)) * up(x))``, which it fuses
+into its AMX ``LLMMLP`` kernel) in bf16 on exactly one inference thread. Reproduced on this
+project's Sapphire Rapids machine with hf:llama_small's IR: bf16 on 2 threads, f32 on 1
+thread and int8 weights on 1 thread compile; bf16 on 1 thread kills the process, also with
+the hint left to the plugin (which picks bf16 on AMX). Upstream: openvinotoolkit/openvino
+issue 33300 (a Llama under ``taskset -c 0``).
+
+``check_compile(model, config, device)`` raises a ``PassError`` that names the setting to
+change instead; every compile of an IR in the studio goes through it. ``safe_config`` first
+turns a precision the studio chose (``precision: auto``, session option ``precision_auto``)
+into f32 where bf16 would crash: the recipe did not ask for bf16, so it runs what works.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from accel.errors import PassError
+
+log = logging.getLogger(__name__)
+
+ACTIVATIONS = {"Swish", "Gelu", "HSwish", "Mish"}
+FLOAT_WEIGHTS = {"f32", "f16", "bf16"}
+
+
+def _is_float_weight(out: Any) -> bool:
+    """A MatMul's weight input: a floating constant, or one decompressed by a Convert (f16
+    weights in an IR). Integer weights (NNCF's u8/u4 with scales) are not fused that way."""
+    node = out.get_node()
+    if node.get_type_name() == "Convert":
+        node = node.input_value(0).get_node()
+    return node.get_type_name() == "Constant" and node.get_element_type().get_type_name() in (
+        FLOAT_WEIGHTS
+    )
+
+
+def _float_matmul(out: Any) -> Any | None:
+    node = out.get_node()
+    if node.get_type_name() != "MatMul" or not _is_float_weight(node.input_value(1)):
+        return None
+    return node
+
+
+def gated_mlp(model: Any) -> str | None:
+    """The friendly name of the first gated MLP's down projection in ``model`` (an
+    ``ov.Model``): ``MatMul(Multiply(act(MatMul(x, Wg)), MatMul(x, Wu)), Wd)`` with float
+    weights and both inner MatMuls on the same ``x``; None when it has none."""
+    for node in model.get_ordered_ops():
+        if node.get_type_name() != "MatMul" or not _is_float_weight(node.input_value(1)):
+            continue
+        mul = node.input_value(0).get_node()
+        if mul.get_type_name() != "Multiply":
+            continue
+        a, b = (mul.input_value(i).get_node() for i in range(2))
+        for act, other in ((a, b), (b, a)):
+            if act.get_type_name() not in ACTIVATIONS:
+                continue
+            gate = _float_matmul(act.input_value(0))
+            up = _float_matmul(other.output(0)) if other.get_output_size() else None
+            if gate is None or up is None:
+                continue
+            if gate.input_value(0) == up.input_value(0):
+                return node.get_friendly_name()
+    return None
+
+
+def _threads(config: Mapping[str, Any]) -> int:
+    if config.get("INFERENCE_NUM_THREADS"):
+        return int(config["INFERENCE_NUM_THREADS"])
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _precision(config: Mapping[str, Any], device: str) -> str:
+    """The inference precision the CPU plugin will use: the hint, else what it picks."""
+    from accel.hardware import cpu_features
+
+    hint = str(config.get("INFERENCE_PRECISION_HINT") or "").lower()
+    if hint:
+        return hint
+    return "bf16" if device.upper() == "CPU" and cpu_features().amx_bf16 else "f32"
+
+
+def crash_reason(model: Any, config: Mapping[str, Any], device: str = "CPU") -> str | None:
+    """Why compiling ``model`` with ``config`` on ``device`` would crash the process, or
+    None. Only the known case: a gated MLP in bf16/f16 on one thread of an AMX CPU."""
+    from accel.hardware import cpu_features
+
+    if device.upper() != "CPU" or not cpu_features().amx_bf16:
+        return None
+    precision = _precision(config, device)
+    if precision not in ("bf16", "f16") or _threads(config) != 1:
+        return None
+    where = gated_mlp(model)
+    if where is None:
+        return None
+    chosen = "set" if config.get("INFERENCE_PRECISION_HINT") else "left to the plugin, which picks"
+    return (
+        f"OpenVINO's CPU plugin crashes the process (SIGFPE) compiling a gated MLP "
+        f"({where}) in {precision} on one thread (openvinotoolkit/openvino issue 33300); the "
+        f"precision was {chosen} {precision} and the threads are 1. Use precision: f32, or 2 "
+        "or more threads, or compress the weights to int8/int4 first"
+    )
+
+
+def check_compile(model: Any, config: Mapping[str, Any], device: str = "CPU") -> None:
+    """Raise PassError where ``crash_reason`` knows the compile would crash."""
+    why = crash_reason(model, config, device)
+    if why:
+        raise PassError(why)
+
+
+def safe_config(
+    model: Any, config: dict[str, Any], options: Mapping[str, Any], device: str = "CPU"
+) -> dict[str, Any]:
+    """``config`` for compiling ``model``: f32 in place of a bf16 the studio chose itself
+    (``options["precision_auto"]``) where bf16 would crash (logged); then ``check_compile``."""
+    if options.get("precision_auto") and crash_reason(model, config, device):
+        log.warning("precision auto runs f32 here: %s", crash_reason(model, config, device))
+        config = {**config, "INFERENCE_PRECISION_HINT": "f32"}
+    check_compile(model, config, device)
+    return config
