@@ -10,7 +10,10 @@ config; random weights): batch 1, ``--prompt`` prompt tokens, ``--new`` new toke
 - the studio's stateful OpenVINO LM (``openvino_stateful``: KV cache in the infer request,
   ``--kv-cache`` precision) in f32 and bf16, and with NNCF int8 / int4 weights on the f32 one
   (``compress_weights_openvino``), built by the passes themselves (``--no-openvino``: skip);
-- optimum-intel OpenVINO int8 / int4 when optimum-intel is installed (else the row says so);
+- optimum-intel OpenVINO int8 / int4, exported by bench/optimum_export.py in its own process
+  under ``--optimum-site`` (a ``pip install --target`` folder with transformers<5.6 and
+  optimum-intel, which does not import beside the studio's transformers), the IR generating
+  through the studio's stateful runtime (else the row says why not);
 - the studio's ``ort_genai`` pass (ONNX Runtime GenAI's model builder, generating through
   og.Generator) at each precision of ``--genai`` (default int4; empty: none), on ``--threads``;
 - the studio's best: ``studio optimize --objective tokens_per_s`` (``accel.search``, trials in
@@ -27,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import importlib.util
 import json
 import os
 import sys
@@ -160,68 +162,47 @@ def openvino_stateful(original: Any, args: argparse.Namespace, work: Path) -> di
     return out
 
 
-def optimum_import(site: str | None) -> tuple[Any, str | None]:
-    """optimum.intel imported from ``site`` (a --target folder, kept off the studio's venv),
-    or the exact reason it cannot be."""
-    import traceback
-
-    if site:
-        sys.path.insert(0, site)
-    if importlib.util.find_spec("optimum") is None:
-        return None, "optimum-intel is not installed (--optimum-site: a pip --target folder)"
-    try:
-        from optimum.intel import OVModelForCausalLM, OVWeightQuantizationConfig
-    except Exception as exc:  # noqa: BLE001 - the row says exactly why
-        cause = exc
-        while cause.__cause__ is not None:
-            cause = cause.__cause__
-        last = traceback.extract_tb(cause.__traceback__)[-1]
-        return None, (
-            f"import optimum.intel fails under transformers {_version('transformers')}: "
-            f"{type(cause).__name__}: {cause} (at {Path(last.filename).name}:{last.lineno}); "
-            f"optimum-intel {_version('optimum-intel')} needs transformers<5.6"
-        )
-    return (OVModelForCausalLM, OVWeightQuantizationConfig), None
-
-
-def _version(dist: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return "?"
-
-
 def optimum_peers(original: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """The hand-written peers: optimum-intel's OVModelForCausalLM export with int8 / int4
-    weights (its own defaults otherwise), the IR it writes generating through the studio's
-    stateful runtime: label -> LoadedModel, or why not."""
+    weights (its own defaults otherwise), made by bench/optimum_export.py in a process of its
+    own under ``--optimum-site`` (optimum-intel 2.2 needs transformers<5.6, older than the
+    studio's), the IR it writes generating through the studio's stateful runtime: label ->
+    LoadedModel, or why not."""
+    import subprocess
+
     from accel.models import load_model
     from accel.passes._ort_genai_build import save_hf_folder
 
     labels = {8: "optimum-intel OpenVINO int8", 4: "optimum-intel OpenVINO int4 (g128)"}
-    classes, why = optimum_import(args.optimum_site)
-    if classes is None:
+    if not args.optimum_site:
+        why = (
+            "--optimum-site not given (a pip --target folder with optimum-intel, transformers<5.6)"
+        )
         return dict.fromkeys(labels.values(), why)
-    model_cls, quant_cls = classes
     hf = work / "optimum_hf"
     save_hf_folder(original.module, hf)
     out: dict[str, Any] = {}
     for bits, label in labels.items():
-        try:
-            q = quant_cls(bits=bits, sym=bits == 4, group_size=128 if bits == 4 else -1)
-            ov_model = model_cls.from_pretrained(
-                str(hf), export=True, quantization_config=q, compile=False
+        folder = work / f"optimum_int{bits}"
+        cmd = [sys.executable, str(ROOT / "bench" / "optimum_export.py"), str(hf), str(folder)]
+        cmd += ["--bits", str(bits), "--group", str(args.int4_group)]
+        env = {**os.environ, "PYTHONPATH": str(Path(args.optimum_site).resolve())}
+        print(f"  optimum-intel export int{bits} (own process)", flush=True)
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
+        if done.returncode != 0:
+            tail = " ".join((done.stderr or done.stdout).strip().splitlines()[-3:]) or "?"
+            out[label] = f"export failed (exit {done.returncode}): {tail[-400:]}"
+            continue
+        loaded = load_model(str(folder / "openvino_model.xml"))
+        options = {"threads": args.threads, "kv_cache_precision": args.kv_cache}
+        out[f"{label}, infer request"] = loaded.replace(
+            session_options={**loaded.session_options, **options}
+        )
+        if "sdpa" in args.ov_pipelines:  # as OpenVINO's docs run an optimum export
+            genai = {**options, "pipeline": "genai", "attention": "sdpa"}
+            out[f"{label}, GenAI sdpa"] = loaded.replace(
+                session_options={**loaded.session_options, **genai}
             )
-            folder = work / f"optimum_int{bits}"
-            ov_model.save_pretrained(str(folder))
-            del ov_model
-            loaded = load_model(str(folder / "openvino_model.xml"))
-            options = {"threads": args.threads, "kv_cache_precision": args.kv_cache}
-            out[label] = loaded.replace(session_options={**loaded.session_options, **options})
-        except Exception as exc:  # noqa: BLE001 - the row says why
-            out[label] = f"{type(exc).__name__}: {str(exc)[:300]}"
     return out
 
 
