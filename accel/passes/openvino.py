@@ -39,6 +39,7 @@ from accel.passes.base import (
     SearchSpec,
     register_pass,
 )
+from accel.runtimes.openvino.known_crashes import script_helpers as crash_free_helpers
 
 if TYPE_CHECKING:
     from accel.models.loaded import LoadedModel
@@ -234,7 +235,16 @@ class OpenVinoPass(Pass):
                     "    # rejects a kernel larger than its input), while the spatial sizes are fixed.",
                     "    with exact_global_pools(model.eval(), lambda: model(*ov_example),",
                     f"                            {SCRIPT_FIXED_MAPS}), torch.no_grad():",
-                    "        ov_model = ov.convert_model(model, example_input=ov_example, input=ov_shapes)",
+                    "        try:",
+                    "            ov_model = ov.convert_model(model, example_input=ov_example, input=ov_shapes)",
+                    "        except Exception as traced:  # e.g. no rule for aten::diff (a causal mask)",
+                    "            # as the studio does: convert a torch.export program (composite ops",
+                    "            # decomposed), the dynamic axes free where the example allows it",
+                    '            print(f"traced conversion failed ({type(traced).__name__}); via torch.export")',
+                    "            ov_dyn = tuple({i: torch.export.Dim.AUTO for i in DYNAMIC_AXES.get(n, {})}",
+                    "                           for n in inputs)",
+                    "            ov_model = ov.convert_model(",
+                    "                torch.export.export(model.eval(), ov_example, dynamic_shapes=ov_dyn))",
                     "elif kind == 'onnx':",
                     "    ov_model = ov.convert_model(str(onnx_path))",
                     "else:",
@@ -245,7 +255,7 @@ class OpenVinoPass(Pass):
                 ]
             ),
             imports=["import contextlib", "import openvino as ov"],
-            helpers=[OV_PRECISION_HELPER, *global_pool_script_helpers()],
+            helpers=[OV_PRECISION_HELPER, *crash_free_helpers(), *global_pool_script_helpers()],
         )
 
 
@@ -261,7 +271,9 @@ def _compile_lines(config: Any) -> list[str]:
     if config.streams:
         lines.append(f'ov_config["NUM_STREAMS"] = {int(config.streams)!r}')
     lines += [
-        f"compiled = ov.Core().compile_model(ov.Core().read_model(str(ov_path)), {config.device!r}, ov_config)",
+        "ov_model = ov.Core().read_model(str(ov_path))",
+        f"ov_config = ov_crash_free(ov_model, ov_config, {config.precision!r}, {config.device!r})",
+        f"compiled = ov.Core().compile_model(ov_model, {config.device!r}, ov_config)",
         "request = compiled.create_infer_request()",
         'kind, model, session, input_casts = "openvino", None, None, {}',
     ]

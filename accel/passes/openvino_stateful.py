@@ -35,6 +35,7 @@ from accel.passes.base import (
     SearchSpec,
     register_pass,
 )
+from accel.runtimes.openvino.known_crashes import script_helpers as crash_free_helpers
 
 if TYPE_CHECKING:
     from accel.models.loaded import LoadedModel
@@ -230,11 +231,12 @@ class OpenVinoStatefulPass(Pass):
             "}",
             "if THREADS:",
             '    ov_config["INFERENCE_NUM_THREADS"] = THREADS',
+            f"ov_config = ov_crash_free(ov_model, ov_config, {config.precision!r})",
             "compiled = ov.Core().compile_model(ov.Core().read_model(str(ov_path)), 'CPU', ov_config)",
             "request = compiled.create_infer_request()",
             'kind, model, session, input_casts = "openvino", None, None, {}',
         ]
-        helpers = [OV_PRECISION_HELPER]
+        helpers = [OV_PRECISION_HELPER, *crash_free_helpers()]
         imports = ["import openvino as ov", "from typing import Any"]
         if config.pipeline == "genai":
             from accel.runtimes.openvino import genai

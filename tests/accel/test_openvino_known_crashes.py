@@ -117,3 +117,60 @@ def test_the_runtime_compiles_an_auto_step_at_one_thread_instead_of_crashing(irs
     assert str(auto.get_property("INFERENCE_PRECISION_HINT")) in ("f32", "<Type: 'float32'>")
     with pytest.raises(PassError, match="gated MLP"):
         rt.compile(step({"precision": "bf16", "threads": 1}))
+
+
+def _forward_recipe(precision: str) -> dict:
+    from tests.accel.test_openvino_stateful import SPEC, TINY
+
+    return {
+        "model": {"source": f"{TINY}:llama", "input_spec": SPEC},
+        "steps": [{"pass": "openvino", "params": {"precision": precision}}],
+        "benchmark": {"warmup": 0, "iters": 3, "rounds": 3, "threads": 1},
+        "gates": {"min_cosine": 0.95},
+    }
+
+
+def _script(recipe: dict, tmp_path: Path) -> subprocess.CompletedProcess:
+    from accel.codegen import recipe_to_script
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    script = tmp_path / "recipe.py"
+    script.write_text(recipe_to_script(recipe))
+    return subprocess.run(
+        [sys.executable, str(script), "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+
+
+def test_the_exported_script_carries_the_same_check():
+    from accel.codegen import recipe_to_script
+
+    text = recipe_to_script(_forward_recipe("auto"))
+    compile(text, "recipe.py", "exec")
+    assert "def ov_crash_free(" in text and "def gated_mlp(" in text
+    assert "ov_config = ov_crash_free(ov_model, ov_config, 'auto', 'CPU')" in text
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not cpu_features().amx_bf16, reason="the crash needs a CPU with AMX")
+def test_an_auto_step_on_one_thread_runs_in_the_studio_and_its_script(tmp_path):
+    """On this AMX CPU, bf16 on one thread would kill both: the run and its script run f32;
+    the script of a recipe that sets bf16 stops with the reason (no crash)."""
+    from accel.recipe import Recipe
+    from accel.runner import run_recipe
+
+    res = run_recipe(
+        Recipe.model_validate(_forward_recipe("auto")),
+        out_dir=tmp_path / "run",
+        trust_recipe_code=True,
+    )
+    assert res.status == "succeeded", res.error
+    auto = _script(_forward_recipe("auto"), tmp_path / "auto")
+    assert auto.returncode == 0, auto.stderr[-3000:]
+    assert "precision auto runs f32" in auto.stdout
+    explicit = _script(_forward_recipe("bf16"), tmp_path / "bf16")
+    assert explicit.returncode == 1, (explicit.returncode, explicit.stderr[-3000:])
+    assert "use precision f32, or 2 or more threads" in explicit.stderr

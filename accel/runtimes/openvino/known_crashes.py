@@ -16,6 +16,7 @@ into f32 where bf16 would crash: the recipe did not ask for bf16, so it runs wha
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 from collections.abc import Mapping
@@ -25,29 +26,25 @@ from accel.errors import PassError
 
 log = logging.getLogger(__name__)
 
-ACTIVATIONS = {"Swish", "Gelu", "HSwish", "Mish"}
-FLOAT_WEIGHTS = {"f32", "f16", "bf16"}
 
-
-def _is_float_weight(out: Any) -> bool:
+def _is_float_weight(out):
     """A MatMul's weight input: a floating constant, or one decompressed by a Convert (f16
     weights in an IR). Integer weights (NNCF's u8/u4 with scales) are not fused that way."""
     node = out.get_node()
     if node.get_type_name() == "Convert":
         node = node.input_value(0).get_node()
-    return node.get_type_name() == "Constant" and node.get_element_type().get_type_name() in (
-        FLOAT_WEIGHTS
-    )
+    kind = node.get_element_type().get_type_name()
+    return node.get_type_name() == "Constant" and kind in ("f32", "f16", "bf16")
 
 
-def _float_matmul(out: Any) -> Any | None:
+def _float_matmul(out):
     node = out.get_node()
     if node.get_type_name() != "MatMul" or not _is_float_weight(node.input_value(1)):
         return None
     return node
 
 
-def gated_mlp(model: Any) -> str | None:
+def gated_mlp(model):
     """The friendly name of the first gated MLP's down projection in ``model`` (an
     ``ov.Model``): ``MatMul(Multiply(act(MatMul(x, Wg)), MatMul(x, Wu)), Wd)`` with float
     weights and both inner MatMuls on the same ``x``; None when it has none."""
@@ -59,7 +56,7 @@ def gated_mlp(model: Any) -> str | None:
             continue
         a, b = (mul.input_value(i).get_node() for i in range(2))
         for act, other in ((a, b), (b, a)):
-            if act.get_type_name() not in ACTIVATIONS:
+            if act.get_type_name() not in ("Swish", "Gelu", "HSwish", "Mish"):
                 continue
             gate = _float_matmul(act.input_value(0))
             up = _float_matmul(other.output(0)) if other.get_output_size() else None
@@ -128,3 +125,41 @@ def safe_config(
         config = {**config, "INFERENCE_PRECISION_HINT": "f32"}
     check_compile(model, config, device)
     return config
+
+
+# The exported script's side: the same check on the IR it compiles (the functions above as
+# source, annotation-free, and this one), so a script of an auto step runs what the studio ran.
+SCRIPT_CRASH_FREE = '''
+def ov_crash_free(ov_model, ov_config, wanted, device="CPU"):
+    """OpenVINO's CPU plugin dies (SIGFPE) compiling a gated MLP in bf16 on one thread of an
+    AMX CPU (openvinotoolkit/openvino issue 33300): precision auto runs f32 there, as the
+    studio does; a bf16 asked for stops here with the reason instead of killing the script."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            amx = "amx_bf16" in f.read()
+    except OSError:
+        amx = False
+    threads = ov_config.get("INFERENCE_NUM_THREADS") or (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    )
+    hint = str(ov_config.get("INFERENCE_PRECISION_HINT") or ("bf16" if amx else "f32")).lower()
+    if device != "CPU" or not amx or threads != 1 or hint not in ("bf16", "f16"):
+        return ov_config
+    where = gated_mlp(ov_model)
+    if where is None:
+        return ov_config
+    if wanted == "auto":
+        print(f"precision auto runs f32: {hint} on one thread crashes OpenVINO on {where}")
+        return {**ov_config, "INFERENCE_PRECISION_HINT": "f32"}
+    raise SystemExit(
+        f"OpenVINO's CPU plugin crashes compiling the gated MLP {where} in {hint} on one "
+        "thread: use precision f32, or 2 or more threads"
+    )
+'''
+
+
+def script_helpers() -> list[str]:
+    """The exported script's helpers (it imports os and openvino as ov): ``ov_crash_free``
+    and the pattern functions it calls."""
+    funcs = (_is_float_weight, _float_matmul, gated_mlp)
+    return [*(inspect.getsource(f) for f in funcs), SCRIPT_CRASH_FREE]
