@@ -101,10 +101,10 @@ def crash_reason(model: Any, config: Mapping[str, Any], device: str = "CPU") -> 
         return None
     chosen = "set" if config.get("INFERENCE_PRECISION_HINT") else "left to the plugin, which picks"
     return (
-        f"OpenVINO's CPU plugin crashes the process (SIGFPE) compiling a gated MLP "
-        f"({where}) in {precision} on one thread (openvinotoolkit/openvino issue 33300); the "
-        f"precision was {chosen} {precision} and the threads are 1. Use precision: f32, or 2 "
-        "or more threads, or compress the weights to int8/int4 first"
+        f"not compiled: OpenVINO's CPU plugin would kill the process (SIGFPE) compiling a "
+        f"gated MLP ({where}) in {precision} on one thread (openvinotoolkit/openvino issue "
+        f"33300); the precision was {chosen} {precision} and the threads are 1. Use "
+        "precision: f32, or 2 or more threads, or compress the weights to int8/int4 first"
     )
 
 
@@ -152,8 +152,8 @@ def ov_crash_free(ov_model, ov_config, wanted, device="CPU"):
         print(f"precision auto runs f32: {hint} on one thread crashes OpenVINO on {where}")
         return {**ov_config, "INFERENCE_PRECISION_HINT": "f32"}
     raise SystemExit(
-        f"OpenVINO's CPU plugin crashes compiling the gated MLP {where} in {hint} on one "
-        "thread: use precision f32, or 2 or more threads"
+        f"not compiled: OpenVINO's CPU plugin would crash compiling the gated MLP {where} "
+        f"in {hint} on one thread: use precision f32, or 2 or more threads"
     )
 '''
 
