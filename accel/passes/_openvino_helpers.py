@@ -28,7 +28,6 @@ def finish_ov_step(
     from accel.runtimes.openvino.stateful import is_stateful_lm, lm_facts
 
     path = save_ir(ov_model, ctx.work_dir / "model.xml")
-    options = _avoid_known_crash(path, options, ctx)
     metadata = dict(model.metadata)
     if is_stateful_lm(ov_model):  # as loading the IR gives it: generation needs no module
         metadata["lm_config"] = lm_facts(ov_model)
@@ -60,24 +59,6 @@ def finish_ov_step(
     ctx.details["threads"] = int(compiled.get_property("INFERENCE_NUM_THREADS"))
     ctx.details["compile"] = dict(options)
     return new
-
-
-def _avoid_known_crash(path: Any, options: dict[str, Any], ctx: PassContext) -> dict:
-    """``precision: auto`` resolved to bf16 falls back to f32 where compiling the saved IR
-    ``path`` so would crash the process (``accel.runtimes.openvino.known_crashes``; the IR
-    as saved, whose fused ops the plugin sees); a precision the recipe set is left for the
-    compile to refuse with the reason."""
-    from accel.runtimes.openvino.ir import compile_config, read_ir
-    from accel.runtimes.openvino.known_crashes import crash_reason
-
-    if "precision_auto" not in ctx.details or options.get("precision") == "f32":
-        return options
-    why = crash_reason(read_ir(path), compile_config(options), str(options.get("device", "CPU")))
-    if not why:
-        return options
-    ctx.details["precision_auto"] += "; f32 instead: bf16 would crash (see warnings)"
-    ctx.warn(f"precision auto ran f32: {why}")
-    return {**options, "precision": "f32"}
 
 
 def auto_precision(device: str, ctx: PassContext) -> str:

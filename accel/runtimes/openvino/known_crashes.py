@@ -120,8 +120,9 @@ def safe_config(
 ) -> dict[str, Any]:
     """``config`` for compiling ``model``: f32 in place of a bf16 the studio chose itself
     (``options["precision_auto"]``) where bf16 would crash (logged); then ``check_compile``."""
-    if options.get("precision_auto") and crash_reason(model, config, device):
-        log.warning("precision auto runs f32 here: %s", crash_reason(model, config, device))
+    why = crash_reason(model, config, device) if options.get("precision_auto") else None
+    if why:
+        log.warning("precision auto runs f32 here: %s", why)
         config = {**config, "INFERENCE_PRECISION_HINT": "f32"}
     check_compile(model, config, device)
     return config
