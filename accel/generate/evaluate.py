@@ -5,9 +5,11 @@ cache (bytes its cache tensors hold after a generation of the full length)."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from accel.generate.decoders import decoder_for
@@ -29,6 +31,8 @@ from accel.generate.step_timing import baseline_timing, comparison_timing
 from accel.generate.timing import Clock, GenerationFigures, compare_generation, time_alone
 from accel.parity import Tolerances
 from accel.timing.result import StepTiming
+
+log = logging.getLogger(__name__)
 
 MIN_ROUNDS = 3
 
@@ -102,16 +106,31 @@ class GenerationBaseline:
     decoder: Any
     metrics: dict[str, float | None] = field(default_factory=dict)
     timing: StepTiming | None = None  # the original's own row (None: not timed)
+    warm: bool = True  # the decoder generated in this process (not read from a store)
 
 
 def generation_baseline(
-    original: Any, bench: Any, seed: int = 0, timed: bool = True
+    original: Any,
+    bench: Any,
+    seed: int = 0,
+    timed: bool = True,
+    store: Path | None = None,
 ) -> GenerationBaseline:
-    """The reference continuation of the original (parity) and, ``timed``, its figures."""
+    """The reference continuation of the original (parity) and, ``timed``, its figures.
+
+    ``store``: a file that keeps the continuation for the next caller with the same model,
+    settings and seed (the search's trials, each in its own process: an eager 1B decoder
+    takes a minute to generate it). Read back as tensors only, and used only when its
+    shapes are the ones these settings give; otherwise computed again and rewritten."""
     settings, prompt = prepare(original, bench, seed)
     _threads(bench)
     decoder = decoder_for(original, settings.total_tokens)
-    tokens, logits = reference_continuation(decoder, prompt, settings.new_tokens)
+    stored = _read_continuation(store, prompt, settings.new_tokens)
+    if stored is None:
+        tokens, logits = reference_continuation(decoder, prompt, settings.new_tokens)
+        _write_continuation(store, tokens, logits)
+    else:
+        tokens, logits = stored
     metrics: dict[str, float | None] = {}
     timing = None
     if timed:
@@ -119,7 +138,48 @@ def generation_baseline(
         metrics = figures.metrics()
         timing = baseline_timing(figures)
     metrics["weights_bytes"] = float(weights_bytes(original))
-    return GenerationBaseline(settings, prompt, tokens, logits, decoder, metrics, timing)
+    return GenerationBaseline(
+        settings, prompt, tokens, logits, decoder, metrics, timing, warm=stored is None or timed
+    )
+
+
+def _read_continuation(path: Path | None, prompt: Any, new_tokens: int) -> tuple[Any, Any] | None:
+    if path is None or not path.is_file():
+        return None
+    import torch
+
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+        tokens, logits = data["tokens"], data["logits"]
+    except Exception:  # noqa: BLE001 - unreadable: computed again
+        log.warning("ignored the stored reference continuation %s (unreadable)", path)
+        return None
+    batch = int(prompt.shape[0])
+    if (
+        not isinstance(tokens, torch.Tensor)
+        or not isinstance(logits, torch.Tensor)
+        or tuple(tokens.shape) != (batch, new_tokens)
+        or logits.dim() != 3
+        or tuple(logits.shape[:2]) != (batch, new_tokens)
+        or not bool(torch.isfinite(logits).all())
+    ):
+        log.warning("ignored the stored reference continuation %s (other shapes)", path)
+        return None
+    return tokens, logits
+
+
+def _write_continuation(path: Path | None, tokens: Any, logits: Any) -> None:
+    if path is None:
+        return
+    import os
+    import uuid
+
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+    torch.save({"tokens": tokens, "logits": logits}, tmp)
+    os.replace(tmp, path)  # concurrent trials: the last whole file wins
 
 
 @dataclass

@@ -51,10 +51,20 @@ def comparison_timing(cmp: GenerationComparison) -> StepTiming:
         speedup_high=iv.high,
         rounds=len(cmp.candidate.tokens_per_s),
         noisy=cmp.noisy,
-        note=f"{NOTE}; {kv_cache_note(cmp)}",
+        note=f"{NOTE}; {kv_cache_note(cmp)}{projection_note(cmp)}",
     )
 
 
 def kv_cache_note(cmp: GenerationComparison) -> str:
     """How each side keeps its KV cache (none: each token recomputes the whole sequence)."""
     return f"KV cache: original {cmp.reference.kv_cache}, step {cmp.candidate.kv_cache}"
+
+
+def projection_note(cmp: GenerationComparison) -> str:
+    """Said where the rounds were shorter than the generation the figures are for."""
+    if cmp.timed_tokens is None:
+        return ""
+    return (
+        f"; tokens/s projected to {cmp.reference.projected_to} new tokens from TTFT and TPOT "
+        f"timed over {cmp.timed_tokens}"
+    )

@@ -49,6 +49,16 @@ class GenerationTiming:
         """New tokens (all rows of the batch) per second of the whole generation."""
         return self.batch * len(self.token_times) / self.total_s if self.total_s > 0 else 0.0
 
+    def tokens_per_s_at(self, new_tokens: int) -> float:
+        """Tokens/s of a generation of ``new_tokens`` projected from this one's TTFT and TPOT:
+        ``batch * n / (TTFT + (n - 1) * TPOT)`` (the measured figure where n is this one's
+        length, or where there is no TPOT to project with)."""
+        tpot = self.tpot_s
+        if new_tokens == len(self.token_times) or tpot is None:
+            return self.tokens_per_s
+        total = self.ttft_s + (new_tokens - 1) * tpot
+        return self.batch * new_tokens / total if total > 0 else 0.0
+
 
 def _sync(t: Any) -> None:
     if getattr(t, "is_cuda", False):
@@ -91,12 +101,16 @@ class GenerationFigures:
     tokens_per_s: list[float] = field(default_factory=list)
     kv_cache_bytes: int = 0
     kv_cache: str = "none"
+    # Rounds that generated fewer tokens than the figures are for: tokens/s projected to
+    # ``projected_to`` new tokens from each round's TTFT and TPOT (None: as measured).
+    projected_to: int | None = None
 
     def add(self, t: GenerationTiming) -> None:
         self.ttft_s.append(t.ttft_s)
         if t.tpot_s is not None:
             self.tpot_s.append(t.tpot_s)
-        self.tokens_per_s.append(t.tokens_per_s)
+        n = self.projected_to
+        self.tokens_per_s.append(t.tokens_per_s if n is None else t.tokens_per_s_at(n))
 
     @property
     def noisy(self) -> bool:
@@ -151,6 +165,7 @@ class GenerationComparison:
 
     reference: GenerationFigures
     candidate: GenerationFigures
+    timed_tokens: int | None = None  # rounds shorter than the figures' length (projected)
 
     def ratio(self, name: str, invert: bool = False) -> Interval:
         """Median of the paired per-round ratios candidate/reference (reference/candidate
@@ -187,21 +202,32 @@ def compare_generation(
     warmup: int = 1,
     clock: Clock = time.perf_counter,
     cancel: Callable[[], bool] | None = None,
+    timed_tokens: int | None = None,
+    reference_warm: bool = False,
 ) -> GenerationComparison:
-    """Both decoders timed in alternating rounds (the order flips every round)."""
-    for dec in (reference, candidate):
+    """Both decoders timed in alternating rounds (the order flips every round).
+
+    ``timed_tokens`` (fewer than ``new_tokens``): each round generates that many tokens and
+    tokens/s is projected to ``new_tokens`` from the round's TTFT and TPOT (the search's
+    trials: decoding an eager 1B model's 64 tokens costs minutes a round on two cores).
+    ``reference_warm``: the reference just generated in this process (the parity's
+    continuation), so only the candidate gets warm-up rounds."""
+    length = new_tokens if timed_tokens is None else min(new_tokens, max(2, timed_tokens))
+    project = None if length == new_tokens else new_tokens
+    for dec in (candidate,) if reference_warm else (reference, candidate):
         for _ in range(warmup):
-            time_generation(dec, prompt, new_tokens, clock)
+            time_generation(dec, prompt, length, clock)
     cmp = GenerationComparison(
-        GenerationFigures(kv_cache=reference.kv_cache),
-        GenerationFigures(kv_cache=candidate.kv_cache),
+        GenerationFigures(kv_cache=reference.kv_cache, projected_to=project),
+        GenerationFigures(kv_cache=candidate.kv_cache, projected_to=project),
+        timed_tokens=None if project is None else length,
     )
     sides = [(reference, cmp.reference), (candidate, cmp.candidate)]
     for r in range(rounds):
         if cancel is not None and cancel():
             break
         for dec, figures in sides if r % 2 == 0 else sides[::-1]:
-            figures.add(time_generation(dec, prompt, new_tokens, clock))
+            figures.add(time_generation(dec, prompt, length, clock))
     cmp.reference.kv_cache_bytes = reference.kv_cache_bytes()
     cmp.candidate.kv_cache_bytes = candidate.kv_cache_bytes()
     return cmp

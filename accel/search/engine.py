@@ -493,6 +493,9 @@ def trial_spec(config: SearchConfig, number: int, steps: list[dict[str, Any]]) -
             "dims": dict(config.bench_dims),
             "concurrent": config.objective == "throughput",
             **generation_bench(config),
+            # The original against itself tells a generation objective nothing (its ratio
+            # is 1 by definition) and costs the most: its own decoding, twice a round.
+            **({"skip": True} if not steps and config.objective in GENERATION_OBJECTIVES else {}),
         },
         "data": dict(config.data),
         "cache": {

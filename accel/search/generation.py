@@ -8,6 +8,7 @@ build, whose cache lives in og.Generator)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from accel.parity import ParityReport, Tolerances
@@ -106,16 +107,22 @@ def generation_exclusions(config: Any) -> dict[str, str]:
 
 
 def gate(
-    original: Any, current: Any, bench: dict[str, Any], gates: dict[str, Any], seed: int
+    original: Any,
+    current: Any,
+    bench: dict[str, Any],
+    gates: dict[str, Any],
+    seed: int,
+    store: Path | None = None,
 ) -> tuple[ParityReport, dict[str, float | None], str | None, Any]:
     """Teacher-forced parity of ``current`` on the original's greedy continuation; returns
     the report, the metrics (``cosine_drop`` from the teacher-forced logits), the gate's
-    reason to fail (None: passed) and the baseline to time with."""
+    reason to fail (None: passed) and the baseline to time with. ``store``: the file the
+    continuation is kept in for the search's other trials (``continuation_file``)."""
     from accel.generate.decoders import decoder_for
     from accel.generate.evaluate import generation_baseline, weights_bytes
     from accel.generate.parity import compare_generation_parity
 
-    base = generation_baseline(original, {**bench, "rounds": 1}, seed, timed=False)
+    base = generation_baseline(original, {**bench, "rounds": 1}, seed, timed=False, store=store)
     max_drop = gates.get("max_cosine_drop")
     tol = Tolerances(
         rtol=float(gates.get("rtol", 1e-3)),
@@ -135,11 +142,44 @@ def gate(
     return parity.report, metrics, reason, base
 
 
+# New tokens a trial's rounds generate; tokens/s is projected from their TTFT and TPOT to the
+# benchmark's ``new_tokens`` (accel.generate.timing.compare_generation). Decoding dominates a
+# round (an eager fp32 1B decoder: about 0.3 s a token on two cores, so 64 tokens a side and
+# four rounds made the first trial alone outlast a 15-minute budget); TPOT hardly moves with
+# the 48 positions of KV cache the shorter rounds leave out (the prompt's 128 dominate).
+TRIAL_TIMED_TOKENS = 16
+
+
+def continuation_file(cache_dir: Path, model_hash: str, bench: dict[str, Any], seed: int) -> Path:
+    """Where the search's trials keep the original's reference continuation: one file per
+    model content, generation settings, threads and seed, in the search's cache folder."""
+    import hashlib
+    import json
+
+    from accel.generate.settings import GenerateSettings
+
+    settings = GenerateSettings.from_bench(bench)
+    key = json.dumps(
+        [
+            model_hash,
+            settings.prompt_tokens,
+            settings.new_tokens,
+            settings.batch,
+            bench.get("threads"),
+            seed,
+        ],
+        default=str,
+    )
+    return cache_dir / "generation" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.pt"
+
+
 def time_against(
     base: Any, current: Any, bench: dict[str, Any], cancel: Any
 ) -> tuple[dict[str, float | None], StepTiming]:
     """Both models generating in alternating rounds: TTFT, TPOT, tokens/s and the ratios,
-    and the row's StepTiming (speedup: the tokens/s ratio)."""
+    and the row's StepTiming (speedup: the tokens/s ratio). Rounds generate
+    TRIAL_TIMED_TOKENS (projected to the benchmark's new tokens); a reference decoder warm
+    from the gate's continuation gets no warm-up round."""
     from accel.generate.decoders import decoder_for
     from accel.generate.evaluate import rounds_of
     from accel.generate.step_timing import comparison_timing
@@ -153,5 +193,7 @@ def time_against(
         base.settings.new_tokens,
         rounds_of(bench),
         cancel=cancel,
+        timed_tokens=TRIAL_TIMED_TOKENS,
+        reference_warm=base.warm,
     )
     return cmp.metrics(), comparison_timing(cmp)

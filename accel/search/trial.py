@@ -349,8 +349,13 @@ class TrialBuild:
 
         gates = self.gates
         if is_generate(self.bench):  # teacher-forced logits of a generation (accel.generate)
+            store = None
+            if self.cache is not None:
+                store = generation.continuation_file(
+                    self.cache.root, self.original.content_hash, self.bench, self.seed
+                )
             report, metrics, reason, self.generation = generation.gate(
-                self.original, self.current, self.bench, gates, self.seed
+                self.original, self.current, self.bench, gates, self.seed, store
             )
             return report, metrics, reason
         outputs = normalize_outputs(self.current.forward(self.inputs))

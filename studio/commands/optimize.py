@@ -203,8 +203,15 @@ def trial_row(t: Any) -> list[Any]:
         "-" if drop is None else f"{drop:.2e}",
         fmt_bytes(m.get("size_bytes")) if m.get("size_bytes") else "-",
         t.reused_steps or "",
-        (t.gate or t.error or "")[:70],
+        (t.gate or t.error or _untimed_note(t))[:70],
     ]
+
+
+def _untimed_note(t: Any) -> str:
+    """The original left untimed (a generation objective: against itself it says nothing)."""
+    if not t.steps and t.status == "ok" and t.timing is None:
+        return "the reference: not timed against itself"
+    return ""
 
 
 def trial_line(t: Any) -> str:

@@ -17,6 +17,7 @@ from accel.generate.parity import (
     reference_continuation,
 )
 from accel.generate.settings import GenerateError, GenerateSettings, check_fits, prompt_ids
+from accel.generate.step_timing import comparison_timing
 from accel.generate.timing import compare_generation, time_alone, time_generation
 from accel.models.loaded import LoadedModel
 from accel.parity import Tolerances
@@ -159,6 +160,39 @@ def test_alternating_rounds_give_ratios_with_intervals():
     assert alone.metrics()["tpot_ms"] == pytest.approx(100.0)
 
 
+def test_shorter_rounds_project_tokens_per_s_from_ttft_and_tpot():
+    clock = FakeClock()
+    slow, fast = FakeDecoder(clock, 0.4, 0.2), FakeDecoder(clock, 0.1, 0.1)
+
+    class Counted(FakeDecoder):
+        prefills = 0
+
+        def prefill(self, ids):
+            Counted.prefills += 1
+            return super().prefill(ids)
+
+    ref = Counted(clock, 0.4, 0.2)
+    prompt = torch.zeros(1, 4, dtype=torch.long)
+    cmp = compare_generation(
+        ref, fast, prompt, 64, 3, clock=clock, timed_tokens=8, reference_warm=True
+    )
+    assert Counted.prefills == 3  # no warm-up round for a warm reference, 8 tokens a round
+    assert cmp.timed_tokens == 8 and cmp.reference.projected_to == 64
+    m = cmp.metrics()
+    # the figures are for 64 new tokens: n / (TTFT + (n - 1) * TPOT)
+    assert m["baseline_tokens_per_s"] == pytest.approx(64 / (0.4 + 63 * 0.2))
+    assert m["tokens_per_s"] == pytest.approx(64 / (0.1 + 63 * 0.1))
+    assert m["tokens_per_s_ratio"] == pytest.approx((0.4 + 63 * 0.2) / (0.1 + 63 * 0.1))
+    assert m["tpot_ms"] == pytest.approx(100.0) and m["ttft_speedup"] == pytest.approx(4.0)
+    timing = comparison_timing(cmp)
+    assert "projected to 64 new tokens" in timing.note and "timed over 8" in timing.note
+    # rounds as long as the generation: measured, nothing projected
+    full = compare_generation(slow, fast, prompt, 8, 2, clock=clock, timed_tokens=16)
+    assert full.timed_tokens is None and full.reference.projected_to is None
+    assert "projected" not in comparison_timing(full).note
+    assert full.metrics()["tokens_per_s"] == pytest.approx(8 / (0.1 + 7 * 0.1))
+
+
 # -- decoders and parity ----------------------------------------------------------------------
 
 
@@ -218,6 +252,35 @@ def test_teacher_forced_parity_is_exact_against_itself_and_catches_a_perturbed_c
     dm = diff.metrics()
     assert dm["tf_cosine_mean"] < 0.999 and dm["tf_kl_mean"] > 1e-4
     assert len(diff.to_dict()["teacher_forced"]["cosine"]) == 10
+
+
+def test_a_stored_continuation_is_reused_and_a_wrong_one_is_computed_again(tmp_path, monkeypatch):
+    from accel.generate import evaluate
+    from accel.models.inputs import InputSpec
+
+    lm = LoadedModel(source="t", kind="torch", input_spec=InputSpec.parse(SPEC), module=llama())
+    bench = {"prompt_tokens": 8, "new_tokens": 5}
+    store = tmp_path / "generation" / "ref.pt"
+    first = evaluate.generation_baseline(lm, bench, seed=3, timed=False, store=store)
+    assert store.is_file() and first.warm
+
+    def must_not_run(*a, **k):
+        raise AssertionError("the stored continuation was not used")
+
+    monkeypatch.setattr(evaluate, "reference_continuation", must_not_run)
+    again = evaluate.generation_baseline(lm, bench, seed=3, timed=False, store=store)
+    assert not again.warm  # read back: its decoder has not generated in this process
+    assert torch.equal(again.tokens, first.tokens) and torch.equal(again.logits, first.logits)
+    monkeypatch.undo()
+
+    # other settings than the stored ones, or a file that is not tensors: computed again
+    longer = evaluate.generation_baseline(
+        lm, {"prompt_tokens": 8, "new_tokens": 6}, seed=3, timed=False, store=store
+    )
+    assert longer.warm and longer.tokens.shape == (1, 6)
+    store.write_bytes(b"not a tensor file")
+    redone = evaluate.generation_baseline(lm, bench, seed=3, timed=False, store=store)
+    assert redone.warm and torch.equal(redone.tokens, first.tokens)
 
 
 def test_first_divergence_is_the_first_differing_position_of_any_row():
@@ -365,10 +428,10 @@ def test_a_tokens_per_s_search_gates_on_teacher_forced_logits(tmp_path):
         model=f"{TINY}:llama",
         input_spec=SPEC,
         objective="tokens_per_s",
-        generate={"prompt_tokens": 8, "new_tokens": 4},
+        generate={"prompt_tokens": 8, "new_tokens": 20},
         passes=("quantize_weight_only", "bf16", "export_onnx"),
         max_cosine_drop=0.05,
-        max_trials=2,
+        max_trials=3,
         budget_s=None,
         max_steps=1,
         bench_rounds=3,
@@ -383,8 +446,16 @@ def test_a_tokens_per_s_search_gates_on_teacher_forced_logits(tmp_path):
     assert done, [(t.label, t.status, t.error) for t in res.trials]
     for t in done:
         assert t.metrics["tf_top1"] is not None and t.metrics["cosine_drop"] is not None
-    ok = [t for t in done if t.status == "ok"]
+    # the original is the reference: gated against itself, not timed against itself
+    original = res.trials[0]
+    assert original.chain == () and original.timing is None
+    assert original.metrics.get("tokens_per_s_ratio") is None
+    ok = [t for t in done if t.status == "ok" and t.chain]
     assert all(t.metrics["tokens_per_s_ratio"] > 0 for t in ok)
+    for t in ok:  # 16 new tokens a round, tokens/s projected to the 20 asked for
+        assert "projected to 20 new tokens" in t.timing.note, t.timing.note
+    # the original's continuation was generated once and kept for the other trials
+    assert len(list((tmp_path / "cache" / "generation").glob("*.pt"))) == 1
     recipe = res.recipe_for(res.best) if res.best is not None else None
     if recipe is not None:
         assert recipe["benchmark"]["workload"] == "generate"

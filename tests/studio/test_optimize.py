@@ -194,3 +194,7 @@ def test_a_finished_trial_line_names_each_cell_by_its_column():
     assert "  p50 2.000 ms" in line, line
     assert "speedup 4.00x [3.50-4.50]" in line, line
     assert "cos drop 1.50e-05" in line and "size 2.0 KiB" in line, line
+    # a generation objective's original is gated, not timed against itself: said so
+    original = SimpleNamespace(**{**vars(trial), "number": 0, "label": "original", "timing": None})
+    line = trial_line(original)
+    assert "speedup -" in line and "the reference: not timed against itself" in line, line
