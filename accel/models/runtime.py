@@ -16,7 +16,7 @@ imports nothing of ``accel.models.loaded``, which asks this registry for its run
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
@@ -146,6 +146,17 @@ class ServedModel(Protocol):
     def write(self, version_dir: Path, input_names: Sequence[str]) -> None: ...
 
 
+class LMEngine(Protocol):
+    """A language model answering generation requests token by token (``Runtime.serve_lm``):
+    ``generate(ids, new_tokens)`` yields the new token ids as they come, from any thread;
+    ``mode`` says whether requests are batched continuously; ``close()`` ends it."""
+
+    mode: str
+
+    def generate(self, ids: Any, new_tokens: int) -> Iterator[int]: ...
+    def close(self) -> None: ...
+
+
 class Runtime(Protocol[ModelT]):
     """The contract of a model kind's runtime (see the module docstring).
 
@@ -220,6 +231,7 @@ class Runtime(Protocol[ModelT]):
     # scripts and serving
     def script(self) -> ScriptRuntime: ...
     def serve(self, path: Path, device: str, threads: int | None) -> ServedModel: ...
+    def serve_lm(self, path: Path, options: dict[str, Any], mode: str) -> LMEngine: ...
 
 
 # -- the registry -------------------------------------------------------------------------
