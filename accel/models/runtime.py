@@ -146,6 +146,12 @@ class ServedModel(Protocol):
     def write(self, version_dir: Path, input_names: Sequence[str]) -> None: ...
 
 
+# How an LMEngine shares the model between requests: one at a time, or continuously batched.
+NO_CB = "no continuous batching"
+CB = "continuous batching"
+LM_SERVING_MODES = (NO_CB, CB)
+
+
 class LMEngine(Protocol):
     """A language model answering generation requests token by token (``Runtime.serve_lm``):
     ``generate(ids, new_tokens)`` yields the new token ids as they come, from any thread;

@@ -25,10 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.errors import AccelError
-
-NO_CB = "no continuous batching"
-CB = "continuous batching"
-MODES = (NO_CB, CB)
+from accel.models.runtime import CB, LM_SERVING_MODES, NO_CB
 
 _DONE = object()  # end of a request's tokens
 # How long a request waits for its next token before it gives up (a stuck pipeline).
@@ -208,4 +205,4 @@ def engine_for(xml: Path, options: dict[str, Any], mode: str) -> SerialEngine | 
         return SerialEngine(xml, options)
     if mode == CB:
         return ContinuousEngine(xml, options)
-    raise AccelError(f"unknown serving mode {mode!r}; one of {', '.join(MODES)}")
+    raise AccelError(f"unknown serving mode {mode!r}; one of {', '.join(LM_SERVING_MODES)}")
