@@ -73,7 +73,8 @@ DURATION_S, REQUESTS = 5.0, 2000
 LM_DURATION_S, LM_REQUESTS = 60.0, 8
 
 
-def parse_batches(text: str | None) -> list[int] | None:
+def parse_batches(text: str | None, flag: str = "--batch") -> list[int] | None:
+    """``"1,4,16"`` -> [1, 4, 16]; UserError naming ``flag`` otherwise."""
     from studio.errors import UserError
 
     if not text:
@@ -81,9 +82,9 @@ def parse_batches(text: str | None) -> list[int] | None:
     try:
         out = sorted({int(x) for x in text.split(",") if x.strip()})
     except ValueError:
-        raise UserError(f"--batch {text!r}: give whole numbers separated by commas") from None
+        raise UserError(f"{flag} {text!r}: give whole numbers separated by commas") from None
     if not out or out[0] < 1:
-        raise UserError(f"--batch {text!r}: batch sizes must be >= 1")
+        raise UserError(f"{flag} {text!r}: give numbers >= 1")
     return out
 
 
@@ -148,7 +149,7 @@ def run_serve_test(args: argparse.Namespace) -> int:
     from studio.serve_test import job_params, lm_job, store_result
     from studio.usecases import run_boxed, typed_event
 
-    clients = parse_batches(args.clients)  # the same "1,4,16" syntax
+    clients = parse_batches(args.clients, "--clients")  # the same "1,4,16" syntax
     repo = _repo(args)
     try:  # the GUI's job spec: bad numbers raise JobParamsError saying which
         lm = lm_job(
