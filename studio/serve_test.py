@@ -71,14 +71,20 @@ def servable_run(repo: Any, run_id: str) -> tuple[Any, dict[str, Any], Any]:
 STATEFUL_PASS = "openvino_stateful"
 
 
-def _finished(repo: Any, run_id: str) -> Any:
+def _run(repo: Any, run_id: str) -> Any:
     from studio.errors import UserError
     from studio.store import RunNotFound
 
     try:
-        detail = repo.get_run(run_id)
+        return repo.get_run(run_id)
     except RunNotFound as exc:
         raise UserError(str(exc)) from None
+
+
+def _finished(repo: Any, run_id: str) -> Any:
+    from studio.errors import UserError
+
+    detail = _run(repo, run_id)
     if detail.run.status != "succeeded":
         raise UserError(
             f"run {detail.id[:12]} is {detail.run.status}: only a succeeded run can be deployed "
@@ -99,6 +105,7 @@ def generation_target(detail: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     it implies: compile options, prompt and new tokens); UserError saying why the run's final
     model cannot be served token by token and what to do."""
     from accel.generate.settings import GenerateSettings
+    from accel.models.runtime import runtime_for_file
     from accel.passes import get_pass
     from studio.errors import UserError
 
@@ -106,7 +113,8 @@ def generation_target(detail: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     models = [(s, a) for s in steps for a in s.artifacts if a.kind == "model"]
     stateful = [s for s in steps if s.pass_name == STATEFUL_PASS]
     last = models[-1] if models else None
-    if not stateful or last is None or not last[1].path.endswith(".xml"):
+    runtime = runtime_for_file(last[1].path) if last else None
+    if not stateful or runtime is None or "serve_lm" not in runtime.capabilities:
         final = steps[-1].pass_name if steps else "no step"
         raise UserError(
             f"run {detail.id[:12]} is a generation run, but its final model (after "
@@ -142,9 +150,9 @@ def lm_job(repo: Any, run_id: str, **fields: Any) -> tuple[Any, dict[str, Any]] 
     bad numbers. ``fields``: clients, requests, duration_s, port."""
     from accel.job_specs import ServeLMTestJob
 
-    detail = _finished(repo, run_id)
-    if not is_generation_run(detail):
+    if not is_generation_run(_run(repo, run_id)):
         return None
+    detail = _finished(repo, run_id)
     missing = pytriton_missing()
     if missing:
         from studio.errors import UserError

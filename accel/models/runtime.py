@@ -58,7 +58,8 @@ ModelT = TypeVar("ModelT")
 
 # What the studio can show of a kind (Runtime.capabilities): its graph, a per-layer
 # profile, per-layer parity, the file in Netron as it is, an ONNX export for Netron.
-CAPABILITIES = frozenset({"graph", "profile", "layer_parity", "netron", "export_onnx"})
+# serve_lm: ``serve_lm`` answers generation requests token by token (a stateful LM file).
+CAPABILITIES = frozenset({"graph", "profile", "layer_parity", "netron", "export_onnx", "serve_lm"})
 
 
 class RuntimeUnavailable(AccelError):

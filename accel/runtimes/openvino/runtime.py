@@ -52,7 +52,7 @@ class OpenVinoRuntime(RuntimeBase):
     file_suffixes = (".xml",)
     libraries = ("openvino",)
     reached_by = "openvino"
-    capabilities = frozenset({"graph", "profile", "layer_parity", "netron"})
+    capabilities = frozenset({"graph", "profile", "layer_parity", "netron", "serve_lm"})
     artifact_kinds = frozenset({"openvino", "openvino_ir"})
 
     # -- loading and saving --------------------------------------------------------------
