@@ -42,7 +42,8 @@ from accel.models.runtime import CB, LM_SERVING_MODES, NO_CB
 
 MODES = LM_SERVING_MODES
 MODEL_NAME = "lm"
-# How long a client waits for the next token before it counts the request as failed.
+# How long past the load's end a client waits for a token before it counts its request as
+# failed (a serial request waits for its turn behind the other clients').
 TOKEN_WAIT_S = 120.0
 
 
@@ -166,7 +167,8 @@ class _StreamClient:
         )
         self.sent = 0
 
-    def request(self, ids: Any, new_tokens: int) -> RequestTiming:
+    def request(self, ids: Any, new_tokens: int, deadline: float) -> RequestTiming:
+        """``deadline``: time.monotonic() after which a missing token fails the request."""
         self.sent += 1
         rid = str(self.sent)
         t0 = time.perf_counter()
@@ -176,9 +178,10 @@ class _StreamClient:
         times: list[float] = []
         while True:
             try:
-                t, result, error = self.arrived.get(timeout=TOKEN_WAIT_S)
+                wait = max(0.1, deadline - time.monotonic())
+                t, result, error = self.arrived.get(timeout=wait)
             except queue.Empty:
-                raise TimeoutError(f"no token within {TOKEN_WAIT_S:.0f} s") from None
+                raise TimeoutError("no token before the load's deadline") from None
             if error is not None:
                 raise RuntimeError(str(error))
             if result.as_numpy("token_id") is not None:
@@ -208,13 +211,14 @@ def lm_client_load(
     the load warms the server up (untimed)."""
     warm = _StreamClient(url)
     try:
-        warm.request(prompts[0], new_tokens)
+        warm.request(prompts[0], new_tokens, time.monotonic() + TOKEN_WAIT_S)
     finally:
         warm.close()
     timings: list[RequestTiming] = []
     errors = [0]
     lock = threading.Lock()
     stop_at = time.monotonic() + duration_s
+    deadline = stop_at + TOKEN_WAIT_S
 
     def client(c: int) -> None:
         mine: list[RequestTiming] = []
@@ -229,9 +233,8 @@ def lm_client_load(
                 if time.monotonic() >= stop_at:
                     break
                 try:
-                    mine.append(
-                        stream.request(prompts[(c * requests + r) % len(prompts)], new_tokens)
-                    )
+                    ids = prompts[(c * requests + r) % len(prompts)]
+                    mine.append(stream.request(ids, new_tokens, deadline))
                 except Exception:  # noqa: BLE001 - counted and reported; the stream is spent
                     with lock:
                         errors[0] += 1

@@ -28,8 +28,12 @@ from accel.errors import AccelError
 from accel.models.runtime import CB, LM_SERVING_MODES, NO_CB
 
 _DONE = object()  # end of a request's tokens
-# How long a request waits for its next token before it gives up (a stuck pipeline).
+_TURN = object()  # a serial request's turn began
+# How long a request waits for its next token before it gives up (a stuck pipeline), and how
+# long a serial request waits for its turn (behind the others: the client's budget ends it
+# sooner).
 TOKEN_TIMEOUT_S = 120.0
+TURN_TIMEOUT_S = 3600.0
 
 
 def _tensor(ids: Any) -> Any:
@@ -40,11 +44,11 @@ def _tensor(ids: Any) -> Any:
     return ov.Tensor(arr)
 
 
-def _next(q: queue.Queue, what: str) -> Any:
+def _next(q: queue.Queue, what: str, timeout: float = TOKEN_TIMEOUT_S) -> Any:
     try:
-        item = q.get(timeout=TOKEN_TIMEOUT_S)
+        item = q.get(timeout=timeout)
     except queue.Empty:
-        raise AccelError(f"{what}: no token within {TOKEN_TIMEOUT_S:.0f} s") from None
+        raise AccelError(f"{what}: nothing within {timeout:.0f} s") from None
     if isinstance(item, BaseException):
         raise AccelError(f"{what} failed: {type(item).__name__}: {item}") from item
     return item
@@ -87,6 +91,7 @@ class SerialEngine:
         def run() -> None:
             try:
                 with self._turn:  # one request at a time: that is this mode
+                    tokens.put(_TURN)
                     if not stop.is_set():
                         self.pipe.generate(inputs, greedy_config(self.pipe, new_tokens), Streamed())
             except BaseException as exc:  # noqa: BLE001 - handed to the request's reader
@@ -97,6 +102,7 @@ class SerialEngine:
         worker = threading.Thread(target=run, name="lm-serial", daemon=True)
         worker.start()
         try:
+            _next(tokens, "waiting for the model", TURN_TIMEOUT_S)  # _TURN (or its error)
             while (item := _next(tokens, "generation")) is not _DONE:
                 yield item
         finally:
