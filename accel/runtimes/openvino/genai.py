@@ -10,6 +10,10 @@ in the pipeline's streamer as each token arrives, which is what accel.generate's
 The pipeline returns no logits, so teacher-forced parity (``prefill`` / ``step``) runs the same
 IR through the infer request (``StatefulDecoder``): the same weights and KV-cache precision,
 not the same code path; the pipeline's own tokens are checked against it by the tests.
+
+``continuous_pipeline_for`` builds the same IR's ``ContinuousBatchingPipeline`` (paged
+attention, requests stepped together) for serving (``lm_serving``). Both compile through
+``known_crashes.safe_config``.
 """
 
 from __future__ import annotations
