@@ -37,6 +37,7 @@ __all__ = [
     "ParityJob",
     "ProfileJob",
     "RunRecipeJob",
+    "ServeLMTestJob",
     "ServeTestJob",
 ]
 
@@ -311,6 +312,63 @@ class ServeTestJob(JobParams):
             return str(_input_spec_text(v) or "")
         except InputSpecError as exc:
             raise ValueError(str(exc)) from None
+
+
+# A generation serve test binds one Triton model instance per client of its largest count
+# (each one a process of Triton's Python backend): a bound a machine can hold.
+MAX_LM_CLIENTS = 64
+
+
+class LMServeOptions(BaseModel):
+    """How the served LM is compiled: the openvino_stateful step's settings."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    precision: Literal["f32", "bf16"] = Field("f32", description="inference precision hint")
+    precision_auto: bool = Field(
+        False, description="the precision was the studio's choice (f32 where bf16 would crash)"
+    )
+    kv_cache_precision: Literal["u8", "u4", "f16", "bf16", "f32"] = Field(
+        "u8", description="the KV cache's precision"
+    )
+    threads: int | None = Field(None, ge=1, le=1024, description="CPU threads (None: all)")
+
+    def session_options(self) -> dict[str, Any]:
+        """The runtime's session options (``accel.runtimes.openvino.ir.compile_config``)."""
+        opts: dict[str, Any] = {"device": "CPU", "performance_hint": "latency"}
+        opts.update(self.model_dump(exclude_none=True))
+        if not self.precision_auto:
+            opts.pop("precision_auto")
+        return opts
+
+
+class ServeLMTestJob(JobParams):
+    """Serve a generation run's language model with Triton (PyTriton) on loopback as a
+    streaming model under concurrent clients, with and without continuous batching
+    (``accel.deploy.serve_lm``)."""
+
+    kind: ClassVar[str] = "serve_lm_test"
+    model_path: str = Field(description="the stateful LM's model file (an OpenVINO IR .xml)")
+    options: LMServeOptions = Field(
+        default_factory=LMServeOptions, description="how the model is compiled"
+    )
+    prompt_tokens: int = Field(ge=1, le=32768, description="prompt length (token ids, seeded)")
+    new_tokens: int = Field(ge=1, le=8192, description="new tokens per request")
+    clients: list[int] = Field([1, 4], min_length=1, description="client counts")
+    requests: int = Field(8, ge=1, le=10000, description="requests per client at most")
+    duration_s: float = Field(60.0, gt=0, le=3600, description="seconds per load at most")
+    port: int | None = Field(None, ge=1, le=65533, description="HTTP port (gRPC +1, metrics +2)")
+    run_id: str | None = Field(None, description="the run it tests (the studio stores by it)")
+
+    @field_validator("clients")
+    @classmethod
+    def _counts(cls, v: list[int]) -> list[int]:
+        if min(v) < 1 or max(v) > MAX_LM_CLIENTS:
+            raise ValueError(
+                f"give client counts from 1 to {MAX_LM_CLIENTS} (one Triton model instance "
+                "per client), e.g. [1, 4, 16]"
+            )
+        return sorted(set(v))
 
 
 class DeployJob(JobParams):

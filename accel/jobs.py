@@ -56,6 +56,7 @@ from accel.job_specs import (
     ParityJob,
     ProfileJob,
     RunRecipeJob,
+    ServeLMTestJob,
     ServeTestJob,
 )
 
@@ -402,6 +403,18 @@ def serve_test(job: ServeTestJob, emit: Emit, cancel: CancelCheck) -> Any:
     from accel.deploy.serve import serve_run
 
     return serve_run(job, emit, cancel)
+
+
+@declare_job(
+    ServeLMTestJob,
+    result=lazy_result("accel.deploy.serve_lm", "LMServeReport.from_dict"),
+    folders=JobFolders(reads=("model_path",), network=True),
+)
+def serve_lm_test(job: ServeLMTestJob, emit: Emit, cancel: CancelCheck) -> Any:
+    """A served generation load test of a stateful LM (``accel.deploy.serve_lm``)."""
+    from accel.deploy.serve_lm import serve_lm_run
+
+    return serve_lm_run(job, emit, cancel)
 
 
 @declare_job(

@@ -7,6 +7,10 @@ deploy` and the GUI's Deploy action run it in a worker),
 model file — the CLI's own checks), ``job_params`` is what the GUI's worker job
 (``accel.jobs`` kind ``serve_test``, spec ``accel.job_specs.ServeTestJob``) gets, and ``store_result`` keeps a finished test with its
 run: the store rows and ``serve_test.json`` in the run folder.
+
+A generation run (its recipe's benchmark says ``workload: generate``) is served token by token
+instead: ``generation_target`` finds its stateful OpenVINO LM (or says why it has none) and
+``lm_job`` is its ``serve_lm_test`` job (``accel.job_specs.ServeLMTestJob``), run by the CLI.
 """
 
 from __future__ import annotations
@@ -41,17 +45,8 @@ def servable_run(repo: Any, run_id: str) -> tuple[Any, dict[str, Any], Any]:
     from accel.deploy.triton import servable_artifact
     from accel.models import InputSpec
     from studio.errors import UserError
-    from studio.store import RunNotFound
 
-    try:
-        detail = repo.get_run(run_id)
-    except RunNotFound as exc:
-        raise UserError(str(exc)) from None
-    if detail.run.status != "succeeded":
-        raise UserError(
-            f"run {detail.id[:12]} is {detail.run.status}: only a succeeded run can be deployed "
-            "or serve-tested"
-        )
+    detail = _finished(repo, run_id)
     steps = sorted((s for s in detail.steps if s.index >= 0), key=lambda s: s.index)
     artifacts = [
         {"kind": a.kind, "path": a.path, "step": s.index, "pass": s.pass_name}
@@ -72,6 +67,103 @@ def servable_run(repo: Any, run_id: str) -> tuple[Any, dict[str, Any], Any]:
     return detail, art, spec
 
 
+# The pass whose IR keeps the KV cache in its state: what OpenVINO GenAI's pipelines serve.
+STATEFUL_PASS = "openvino_stateful"
+
+
+def _run(repo: Any, run_id: str) -> Any:
+    from studio.errors import UserError
+    from studio.store import RunNotFound
+
+    try:
+        return repo.get_run(run_id)
+    except RunNotFound as exc:
+        raise UserError(str(exc)) from None
+
+
+def _finished(repo: Any, run_id: str) -> Any:
+    from studio.errors import UserError
+
+    detail = _run(repo, run_id)
+    if detail.run.status != "succeeded":
+        raise UserError(
+            f"run {detail.id[:12]} is {detail.run.status}: only a succeeded run can be deployed "
+            "or serve-tested"
+        )
+    return detail
+
+
+def is_generation_run(detail: Any) -> bool:
+    """Whether the run's recipe benchmarks generation (``workload: generate``)."""
+    from accel.generate.settings import is_generate
+
+    return bool(detail.recipe) and is_generate(detail.recipe.get("benchmark") or {})
+
+
+def generation_target(detail: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the stateful LM artifact of generation run ``detail``, the ``ServeLMTestJob`` fields
+    it implies: compile options, prompt and new tokens); UserError saying why the run's final
+    model cannot be served token by token and what to do."""
+    from accel.generate.settings import GenerateSettings
+    from accel.models.runtime import runtime_for_file
+    from accel.passes import get_pass
+    from studio.errors import UserError
+
+    steps = sorted((s for s in detail.steps if s.index >= 0), key=lambda s: s.index)
+    models = [(s, a) for s in steps for a in s.artifacts if a.kind == "model"]
+    stateful = [s for s in steps if s.pass_name == STATEFUL_PASS]
+    last = models[-1] if models else None
+    runtime = runtime_for_file(last[1].path) if last else None
+    if not stateful or runtime is None or "serve_lm" not in runtime.capabilities:
+        final = steps[-1].pass_name if steps else "no step"
+        raise UserError(
+            f"run {detail.id[:12]} is a generation run, but its final model (after "
+            f"{final}) is not a stateful OpenVINO LM, which is what the generation serve test "
+            f"serves (OpenVINO GenAI's pipelines, with and without continuous batching). Add an "
+            f"{STATEFUL_PASS} step at the end of the recipe (weight compression may follow it) "
+            "and run it again."
+        )
+    step = stateful[-1]
+    config = get_pass(STATEFUL_PASS).parse_config(step.params)
+    ran = str(step.details.get("precision_ran") or "")
+    bench = detail.recipe.get("benchmark") or {}
+    settings = GenerateSettings.from_bench(bench)
+    options = {
+        "precision": ran if ran in ("f32", "bf16") else "f32",
+        "precision_auto": config.precision == "auto",
+        "kv_cache_precision": config.kv_cache_precision,
+        "threads": bench.get("threads"),
+    }
+    art = {"kind": last[1].kind, "path": last[1].path, "step": last[0].index,
+           "pass": last[0].pass_name}  # fmt: skip
+    return art, {
+        "model_path": last[1].path,
+        "options": options,
+        "prompt_tokens": settings.prompt_tokens,
+        "new_tokens": settings.new_tokens,
+    }
+
+
+def lm_job(repo: Any, run_id: str, **fields: Any) -> tuple[Any, dict[str, Any]] | None:
+    """(the ``serve_lm_test`` job of generation run ``run_id``, the artifact it serves), None
+    for a run that does not generate; UserError where it cannot be served, JobParamsError for
+    bad numbers. ``fields``: clients, requests, duration_s, port."""
+    from accel.job_specs import ServeLMTestJob
+
+    if not is_generation_run(_run(repo, run_id)):
+        return None
+    detail = _finished(repo, run_id)
+    missing = pytriton_missing()
+    if missing:
+        from studio.errors import UserError
+
+        raise UserError(missing)
+    art, implied = generation_target(detail)
+    given = {k: v for k, v in fields.items() if v is not None}
+    job = ServeLMTestJob.from_params({**implied, **given, "run_id": detail.id})
+    return job, art
+
+
 def unavailable_reason(repo: Any, run_id: str | None) -> str | None:
     """None when run ``run_id`` can be serve-tested here; else the reason, saying what to do."""
     if not run_id:
@@ -82,6 +174,11 @@ def unavailable_reason(repo: Any, run_id: str | None) -> str | None:
     if missing:
         return missing
     try:
+        if is_generation_run(_finished(repo, run_id)):
+            return (
+                "a generation run is serve-tested token by token from the command line: "
+                f"studio serve-test {run_id[:12]}"
+            )
         servable_run(repo, run_id)
     except Exception as exc:  # noqa: BLE001 - UserError / store errors: their text is the reason
         return str(exc)

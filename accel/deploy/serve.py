@@ -135,7 +135,7 @@ def check_pytriton() -> None:
         ) from exc
 
 
-def _python_lib_env() -> None:
+def python_lib_env() -> None:
     """Triton's Python backend stub links libpython3.X; make it load this interpreter's (a
     system libpython of another patch release fails with this interpreter's stdlib)."""
     libdir = sysconfig.get_config_var("LIBDIR") or ""
@@ -162,7 +162,7 @@ def check_port(port: int) -> None:
             ) from None
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
+def percentile(values: Sequence[float], q: float) -> float:
     if not values:
         return float("nan")
     xs = sorted(values)
@@ -257,22 +257,25 @@ def client_load(
         _close(opened)
 
 
-def _client_process_main(conn: Any, *args: Any) -> None:
+def _client_process_main(conn: Any, load: Callable[..., Any], *args: Any) -> None:
     try:
-        conn.send(("ok", client_load(*args)))
+        conn.send(("ok", load(*args)))
     except BaseException as exc:  # noqa: BLE001 - handed to the parent as text
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
     finally:
         conn.close()
 
 
-def _load_in_process(args: tuple[Any, ...], cancel: Callable[[], bool], wait_s: float) -> Any:
-    """``client_load(*args)`` in a spawned process; terminated when ``cancel()`` turns true."""
+def in_client_process(
+    load: Callable[..., Any], args: tuple[Any, ...], cancel: Callable[[], bool], wait_s: float
+) -> Any:
+    """``load(*args)`` (a module-level function) in a spawned process, its result sent back;
+    the process is terminated when ``cancel()`` turns true or ``wait_s`` passed."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_client_process_main, args=(child, *args), daemon=True)
+    proc = ctx.Process(target=_client_process_main, args=(child, load, *args), daemon=True)
     proc.start()
     child.close()
     deadline = time.monotonic() + wait_s
@@ -284,7 +287,11 @@ def _load_in_process(args: tuple[Any, ...], cancel: Callable[[], bool], wait_s: 
                 raise DeployError(f"the client process died (exit code {proc.exitcode})")
             if time.monotonic() > deadline:
                 raise DeployError(f"the clients did not finish within {wait_s:.0f} s")
-        status, value = parent.recv()
+        try:
+            status, value = parent.recv()
+        except EOFError:  # it died before it could answer
+            proc.join(5)
+            raise DeployError(f"the client process died (exit code {proc.exitcode})") from None
     finally:
         if proc.is_alive():
             proc.terminate()
@@ -362,6 +369,39 @@ def _infer_func(runtime: Any, spec: Any, out_names: list[str]) -> Callable[..., 
     return infer_func
 
 
+def triton_config(port: int | None, log_dir: str) -> tuple[Any, tuple[int, int, int]]:
+    """PyTriton's server config bound to 127.0.0.1 only: HTTP ``port``, gRPC +1, metrics +2
+    (free ports where ``port`` is None); the server's log in ``log_dir``. Returns (config,
+    ports)."""
+    from pytriton.triton import TritonConfig
+
+    ports = (port, port + 1, port + 2) if port else (free_port(), free_port(), free_port())
+    cfg = TritonConfig(
+        http_address="127.0.0.1",
+        http_port=ports[0],
+        grpc_address="127.0.0.1",
+        grpc_port=ports[1],
+        metrics_address="127.0.0.1",
+        metrics_port=ports[2],
+        log_verbose=0,
+        # PyTriton prints the server's log on stdout otherwise (and `--json` output with it)
+        log_file=Path(log_dir) / "tritonserver.log",
+    )
+    return cfg, ports
+
+
+def check_ports(port: int | None) -> None:
+    """DeployError when ``port`` (and +1, +2) is given and taken on 127.0.0.1."""
+    if port is not None:
+        for p in (port, port + 1, port + 2):
+            check_port(p)
+
+
+def server_log_tail(cfg: Any, lines: int = 15) -> str:
+    """The last lines of the Triton server's log (for a server that did not start)."""
+    return "".join(_read(cfg.log_file).splitlines(keepends=True)[-lines:])
+
+
 @contextlib.contextmanager
 def _serving(
     runtime: Any,
@@ -377,21 +417,10 @@ def _serving(
     The server stops when the block ends, whatever ends it."""
     import numpy as np
     from pytriton.model_config import Tensor
-    from pytriton.triton import Triton, TritonConfig
+    from pytriton.triton import Triton
 
     batching = mode == "dynamic batching"
-    ports = (port, port + 1, port + 2) if port else (free_port(), free_port(), free_port())
-    cfg = TritonConfig(
-        http_address="127.0.0.1",
-        http_port=ports[0],
-        grpc_address="127.0.0.1",
-        grpc_port=ports[1],
-        metrics_address="127.0.0.1",
-        metrics_port=ports[2],
-        log_verbose=0,
-        # PyTriton prints the server's log on stdout otherwise (and `--json` output with it)
-        log_file=Path(log_dir) / "tritonserver.log",
-    )
+    cfg, ports = triton_config(port, log_dir)
     model_cfg = _model_config(plan.report, batching)
 
     def tensors(ts: list[Any]) -> list[Any]:
@@ -416,7 +445,7 @@ def _serving(
             )
             triton.run()
         except Exception as exc:
-            tail = "".join(_read(cfg.log_file).splitlines(keepends=True)[-15:])
+            tail = server_log_tail(cfg)
             raise DeployError(f"Triton did not start: {type(exc).__name__}: {exc}\n{tail}") from exc
         # A batching model takes one sample; without batching the whole batch-1 tensor.
         request = {k: v[0] for k, v in plan.feeds.items()} if batching else plan.feeds
@@ -495,7 +524,7 @@ def _point(
         requests=len(lat),
         errors=errors,
         p50_ms=statistics.median(lat) * 1e3 if lat else float("nan"),
-        p99_ms=_percentile(lat, 0.99) * 1e3,
+        p99_ms=percentile(lat, 0.99) * 1e3,
         throughput=len(lat) / wall if wall > 0 else 0.0,
         avg_batch=avg_batch,
     )
@@ -526,10 +555,8 @@ def serve_test(
     progress(0.0, "batch sweep")
     plan = _plan(runtime, spec, batches, log)
     _say_no_wait(plan, log)
-    _python_lib_env()
-    if port is not None:
-        for p in (port, port + 1, port + 2):
-            check_port(p)
+    python_lib_env()
+    check_ports(port)
     steps, done = len(modes) * len(clients), 0
     for mode in modes:
         log(f"starting Triton ({mode}) on 127.0.0.1")
@@ -576,7 +603,7 @@ def _loaded(
     url, request, n, duration_s, max_requests = args
     counts = _batch_counts(metrics)
     if client_process:
-        lat, errors, wall = _load_in_process(args, cancel, duration_s + 120)
+        lat, errors, wall = in_client_process(client_load, args, cancel, duration_s + 120)
     else:
         lat, errors, wall = client_load(*args, cancel=cancel)
     batch = _avg_batch(counts, _batch_counts(metrics))

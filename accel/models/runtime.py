@@ -16,7 +16,7 @@ imports nothing of ``accel.models.loaded``, which asks this registry for its run
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
@@ -58,7 +58,8 @@ ModelT = TypeVar("ModelT")
 
 # What the studio can show of a kind (Runtime.capabilities): its graph, a per-layer
 # profile, per-layer parity, the file in Netron as it is, an ONNX export for Netron.
-CAPABILITIES = frozenset({"graph", "profile", "layer_parity", "netron", "export_onnx"})
+# serve_lm: ``serve_lm`` answers generation requests token by token (a stateful LM file).
+CAPABILITIES = frozenset({"graph", "profile", "layer_parity", "netron", "export_onnx", "serve_lm"})
 
 
 class RuntimeUnavailable(AccelError):
@@ -146,6 +147,23 @@ class ServedModel(Protocol):
     def write(self, version_dir: Path, input_names: Sequence[str]) -> None: ...
 
 
+# How an LMEngine shares the model between requests: one at a time, or continuously batched.
+NO_CB = "no continuous batching"
+CB = "continuous batching"
+LM_SERVING_MODES = (NO_CB, CB)
+
+
+class LMEngine(Protocol):
+    """A language model answering generation requests token by token (``Runtime.serve_lm``):
+    ``generate(ids, new_tokens)`` yields the new token ids as they come, from any thread;
+    ``mode`` says whether requests are batched continuously; ``close()`` ends it."""
+
+    mode: str
+
+    def generate(self, ids: Any, new_tokens: int) -> Iterator[int]: ...
+    def close(self) -> None: ...
+
+
 class Runtime(Protocol[ModelT]):
     """The contract of a model kind's runtime (see the module docstring).
 
@@ -220,6 +238,7 @@ class Runtime(Protocol[ModelT]):
     # scripts and serving
     def script(self) -> ScriptRuntime: ...
     def serve(self, path: Path, device: str, threads: int | None) -> ServedModel: ...
+    def serve_lm(self, path: Path, options: dict[str, Any], mode: str) -> LMEngine: ...
 
 
 # -- the registry -------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from accel.errors import AccelError
 from accel.models.runtime import (
     GenerationWork,
+    LMEngine,
     ProfileRequest,
     RuntimeUnavailable,
     ScriptRuntime,
@@ -247,3 +248,11 @@ class RuntimeBase:
 
     def serve(self, path: Path, device: str, threads: int | None) -> ServedModel:
         raise AccelError(f"{self.label} models cannot be served by Triton")
+
+    def serve_lm(self, path: Path, options: dict[str, Any], mode: str) -> LMEngine:
+        """An engine answering generation requests token by token (``LMEngine``) over the
+        LM file ``path`` in ``mode`` (with or without continuous batching)."""
+        raise AccelError(
+            f"{self.label} models cannot serve generation requests; serve-test a run whose "
+            "final model is a stateful OpenVINO LM (an openvino_stateful step)"
+        )

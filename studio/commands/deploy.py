@@ -41,14 +41,25 @@ def register(sub: argparse._SubParsersAction) -> None:
         "gRPC, each load bounded in requests and time: p50/p99 latency and throughput per "
         "client count, and the served path's overhead over a direct call. The result is "
         "stored with the run and written to the run folder as serve_test.json. "
-        "The server always stops (Ctrl-C too).",
+        "A generation run (benchmark workload: generate, final model a stateful OpenVINO LM "
+        "from openvino_stateful) is served token by token instead, with and without "
+        "continuous batching: its clients stream seeded prompts of the run's prompt_tokens "
+        "and ask new_tokens each, and report tokens/s, time to first token (p50/p99) and "
+        "time per output token. The server always stops (Ctrl-C too).",
     )
     s.add_argument("run", metavar="RUN", help="run id (or a unique prefix)")
     s.add_argument("--clients", default="1,4,16", metavar="1,4,16", help="client counts")
     s.add_argument("--batch", metavar="1,2,4,8,16", help="batch sizes of the sweep")
-    s.add_argument("--duration", type=float, default=5.0, help="seconds per load (default 5)")
     s.add_argument(
-        "--requests", type=int, default=2000, help="at most this many requests per client"
+        "--duration",
+        type=float,
+        help=f"seconds per load at most (default {DURATION_S:g}; generation {LM_DURATION_S:g})",
+    )
+    s.add_argument(
+        "--requests",
+        type=int,
+        help=f"at most this many requests per client (default {REQUESTS}; generation "
+        f"{LM_REQUESTS})",
     )
     s.add_argument(
         "--port", type=int, help="HTTP port (gRPC: +1, metrics: +2); default: free ports"
@@ -57,7 +68,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=run_serve_test)
 
 
-def parse_batches(text: str | None) -> list[int] | None:
+# Defaults of a serve test's loads: a forward model's requests are short, a generation's long.
+DURATION_S, REQUESTS = 5.0, 2000
+LM_DURATION_S, LM_REQUESTS = 60.0, 8
+
+
+def parse_batches(text: str | None, flag: str = "--batch") -> list[int] | None:
+    """``"1,4,16"`` -> [1, 4, 16]; UserError naming ``flag`` otherwise."""
     from studio.errors import UserError
 
     if not text:
@@ -65,9 +82,9 @@ def parse_batches(text: str | None) -> list[int] | None:
     try:
         out = sorted({int(x) for x in text.split(",") if x.strip()})
     except ValueError:
-        raise UserError(f"--batch {text!r}: give whole numbers separated by commas") from None
+        raise UserError(f"{flag} {text!r}: give whole numbers separated by commas") from None
     if not out or out[0] < 1:
-        raise UserError(f"--batch {text!r}: batch sizes must be >= 1")
+        raise UserError(f"{flag} {text!r}: give numbers >= 1")
     return out
 
 
@@ -129,22 +146,33 @@ def run_serve_test(args: argparse.Namespace) -> int:
     from accel.events import Log
     from accel.job_specs import ServeTestJob
     from studio.commands.history import _repo
-    from studio.serve_test import job_params, store_result
+    from studio.serve_test import job_params, lm_job, store_result
     from studio.usecases import run_boxed, typed_event
 
-    clients = parse_batches(args.clients)  # the same "1,4,16" syntax
+    clients = parse_batches(args.clients, "--clients")  # the same "1,4,16" syntax
     repo = _repo(args)
     try:  # the GUI's job spec: bad numbers raise JobParamsError saying which
-        params, art = job_params(
+        lm = lm_job(
             repo,
             args.run,
-            clients=clients or [],
-            batches=parse_batches(args.batch),
+            clients=clients,
+            requests=args.requests,
             duration_s=args.duration,
-            max_requests=args.requests,
+            port=args.port,
         )
+        if lm is None:
+            params, art = job_params(
+                repo,
+                args.run,
+                clients=clients or [],
+                batches=parse_batches(args.batch),
+                duration_s=DURATION_S if args.duration is None else args.duration,
+                max_requests=REQUESTS if args.requests is None else args.requests,
+            )
     finally:
         repo.close()
+    if lm is not None:
+        return _run_lm_serve_test(args, *lm)
     job = ServeTestJob.from_params({**params, "port": args.port})
 
     def say(event: dict) -> None:
@@ -169,6 +197,69 @@ def run_serve_test(args: argparse.Namespace) -> int:
     if "saved_to" in data:
         print(f"saved {data['saved_to']}")
     return 0
+
+
+def _run_lm_serve_test(args: argparse.Namespace, job: Any, art: dict[str, Any]) -> int:
+    """The generation serve test of a run: its job in a worker, stored, printed."""
+    import contextlib
+    import sys
+
+    from accel.events import Log
+    from studio.commands.history import _repo
+    from studio.serve_test import store_result
+    from studio.usecases import run_boxed, typed_event
+
+    if args.batch:
+        from studio.errors import UserError
+
+        raise UserError("--batch is for a forward model's batch sweep; a generation run has none")
+
+    def say(event: dict) -> None:
+        if isinstance(log := typed_event(event), Log) and not args.json:
+            print(log.message, file=sys.stderr, flush=True)
+
+    with contextlib.redirect_stdout(sys.stderr):  # what the server prints is not the report
+        report = run_boxed(job, say)
+    data = {**report.to_dict(), "run_id": job.run_id, "artifact": art}
+    repo = _repo(args)
+    try:
+        data.update(store_result(repo, str(job.run_id), report.to_dict(), art))
+    finally:
+        repo.close()
+    if args.json:
+        print(json.dumps(data, indent=2, default=str))
+        return 0
+    print(f"model: {art['path']} (step {art['step'] + 1} {art['pass']})")
+    print(
+        f"{report.prompt_tokens} prompt tokens (seeded ids), {report.new_tokens} new tokens per "
+        "request, greedy; figures measured by the clients"
+    )
+    print(lm_serve_table(report))
+    if "saved_to" in data:
+        print(f"saved {data['saved_to']}")
+    return 0
+
+
+def lm_serve_table(report: Any) -> str:
+    """A generation serve test as a table: mode x clients, and the tokens/s gain of
+    continuous batching per client count."""
+    from accel.deploy.serve_lm import CB, NO_CB
+
+    lines = [
+        f"{'mode':24s} {'clients':>7s} {'tokens/s':>9s} {'TTFT p50':>9s} {'TTFT p99':>9s} "
+        f"{'TPOT p50':>9s} {'requests':>8s} {'errors':>6s}"
+    ]
+    for p in sorted(report.load, key=lambda p: (p.mode != NO_CB, p.clients)):
+        lines.append(
+            f"{p.mode:24s} {p.clients:7d} {p.tokens_per_s:9.1f} {p.ttft_p50_ms:9.2f} "
+            f"{p.ttft_p99_ms:9.2f} {p.tpot_p50_ms:9.2f} {p.requests:8d} {p.errors:6d}"
+        )
+    lines.append("TTFT, TPOT in ms (TPOT: per output token after the first)")
+    for n in sorted({p.clients for p in report.load}):
+        gain = report.gain(n)
+        if gain is not None:
+            lines.append(f"{n} clients: {CB} {gain:.2f}x the tokens/s of {NO_CB}")
+    return "\n".join(lines)
 
 
 def _print_serve_test(report: Any, art: dict[str, Any], clients: list[int]) -> None:

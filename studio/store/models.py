@@ -303,12 +303,20 @@ class ServeTestRow(Base):
     max_queue_delay_us: Mapped[int] = mapped_column(Integer, default=0)
     max_batch_size: Mapped[int] = mapped_column(Integer, default=0)
     direct_p50_ms: Mapped[float | None] = mapped_column(Float)
+    # "infer" (one forward per request, dynamic batching) or "generate" (a streamed token
+    # generation per request, continuous batching: its points are in ``generation``).
+    workload: Mapped[str] = mapped_column(String(16), default="infer", server_default="infer")
+    prompt_tokens: Mapped[int | None] = mapped_column(Integer)
+    new_tokens: Mapped[int | None] = mapped_column(Integer)
 
     sweep: Mapped[list[ServeSweepRow]] = relationship(
         cascade="all, delete-orphan", passive_deletes=True, order_by="ServeSweepRow.batch"
     )
     load: Mapped[list[ServeLoadRow]] = relationship(
         cascade="all, delete-orphan", passive_deletes=True, order_by="ServeLoadRow.id"
+    )
+    generation: Mapped[list[ServeGenerationRow]] = relationship(
+        cascade="all, delete-orphan", passive_deletes=True, order_by="ServeGenerationRow.id"
     )
 
 
@@ -347,3 +355,26 @@ class ServeLoadRow(Base):
     overhead_ms: Mapped[float | None] = mapped_column(Float)  # p50 served - direct batch-1 p50
     # Requests per model execution (Triton's metrics): the batches dynamic batching formed.
     avg_batch: Mapped[float | None] = mapped_column(Float)
+
+
+class ServeGenerationRow(Base):
+    """A served generation load at one client count, with or without continuous batching:
+    the clients' time to first token, time per output token and tokens per second."""
+
+    __tablename__ = "serve_test_generation"
+    __table_args__ = (UniqueConstraint("serve_test_id", "clients", "continuous_batching"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    serve_test_id: Mapped[int] = mapped_column(
+        ForeignKey("serve_tests.id", ondelete="CASCADE"), index=True
+    )
+    clients: Mapped[int] = mapped_column(Integer)
+    continuous_batching: Mapped[bool] = mapped_column(Boolean)
+    requests: Mapped[int] = mapped_column(Integer, default=0)
+    errors: Mapped[int] = mapped_column(Integer, default=0)
+    tokens: Mapped[int] = mapped_column(Integer, default=0)
+    tokens_per_s: Mapped[float] = mapped_column(Float)
+    # NaN (no request finished) is stored as NULL
+    ttft_p50_ms: Mapped[float | None] = mapped_column(Float)
+    ttft_p99_ms: Mapped[float | None] = mapped_column(Float)
+    tpot_p50_ms: Mapped[float | None] = mapped_column(Float)

@@ -303,6 +303,21 @@ class ServedPoint:
 
 
 @dataclass(frozen=True)
+class GenerationPoint:
+    """A served generation load (``studio serve-test`` of a generation run)."""
+
+    clients: int
+    continuous_batching: bool
+    requests: int
+    errors: int
+    tokens: int
+    tokens_per_s: float
+    ttft_p50_ms: float | None
+    ttft_p99_ms: float | None
+    tpot_p50_ms: float | None
+
+
+@dataclass(frozen=True)
 class ServeTest:
     id: int
     run_id: str
@@ -315,6 +330,25 @@ class ServeTest:
     direct_p50_ms: float | None
     sweep: list[SweepPoint] = field(default_factory=list)
     load: list[ServedPoint] = field(default_factory=list)
+    workload: str = "infer"  # "generate": a streamed generation test, its points in generation
+    prompt_tokens: int | None = None
+    new_tokens: int | None = None
+    generation: list[GenerationPoint] = field(default_factory=list)
+
+    def generation_pair(
+        self, clients: int
+    ) -> tuple[GenerationPoint | None, GenerationPoint | None]:
+        """The generation points at ``clients``: (without, with) continuous batching."""
+        at = [p for p in self.generation if p.clients == clients]
+        off = next((p for p in at if not p.continuous_batching), None)
+        return off, next((p for p in at if p.continuous_batching), None)
+
+    def generation_gain(self, clients: int) -> float | None:
+        """Tokens/s with continuous batching over without, at ``clients``."""
+        off, on = self.generation_pair(clients)
+        if on is None or off is None or off.tokens_per_s <= 0:
+            return None
+        return on.tokens_per_s / off.tokens_per_s
 
     def pair(self, clients: int) -> tuple[ServedPoint | None, ServedPoint | None]:
         """The load points at ``clients``: (without, with) dynamic batching."""

@@ -3,8 +3,9 @@
 A feature module of the store: ``ServeTests`` is one of ``Repository``'s parts (declared in
 ``studio.store.api.ServeTestStore``); it returns the plain dataclasses of
 ``studio.store.records`` (re-exported here), so callers (CLI, GUI) never see ORM rows. Input
-is the ``ServeReport.to_dict()`` shape from ``accel.deploy.serve`` (a dict, so the store does
-not import accel). ``add_serve_test(repo, ...)`` / ``serve_tests(repo, ...)`` call the methods.
+is the ``ServeReport.to_dict()`` shape from ``accel.deploy.serve``, or for a generation run
+(``"workload": "generate"``) ``LMServeReport.to_dict()`` from ``accel.deploy.serve_lm`` (a
+dict, so the store does not import accel). ``add_serve_test(repo, ...)`` / ``serve_tests(repo, ...)`` call the methods.
 """
 
 from __future__ import annotations
@@ -15,14 +16,22 @@ from sqlalchemy import select
 
 from studio.store.base import StoreBase
 from studio.store.errors import RunNotFound
-from studio.store.models import RunRow, ServeLoadRow, ServeSweepRow, ServeTestRow
-from studio.store.records import ServedPoint, ServeTest, SweepPoint
+from studio.store.models import (
+    RunRow,
+    ServeGenerationRow,
+    ServeLoadRow,
+    ServeSweepRow,
+    ServeTestRow,
+)
+from studio.store.records import GenerationPoint, ServedPoint, ServeTest, SweepPoint
 
 if TYPE_CHECKING:
     from studio.store.api import ServeTestStore
 
 __all__ = [
+    "CONTINUOUS",
     "DYNAMIC",
+    "GenerationPoint",
     "ServeTest",
     "ServeTests",
     "ServedPoint",
@@ -32,6 +41,8 @@ __all__ = [
 ]
 
 DYNAMIC = "dynamic batching"
+CONTINUOUS = "continuous batching"
+GENERATE = "generate"
 
 
 class ServeTests(StoreBase):
@@ -55,7 +66,15 @@ class ServeTests(StoreBase):
                 max_queue_delay_us=int(report.get("max_queue_delay_us", 0)),
                 max_batch_size=int(report.get("max_batch_size", 0)),
                 direct_p50_ms=None if direct is None else float(direct),
+                workload=str(report.get("workload") or "infer")[:16],
+                prompt_tokens=_int_or_none(report.get("prompt_tokens")),
+                new_tokens=_int_or_none(report.get("new_tokens")),
             )
+            if row.workload == GENERATE:
+                row.generation.extend(_generation_row(p) for p in report.get("load", []))
+                s.add(row)
+                s.flush()
+                return row.id
             for p in report.get("sweep", []):
                 row.sweep.append(
                     ServeSweepRow(
@@ -109,7 +128,29 @@ def serve_tests(repo: ServeTestStore, run_id: str) -> list[ServeTest]:
 
 
 def _float_or_none(value: Any) -> float | None:
-    return None if value is None else float(value)
+    """None for a missing or NaN value (the store keeps NaN as NULL)."""
+    if value is None:
+        return None
+    value = float(value)
+    return None if value != value else value
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _generation_row(p: dict[str, Any]) -> ServeGenerationRow:
+    return ServeGenerationRow(
+        clients=int(p["clients"]),
+        continuous_batching=p["mode"] == CONTINUOUS,
+        requests=int(p.get("requests", 0)),
+        errors=int(p.get("errors", 0)),
+        tokens=int(p.get("tokens", 0)),
+        tokens_per_s=float(p["tokens_per_s"]),
+        ttft_p50_ms=_float_or_none(p.get("ttft_p50_ms")),
+        ttft_p99_ms=_float_or_none(p.get("ttft_p99_ms")),
+        tpot_p50_ms=_float_or_none(p.get("tpot_p50_ms")),
+    )
 
 
 def _to_dataclass(r: ServeTestRow) -> ServeTest:
@@ -137,5 +178,22 @@ def _to_dataclass(r: ServeTestRow) -> ServeTest:
                 p.avg_batch,
             )
             for p in r.load
+        ],
+        workload=r.workload or "infer",
+        prompt_tokens=r.prompt_tokens,
+        new_tokens=r.new_tokens,
+        generation=[
+            GenerationPoint(
+                p.clients,
+                p.continuous_batching,
+                p.requests,
+                p.errors,
+                p.tokens,
+                p.tokens_per_s,
+                p.ttft_p50_ms,
+                p.ttft_p99_ms,
+                p.tpot_p50_ms,
+            )
+            for p in r.generation
         ],
     )

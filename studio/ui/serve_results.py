@@ -1,6 +1,8 @@
 """A run's serve tests (``studio serve-test``) beside it in History: the batch sweep as a chart
 (throughput and latency per batch size) and the served load test as a table (p50/p99 latency and
-throughput per client count, with and without dynamic batching)."""
+throughput per client count, with and without dynamic batching). A generation run's serve test
+has no sweep: its table shows tokens/s, time to first token and time per output token per
+client count, with and without continuous batching."""
 
 from __future__ import annotations
 
@@ -36,6 +38,18 @@ LOAD_COLUMNS = [
     ("errors", "failed requests, both modes"),
 ]  # fmt: skip
 
+# A generation run's serve test: without ("off") and with ("on") continuous batching.
+GENERATION_COLUMNS = [
+    ("clients", "concurrent clients, each streaming one generation at a time"),
+    ("tok/s off", "tokens per second of all clients without continuous batching"),
+    ("tok/s on", "tokens per second of all clients with continuous batching"),
+    ("gain", "tokens/s with continuous batching over without"),
+    ("TTFT p50/p99 ms off", "time to first token (median / 99th percentile), without"),
+    ("TTFT p50/p99 ms on", "time to first token (median / 99th percentile), with"),
+    ("TPOT p50 ms off/on", "time per output token after the first (median), without / with"),
+    ("errors", "failed requests, both modes"),
+]  # fmt: skip
+
 
 class ServeResultsView(QWidget):
     """The newest serve test of one run; hidden while the run has none."""
@@ -54,10 +68,7 @@ class ServeResultsView(QWidget):
         self.chart.setMinimumHeight(140)
         self.table = QTableWidget(0, len(LOAD_COLUMNS))
         self.table.setObjectName("serveLoadTable")
-        for j, (label, tip) in enumerate(LOAD_COLUMNS):
-            header = QTableWidgetItem(label)
-            header.setToolTip(tip)
-            self.table.setHorizontalHeaderItem(j, header)
+        self._headers(LOAD_COLUMNS)
         # Columns as wide as their contents, the last one takes the spare width; a table too
         # narrow for them scrolls sideways instead of cutting the numbers.
         header = self.table.horizontalHeader()
@@ -85,7 +96,11 @@ class ServeResultsView(QWidget):
             self.row.setDirection(want)
 
     def changeEvent(self, event) -> None:  # noqa: N802 - Qt API
-        if event.type() in plot_theme.PALETTE_EVENTS and self.test is not None:
+        if (
+            event.type() in plot_theme.PALETTE_EVENTS
+            and self.test is not None
+            and self.test.workload != "generate"
+        ):
             self._chart(self.test)  # redraw: the latency labels carry the text colour too
         super().changeEvent(event)
 
@@ -104,7 +119,20 @@ class ServeResultsView(QWidget):
         if self.test is not None:
             self._fill(self.test)
 
+    def _headers(self, columns: list[tuple[str, str]]) -> None:
+        self.table.setColumnCount(len(columns))
+        for j, (label, tip) in enumerate(columns):
+            header = QTableWidgetItem(label)
+            header.setToolTip(tip)
+            self.table.setHorizontalHeaderItem(j, header)
+
     def _fill(self, t: Any) -> None:
+        generation = t.workload == "generate"
+        self.chart.setVisible(not generation)
+        if generation:
+            self._fill_generation(t)
+            return
+        self._headers(LOAD_COLUMNS)
         gain = t.speedup(max((p.clients for p in t.load), default=0))
         batching = (
             f"preferred {t.preferred_batch_sizes}, max queue delay {t.max_queue_delay_us} µs"
@@ -133,10 +161,39 @@ class ServeResultsView(QWidget):
                 "-" if on is None or on.avg_batch is None else f"{on.avg_batch:.2f}",
                 str(sum(p.errors for p in (off, on) if p is not None)),
             ]
-            for j, text in enumerate(cells):
-                item = QTableWidgetItem(text)
-                item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-                self.table.setItem(i, j, item)
+            self._row(i, cells)
+
+    def _fill_generation(self, t: Any) -> None:
+        self._headers(GENERATION_COLUMNS)
+        counts = sorted({p.clients for p in t.generation})
+        gain = t.generation_gain(max(counts, default=0))
+        self.title.setText(
+            f"Generation serve test ({t.created_at:%Y-%m-%d %H:%M}): {t.prompt_tokens} prompt "
+            f"tokens, {t.new_tokens} new tokens per request, measured by the clients"
+            + (f"; tokens/s with/without continuous batching {gain:.2f}x" if gain else "")
+            + ". off/on: without/with continuous batching."
+        )
+        self.table.setRowCount(len(counts))
+        for i, n in enumerate(counts):
+            off, on = t.generation_pair(n)
+            ratio = t.generation_gain(n)
+            cells = [
+                str(n),
+                "-" if off is None else f"{off.tokens_per_s:.1f}",
+                "-" if on is None else f"{on.tokens_per_s:.1f}",
+                "-" if ratio is None else f"{ratio:.2f}x",
+                _ttft(off),
+                _ttft(on),
+                f"{_ms(off and off.tpot_p50_ms)} / {_ms(on and on.tpot_p50_ms)}",
+                str(sum(p.errors for p in (off, on) if p is not None)),
+            ]
+            self._row(i, cells)
+
+    def _row(self, i: int, cells: list[str]) -> None:
+        for j, text in enumerate(cells):
+            item = QTableWidgetItem(text)
+            item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            self.table.setItem(i, j, item)
 
     def _chart(self, t: Any) -> None:
         pal = self.palette()
@@ -169,3 +226,11 @@ class ServeResultsView(QWidget):
 
 def _latencies(p: Any) -> str:
     return "-" if p is None else f"{fmt_ms(p.p50_ms)} / {fmt_ms(p.p99_ms)}"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else fmt_ms(value)
+
+
+def _ttft(p: Any) -> str:
+    return "-" if p is None else f"{_ms(p.ttft_p50_ms)} / {_ms(p.ttft_p99_ms)}"

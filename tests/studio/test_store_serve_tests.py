@@ -46,7 +46,7 @@ def test_upgrade_from_0003_keeps_runs_and_adds_serve_tests(tmp_path):
         )
     engine.dispose()
     repo = Repository.open(path)
-    assert dbmod.current_revision(repo.engine) == "0005" == dbmod.head_revision()
+    assert dbmod.current_revision(repo.engine) == "0006" == dbmod.head_revision()
     assert repo.get_run("r1").run.name == "old"
     assert serve_tests(repo, "r1") == []
     add_serve_test(repo, "r1", REPORT, {"kind": "onnx", "path": "/m.onnx"})
@@ -139,3 +139,58 @@ def test_cli_serve_test_stores_its_report(tmp_path, monkeypatch, capsys):
     repo.close()
     assert [p.batch for p in stored.sweep] == [1, 4] and stored.max_queue_delay_us == 250
     assert stored.load[0].clients == 2 and stored.load[0].overhead_ms == pytest.approx(2.5)
+
+
+GEN_REPORT = {
+    "workload": "generate",
+    "prompt_tokens": 32,
+    "new_tokens": 16,
+    "load": [
+        {"mode": "no continuous batching", "clients": 4, "requests": 8, "errors": 0,
+         "tokens": 128, "tokens_per_s": 100.0, "ttft_p50_ms": 20.0, "ttft_p99_ms": 90.0,
+         "tpot_p50_ms": 9.0},
+        {"mode": "continuous batching", "clients": 4, "requests": 8, "errors": 1,
+         "tokens": 112, "tokens_per_s": 250.0, "ttft_p50_ms": 12.0, "ttft_p99_ms": 30.0,
+         "tpot_p50_ms": float("nan")},
+    ],
+}  # fmt: skip
+
+
+def test_upgrade_from_0005_adds_generation_serve_tests(tmp_path):
+    """0006 on a 0005 database: its serve tests stay ("infer"), generation tests can be added."""
+    path = tmp_path / "old5.db"
+    url = f"sqlite:///{path}"
+    engine = dbmod.make_engine(url)
+    cfg = dbmod.alembic_config(url)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0005")
+        conn.exec_driver_sql(
+            "INSERT INTO runs (id, name, kind, status, device, environment, baseline, summary,"
+            " job_params, run_dir, notes, error, error_type, signal, log_tail, owner, created_at)"
+            " VALUES ('r5', 'old', 'run_recipe', 'succeeded', 'cpu', '{}', '{}', '{}', '{}', '',"
+            " '', '', '', '', '', '', '2026-01-01 00:00:00')"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO serve_tests (run_id, created_at, artifact_kind, artifact_path,"
+            " preferred_batch_sizes, max_queue_delay_us, max_batch_size)"
+            " VALUES ('r5', '2026-01-01 00:00:00', 'onnx', '/m.onnx', '[]', 0, 8)"
+        )
+    engine.dispose()
+    repo = Repository.open(path)
+    assert dbmod.current_revision(repo.engine) == "0006"
+    run = repo.get_run("r5")
+    (old,) = serve_tests(repo, run.id)
+    assert old.workload == "infer" and old.generation == [] and old.prompt_tokens is None
+    add_serve_test(repo, run.id, GEN_REPORT, {"kind": "model", "path": "/m.xml"})
+    new = serve_tests(repo, run.id)[0]
+    repo.close()
+    assert new.workload == "generate" and (new.prompt_tokens, new.new_tokens) == (32, 16)
+    assert new.load == [] and new.sweep == []
+    off, on = new.generation_pair(4)
+    assert off is not None and on is not None
+    assert not off.continuous_batching and on.continuous_batching
+    assert (on.tokens, on.errors, on.ttft_p99_ms) == (112, 1, 30.0)
+    assert on.tpot_p50_ms is None  # NaN is kept as NULL
+    assert new.generation_gain(4) == pytest.approx(2.5)
+    assert new.generation_gain(1) is None

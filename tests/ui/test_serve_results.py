@@ -116,3 +116,45 @@ def test_serve_results_stack_and_keep_numbers_whole_in_a_narrow_dock(qtbot, tmp_
     view.resize(1300, 300)
     qtbot.waitUntil(lambda: view.row.direction() == QBoxLayout.Direction.LeftToRight)
     repo.close()
+
+
+GEN_REPORT = {
+    "workload": "generate",
+    "prompt_tokens": 32,
+    "new_tokens": 16,
+    "load": [
+        {"mode": "no continuous batching", "clients": 4, "requests": 8, "errors": 0,
+         "tokens": 128, "tokens_per_s": 100.0, "ttft_p50_ms": 20.0, "ttft_p99_ms": 90.0,
+         "tpot_p50_ms": 9.0},
+        {"mode": "continuous batching", "clients": 4, "requests": 8, "errors": 2,
+         "tokens": 128, "tokens_per_s": 250.0, "ttft_p50_ms": 12.0, "ttft_p99_ms": 30.0,
+         "tpot_p50_ms": None},
+    ],
+}  # fmt: skip
+
+
+def test_a_generation_serve_test_shows_tokens_per_s_and_ttft_without_a_sweep(qtbot, tmp_path):
+    """A generation run's serve test: no sweep chart; per client count tokens/s, TTFT and TPOT
+    without / with continuous batching. An infer test shown after it gets its columns back."""
+    from studio.store import Repository
+    from studio.ui.serve_results import GENERATION_COLUMNS, LOAD_COLUMNS, ServeResultsView
+
+    repo = Repository.open(tmp_path / "g.db")
+    gen = repo.create_run(model_source="hf:llama_small", recipe={"name": "gen"})
+    fwd = repo.create_run(model_source="zoo:mlp", recipe={"name": "fwd"})
+    add_serve_test(repo, gen.id, GEN_REPORT, {"kind": "model", "path": "/m.xml"})
+    add_serve_test(repo, fwd.id, REPORT, {"kind": "onnx", "path": "/m.onnx"})
+    view = ServeResultsView(repo)
+    qtbot.addWidget(view)
+    view.show()
+    view.show_run(gen.id)
+    assert not view.isHidden() and view.chart.isHidden()
+    assert "32 prompt tokens, 16 new tokens" in view.title.text() and "2.50x" in view.title.text()
+    headers = [view.table.horizontalHeaderItem(j).text() for j in range(view.table.columnCount())]
+    assert headers == [label for label, _ in GENERATION_COLUMNS]
+    cells = [view.table.item(0, c).text() for c in range(view.table.columnCount())]
+    assert cells == ["4", "100.0", "250.0", "2.50x", "20.0 / 90.0", "12.0 / 30.0", "9.000 / -", "2"]
+    view.show_run(fwd.id)
+    assert not view.chart.isHidden() and view.table.columnCount() == len(LOAD_COLUMNS)
+    assert view.table.horizontalHeaderItem(6).text() == "avg batch"
+    repo.close()

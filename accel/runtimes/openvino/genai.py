@@ -10,13 +10,19 @@ in the pipeline's streamer as each token arrives, which is what accel.generate's
 The pipeline returns no logits, so teacher-forced parity (``prefill`` / ``step``) runs the same
 IR through the infer request (``StatefulDecoder``): the same weights and KV-cache precision,
 not the same code path; the pipeline's own tokens are checked against it by the tests.
+
+``continuous_pipeline_for`` builds the same IR's ``ContinuousBatchingPipeline`` (paged
+attention, requests stepped together) for serving (``lm_serving``). Both compile through
+``known_crashes.safe_config``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,25 +55,52 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
-def pipeline_for(xml: Path, options: dict[str, Any]) -> Any:
-    """``openvino_genai.LLMPipeline`` of the IR ``xml`` on the CPU with the step's options."""
-    import openvino_genai as ov_genai
-
-    from accel.runtimes.openvino.ir import compile_config, read_ir, weights_file
+def _pipeline_props(xml: Path, options: dict[str, Any]) -> dict[str, Any]:
+    """The compile properties of the IR ``xml``: the step's options through the known-crash
+    check (``safe_config``), as every compile of the studio goes."""
+    from accel.runtimes.openvino.ir import compile_config, read_ir
     from accel.runtimes.openvino.known_crashes import safe_config
 
-    props = safe_config(read_ir(xml), compile_config(options), options, "CPU")
-    backend = ATTENTION_BACKENDS[str(options.get("attention", "sdpa"))]
-    props["ATTENTION_BACKEND"] = backend
-    if backend == "PA":
-        props["scheduler_config"] = paged_scheduler()
+    return safe_config(read_ir(xml), compile_config(options), options, "CPU")
+
+
+@contextlib.contextmanager
+def _model_folder(xml: Path) -> Iterator[Path]:
+    """A folder laid out as OpenVINO GenAI reads a model (``openvino_model.xml`` / ``.bin``),
+    linking the step's IR; removed after the block (the pipeline holds the compiled model)."""
+    from accel.runtimes.openvino.ir import weights_file
+
     folder = Path(tempfile.mkdtemp(prefix="accel-ov-genai-"))
     try:
         _link_or_copy(Path(xml), folder / "openvino_model.xml")
         _link_or_copy(weights_file(xml), folder / "openvino_model.bin")
-        return ov_genai.LLMPipeline(str(folder), "CPU", **props)
-    finally:  # the pipeline holds the compiled model; the folder is not needed after
+        yield folder
+    finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def pipeline_for(xml: Path, options: dict[str, Any]) -> Any:
+    """``openvino_genai.LLMPipeline`` of the IR ``xml`` on the CPU with the step's options."""
+    import openvino_genai as ov_genai
+
+    props = _pipeline_props(xml, options)
+    backend = ATTENTION_BACKENDS[str(options.get("attention", "sdpa"))]
+    props["ATTENTION_BACKEND"] = backend
+    if backend == "PA":
+        props["scheduler_config"] = paged_scheduler()
+    with _model_folder(xml) as folder:
+        return ov_genai.LLMPipeline(str(folder), "CPU", **props)
+
+
+def continuous_pipeline_for(xml: Path, options: dict[str, Any]) -> Any:
+    """``openvino_genai.ContinuousBatchingPipeline`` of the IR ``xml`` on the CPU: the same
+    compile properties as ``pipeline_for`` (paged attention is what it runs), requests added
+    with ``add_request`` and advanced together by ``step()``."""
+    import openvino_genai as ov_genai
+
+    props = _pipeline_props(xml, options)
+    with _model_folder(xml) as folder:
+        return ov_genai.ContinuousBatchingPipeline(str(folder), paged_scheduler(), "CPU", props)
 
 
 def paged_scheduler() -> Any:
@@ -84,8 +117,10 @@ def paged_scheduler() -> Any:
 
 
 def greedy_config(pipe: Any, new_tokens: int) -> Any:
-    """Greedy, exactly ``new_tokens`` new tokens, no stop token."""
-    cfg = pipe.get_generation_config()
+    """Greedy, exactly ``new_tokens`` new tokens, no stop token (``pipe``: an LLMPipeline or
+    a ContinuousBatchingPipeline)."""
+    get = getattr(pipe, "get_generation_config", None) or pipe.get_config
+    cfg = get()
     cfg.do_sample = False
     cfg.num_beams = 1
     cfg.max_new_tokens = int(new_tokens)

@@ -52,7 +52,7 @@ class OpenVinoRuntime(RuntimeBase):
     file_suffixes = (".xml",)
     libraries = ("openvino",)
     reached_by = "openvino"
-    capabilities = frozenset({"graph", "profile", "layer_parity", "netron"})
+    capabilities = frozenset({"graph", "profile", "layer_parity", "netron", "serve_lm"})
     artifact_kinds = frozenset({"openvino", "openvino_ir"})
 
     # -- loading and saving --------------------------------------------------------------
@@ -309,3 +309,8 @@ class OpenVinoRuntime(RuntimeBase):
         from accel.runtimes.openvino.serving import ServedIR
 
         return ServedIR(path)
+
+    def serve_lm(self, path: Path, options: dict[str, Any], mode: str) -> Any:
+        from accel.runtimes.openvino.lm_serving import engine_for
+
+        return engine_for(Path(path), options, mode)
