@@ -33,8 +33,8 @@ def process_rss_mb(pid: int) -> float | None:
 
 
 def process_tree_rss_mb(pid: int) -> float | None:
-    """Resident memory of process ``pid`` and its descendants in MiB (a worker's guard, the
-    worker and what it started); None when it cannot be read."""
+    """Resident memory (``resident_bytes``) of process ``pid`` and its descendants in MiB (a
+    worker's guard, the worker and what it started); None when it cannot be read."""
     try:
         import psutil
 
@@ -45,7 +45,7 @@ def process_tree_rss_mb(pid: int) -> float | None:
     total = 0
     for p in procs:
         with contextlib.suppress(Exception):
-            total += p.memory_info().rss
+            total += resident_bytes(p)
     return total / 2**20
 
 
@@ -139,7 +139,7 @@ class WorkerOutput:
 
 
 class MemoryProbe:
-    """Resident bytes of a worker and its children (compile workers, ...), cheap enough for
+    """Resident bytes (``resident_bytes``) of a worker and its children (compile workers, ...), cheap enough for
     the watchdog: the process list is refreshed every 2 s (scanning /proc holds the GIL,
     which the GUI thread shares), the memory of the known processes read every sample."""
 
@@ -163,5 +163,19 @@ class MemoryProbe:
         total = 0
         for p in self.procs:
             with contextlib.suppress(psutil.Error, OSError):
-                total += p.memory_info().rss
+                total += resident_bytes(p)
         return total
+
+
+def resident_bytes(proc: Any) -> int:
+    """Resident memory of a psutil process that the kernel cannot simply drop: on Linux its
+    anonymous and shared-memory pages (``RssAnon + RssShmem``), not the pages of files it
+    maps. OpenVINO maps an IR's weights file and GenAI maps it again: a 1B decoder's 4.4 GB
+    of f32 weights counted twice as "resident" stopped a search's trial that held 9 GB of
+    its own (the page cache gives those pages back under pressure). Elsewhere: RSS."""
+    status = Path(f"/proc/{proc.pid}/status")
+    try:
+        fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+        return sum(int(fields[k].split()[0]) * 1024 for k in ("RssAnon", "RssShmem"))
+    except (OSError, KeyError, ValueError, IndexError):
+        return int(proc.memory_info().rss)

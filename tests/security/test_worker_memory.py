@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from studio.workers.pool import WorkerPool
 from studio.workers.watchdog import default_memory_limit
 
@@ -31,3 +33,29 @@ def test_memory_cap_setting(monkeypatch):
     import psutil
 
     assert default_memory_limit() == int(psutil.virtual_memory().total * 0.75)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="Linux /proc")
+def test_mapped_file_pages_do_not_count_and_allocations_do(tmp_path):
+    """OpenVINO and GenAI map an IR's weights file, each once: a 1B decoder's f32 weights
+    counted twice as resident stopped a search trial that held half the cap itself."""
+    import mmap
+
+    import psutil
+
+    from studio.workers.processes import resident_bytes
+
+    me = psutil.Process()
+    size = 256 << 20
+    path = tmp_path / "weights.bin"
+    with path.open("wb") as f:
+        f.truncate(size)
+    before, rss_before = resident_bytes(me), me.memory_info().rss
+    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        touched = sum(m[i] for i in range(0, size, mmap.PAGESIZE))  # every page resident
+        assert touched == 0
+        assert me.memory_info().rss - rss_before > size // 2  # RSS sees the mapped file
+        assert resident_bytes(me) - before < size // 4  # the cap does not
+        block = bytearray(b"\x01") * size  # anonymous memory, written: counted
+        assert resident_bytes(me) - before > size // 2
+        del block
