@@ -9,6 +9,11 @@ huggingface-hub versions that transformers wants). Third-party telemetry is off 
 studio process.
 
 Usage: PYTHONPATH=SITE python bench/optimum_export.py HF_FOLDER OUT_FOLDER --bits 8|4 [--group 128]
+
+The site, made once (the rest comes from the studio's venv):
+    .venv/bin/python -m pip install --no-deps --target SITE transformers==5.5.4 \
+        optimum-intel==2.2.0 optimum==2.3.0 tokenizers==0.22.2 "huggingface-hub>=1.0,<1.22"
+    .venv/bin/python -m pip install --target SITE httpx
 """
 
 from __future__ import annotations
