@@ -428,6 +428,7 @@ class QuantizeOpenVinoPass(Pass):
         fixed={"samples": 32},
         devices=("cpu",),
         exportable=False,
+        not_after=("openvino_stateful",),  # refused there (_not_stateful)
     )
 
     def apply(

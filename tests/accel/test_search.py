@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 
@@ -64,6 +66,17 @@ def test_space_is_generated_from_pass_declarations():
     assert all("onnx" in onnx_space.passes[c[0]].accepts for c in onnx_space.chains if c)
     assert ("openvino", "quantize_openvino") in onnx_space.chains
     assert ("quantize_onnx_dynamic",) in onnx_space.chains
+
+
+@pytest.mark.skipif(importlib.util.find_spec("openvino") is None, reason="needs openvino")
+def test_a_pass_is_not_searched_after_one_whose_model_it_refuses():
+    """A 1-thread decoder search sampled openvino_stateful+quantize_openvino five times; the
+    quantizer refuses a stateful LM every time (it calibrates whole sequences)."""
+    space = build_space("torch", "cpu", layer_types={"linear", "attention"})
+    assert "openvino_stateful" in space.passes and "quantize_openvino" in space.passes
+    assert ("openvino", "quantize_openvino") in space.chains
+    assert ("openvino_stateful", "compress_weights_openvino") in space.chains
+    assert not [c for c in space.chains if c[:2] == ("openvino_stateful", "quantize_openvino")]
 
 
 def test_check_chain_rejects_with_reason():
