@@ -269,3 +269,14 @@ def gate_verdict(met: bool) -> str:
     return (
         "meets the gate" if met else "no exclude list that leaves a layer quantized meets the gate"
     )
+
+
+def trial_note(t: Any) -> str:
+    """A search trial's note, the same in the CLI and the Optimize dialog: why its gate or
+    its build failed, or that the original was left untimed (a generation objective: timed
+    against itself it says nothing)."""
+    if t.gate or t.error:
+        return str(t.gate or t.error)
+    if not t.steps and t.status == "ok" and t.timing is None:
+        return "the reference: not timed against itself"
+    return ""

@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from studio.commands._generate import add_optimize_arguments, generate_settings
-from studio.tables import TIMING_HEADERS, timing_cells
+from studio.tables import TIMING_HEADERS, timing_cells, trial_note
 
 if TYPE_CHECKING:
     from studio.store.api import SearchStore
@@ -203,15 +203,8 @@ def trial_row(t: Any) -> list[Any]:
         "-" if drop is None else f"{drop:.2e}",
         fmt_bytes(m.get("size_bytes")) if m.get("size_bytes") else "-",
         t.reused_steps or "",
-        (t.gate or t.error or _untimed_note(t))[:70],
+        trial_note(t)[:70],
     ]
-
-
-def _untimed_note(t: Any) -> str:
-    """The original left untimed (a generation objective: against itself it says nothing)."""
-    if not t.steps and t.status == "ok" and t.timing is None:
-        return "the reference: not timed against itself"
-    return ""
 
 
 def trial_line(t: Any) -> str:

@@ -11,7 +11,7 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem
 
 from studio.fmt import fmt_bytes
-from studio.tables import TIMING_HEADERS, speedup_cell, timing_cells
+from studio.tables import TIMING_HEADERS, speedup_cell, timing_cells, trial_note
 
 COLUMNS = ["#", "chain", "status", *TIMING_HEADERS, "cos drop", "size", "reused", "note"]
 NOTE_COL = COLUMNS.index("note")
@@ -51,12 +51,12 @@ class TrialTable(QTableWidget):
             "" if drop is None else f"{drop:.2e}",
             fmt_bytes(m["size_bytes"]) if m.get("size_bytes") else "",
             str(t.reused_steps or ""),
-            (t.gate or t.error or "")[:120],
+            trial_note(t)[:120],
         ]
         for col, text in enumerate(cells):
             item = QTableWidgetItem(text)
-            if col == NOTE_COL and (t.gate or t.error):
-                item.setToolTip(t.gate or t.error)
+            if col == NOTE_COL and text:
+                item.setToolTip(trial_note(t))
             self.setItem(row, col, item)
 
     def selected_trial(self) -> int | None:

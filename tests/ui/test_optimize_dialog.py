@@ -124,3 +124,20 @@ def test_trial_table_shows_both_p50s_from_the_trials_comparison(dialog):
         lo, hi = (float(x) for x in text.split("[")[1].rstrip("]~").split("-"))
         ref_ms, p50_ms = float(dlg.table.item(r, ref).text()), float(dlg.table.item(r, p50).text())
         assert ref_ms == 0.372 and row_agrees(ref_ms, p50_ms, lo, hi), (ref_ms, p50_ms, text)
+
+
+def test_the_trial_table_says_why_the_original_has_no_timing(qtbot):
+    """A generation objective gates the original but does not time it against itself: its
+    row says so, as the CLI's line does, instead of three empty cells and no reason."""
+    from accel.search.engine import TrialRecord
+    from studio.ui.optimize_results import NOTE_COL, TrialTable
+
+    table = TrialTable()
+    qtbot.addWidget(table)
+    table.put(TrialRecord(number=0, chain=(), steps=[], origin="seed", status="ok"))
+    failed = TrialRecord(number=1, chain=("bf16",), steps=[], origin="seed", status="failed")
+    failed.error = "step 1 (bf16): refused"
+    table.put(failed)
+    assert table.item(0, NOTE_COL).text() == "the reference: not timed against itself"
+    assert table.item(1, NOTE_COL).text() == "step 1 (bf16): refused"
+    assert table.item(1, NOTE_COL).toolTip() == "step 1 (bf16): refused"
