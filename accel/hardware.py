@@ -19,6 +19,7 @@ class CpuFeatures:
     """The x86 flags that decide which low-precision kernels run fast."""
 
     name: str = ""
+    avx2: bool = False  # 256-bit u8 x s8 multiply-adds: the int8 GEMM kernels of AVX2 CPUs
     avx512f: bool = False
     avx512_vnni: bool = False  # int8 dot products (VNNI)
     avx_vnni: bool = False  # VNNI on 256-bit vectors (client CPUs without AVX-512)
@@ -39,6 +40,8 @@ class CpuFeatures:
     def summary(self) -> str:
         flags = [f for f in ("amx_bf16", "amx_int8", "avx512_bf16", "avx512_vnni", "avx_vnni")]
         have = [f for f in flags if getattr(self, f)]
+        if not have and self.avx2:
+            have = ["avx2 (int8 without dot products, no bf16)"]
         return f"{self.name or 'CPU'}: {', '.join(have) or 'no bf16/int8 matrix extensions'}"
 
 
@@ -55,6 +58,7 @@ def parse_cpuinfo(text: str) -> CpuFeatures:
             flags = set(value.split())
     return CpuFeatures(
         name=name,
+        avx2="avx2" in flags,
         avx512f="avx512f" in flags,
         avx512_vnni="avx512_vnni" in flags,
         avx_vnni="avx_vnni" in flags,

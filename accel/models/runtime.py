@@ -173,7 +173,10 @@ class Runtime(Protocol[ModelT]):
     ("modules": torch module paths, or "nodes": graph node names), ``exclude_names`` (what
     its quantization passes name in ``exclude``), ``saves_step_models`` (the runner saves
     each step's model), ``reached_by`` (the pass that converts a torch model to it),
-    ``artifact_kinds`` (run artifacts it serves from Triton), ``forms`` (the forms its
+    ``artifact_kinds`` (run artifacts it serves from Triton),
+    ``int8_matmul_needs_dot_products`` (its int8 MatMul kernels beat its float ones only
+    on CPUs with int8 dot products: the search demotes its int8 chains for MatMul-bound
+    models elsewhere, ``accel.search.seeds.hardware_penalty``), ``forms`` (the forms its
     models take, ``accel.models.forms``; the first is a freshly loaded model's).
     """
 
@@ -187,6 +190,7 @@ class Runtime(Protocol[ModelT]):
     saves_step_models: ClassVar[bool]
     reached_by: ClassVar[str | None]
     artifact_kinds: ClassVar[frozenset[str]]
+    int8_matmul_needs_dot_products: ClassVar[bool]
     forms: tuple[str, ...]  # the forms of its models (accel.models.forms), the first a fresh one's
 
     def unavailable_reason(self, device: str = "cpu") -> str | None: ...

@@ -50,6 +50,9 @@ class RuntimeBase:
     exclude_names: ClassVar[str] = "modules"
     saves_step_models: ClassVar[bool] = False
     artifact_kinds: ClassVar[frozenset[str]] = frozenset()
+    # Its int8 matrix-multiply kernels beat its float ones only with int8 dot products
+    # (VNNI / AMX): on an AVX2-only CPU a MatMul-bound model gains nothing from its int8.
+    int8_matmul_needs_dot_products: ClassVar[bool] = False
 
     @property
     def forms(self) -> tuple[str, ...]:

@@ -7,8 +7,8 @@ Three sources, most trusted first:
    accel never reads the store),
 2. the known-good stacks per model family and device (``SEEDS``),
 3. ordered by what this machine's CPU flags predict (``hardware_penalty``: int8 chains
-   behind float ones where the CPU has no int8 dot products, bf16 ones last where it has no
-   bf16 kernels).
+   behind float ones where their runtime's int8 kernels will not beat float on this CPU,
+   bf16 ones last where it has no bf16 kernels).
 
 The original model always comes first (every speedup is measured against it), so the best
 known recipe for the hardware is trial 1 or 2. Every pass a seed names must be registered:
@@ -138,18 +138,42 @@ def unknown_seed_passes(known: Iterable[str] | None = None) -> dict[str, list[st
     return out
 
 
-def hardware_penalty(chain: Sequence[str], features: CpuFeatures, device: str) -> int:
-    """0 when the CPU has fast kernels for every precision the chain uses; 1 for int8
-    without int8 dot products; 2 for bf16 without bf16 kernels (emulated bf16 is slower than
-    f32). GPUs: 0 (their seeds are ordered by hand)."""
+def hardware_penalty(
+    chain: Sequence[str], features: CpuFeatures, device: str, family: str = ""
+) -> int:
+    """0 when the CPU has fast kernels for every precision the chain uses; 1 for int8 that
+    will not beat float here: a CPU without int8 dot products (VNNI / AMX) nor AVX2's u8 x s8
+    multiply-adds, or one with AVX2 only where the int8 pass's runtime needs dot products for
+    its MatMuls (``Runtime.int8_matmul_needs_dot_products``) and the model is not a CNN
+    (convolutions gain from AVX2 int8 in every runtime); 2 for bf16 without bf16 kernels
+    (emulated bf16 is slower than f32). GPUs: 0 (their seeds are ordered by hand)."""
     if device_family(device) != "cpu":
         return 0
     penalty = 0
-    if INT8_PASSES.intersection(chain) and not features.int8:
-        penalty = max(penalty, 1)
+    int8 = INT8_PASSES.intersection(chain)
+    if int8 and not features.int8:
+        if not features.avx2 or (family != "cnn" and any(_needs_dot_products(p) for p in int8)):
+            penalty = 1
     if BF16_PASSES.intersection(chain) and not features.bf16:
         penalty = max(penalty, 2)
     return penalty
+
+
+def _needs_dot_products(pass_name: str) -> bool:
+    """Whether the runtime an int8 pass quantizes for needs int8 dot products to gain."""
+    from accel.errors import PassError
+    from accel.models.runtime import get_runtime, kinds
+    from accel.passes import get_pass
+
+    try:
+        model_kinds = get_pass(pass_name).requires.model_kinds
+    except PassError:  # not registered here (a plugin's seed): no knowledge, no demotion
+        return False
+    return any(
+        getattr(get_runtime(k), "int8_matmul_needs_dot_products", False)
+        for k in model_kinds
+        if k in kinds()
+    )
 
 
 @dataclass(frozen=True)
@@ -295,13 +319,14 @@ def plan_seeds(
             seeds.append(Seed(prior.chain, prior_values(space, prior), why))
     rules = SEEDS.get((family, device_family(space.device)), [])
     ranked = sorted(
-        range(len(rules)), key=lambda i: (hardware_penalty(rules[i], features, space.device), i)
+        range(len(rules)),
+        key=lambda i: (hardware_penalty(rules[i], features, space.device, family), i),
     )
     for i in ranked:
         chain = rules[i]
         if chain in valid and chain not in seen:
             seen.add(chain)
-            pen = hardware_penalty(chain, features, space.device)
+            pen = hardware_penalty(chain, features, space.device, family)
             seeds.append(Seed(chain, {}, "rule" if not pen else f"rule (demoted: {pen})"))
     return seeds + _stacked(seeds, valid, seen)
 
