@@ -3,7 +3,8 @@
 A torch model is ``eager`` (a Python nn.Module), ``compiled`` (torch.compile), ``scripted``
 (TorchScript), ``exported`` (a torch.export program run as a module) or ``cuda_graph`` (a
 captured CUDA graph replayed). Any other kind (``onnx``, and the other runtimes of accel.runtimes)
-is its own form. Passes declare the forms they accept and produce
+is its own form, plus the forms its runtime declares (``Runtime.form_info``: OpenVINO's
+``openvino_stateful``, an LM whose KV cache lives in the infer request). Passes declare the forms they accept and produce
 (``accel.passes.Requirements``); ``accel.plan`` checks a recipe's step order with them
 before any model is loaded, and ``Pass.check_requirements`` checks the loaded model."""
 
@@ -57,13 +58,24 @@ def forms_of(kinds: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _runtime_form_info(form: str) -> tuple[str, str | None] | None:
+    """(description, maker) of a form a runtime declares beyond its kind (Runtime.form_info)."""
+    return next((r.form_info[form] for r in runtimes() if form in r.form_info), None)
+
+
 def describe(form: str) -> str:
-    return _DESCRIPTIONS.get(form, f"a {form} model")
+    if form in _DESCRIPTIONS:
+        return _DESCRIPTIONS[form]
+    info = _runtime_form_info(form)
+    return info[0] if info else f"a {form} model"
 
 
 def made_by(form: str) -> str | None:
-    """The pass that usually makes ``form`` out of an eager model (None: the source does)."""
-    return _MADE_BY.get(form)
+    """The pass that usually makes ``form`` (None: the source does)."""
+    if form in _MADE_BY:
+        return _MADE_BY[form]
+    info = _runtime_form_info(form)
+    return info[1] if info else None
 
 
 def default_form(kind: str) -> str:
@@ -75,8 +87,8 @@ def default_form(kind: str) -> str:
 def model_form(model: Any) -> str:
     """The form of a LoadedModel (cheap: type and metadata checks, no forward)."""
     kind = getattr(model, "kind", "torch")
-    if getattr(model, "module", None) is None:  # runtime files: the form is the kind
-        return default_form(kind)
+    if getattr(model, "module", None) is None:  # runtime files: their runtime tells
+        return get_runtime(kind).model_form(model) if kind in known_kinds() else kind
     meta = getattr(model, "metadata", None) or {}
     if meta.get("cuda_graphs"):
         return CUDA_GRAPH

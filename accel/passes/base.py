@@ -140,8 +140,9 @@ class SearchSpec:
     (``--allow prune``) because the pass changes the weights beyond rounding; ``when`` limits
     it to models that have a layer type (``conv2d``, ``batchnorm``, ``linear``, ``lstm``,
     ``attention``); ``exportable``: whether a later pass may move the model to another
-    runtime; ``after``: passes one of which must come earlier in the chain; ``not_after``:
-    passes none of which may come earlier (the pass refuses what they make)."""
+    runtime; ``after``: passes one of which must come earlier in the chain. A pass that refuses
+    what an earlier one makes says so with model forms (``Requirements.accepts``), which the
+    plan, the dry run and the search's chain check all read."""
 
     stage: int
     params: dict[str, Domain] = field(default_factory=dict)
@@ -154,14 +155,10 @@ class SearchSpec:
     exportable: bool = True
     # Only in chains where one of these passes comes earlier (distill after a pruning step).
     after: tuple[str, ...] = ()
-    # Never in chains where one of these passes comes earlier: the pass always refuses their
-    # model (quantize_openvino calibrates whole sequences; a stateful LM takes one token).
-    not_after: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "after": list(self.after),
-            "not_after": list(self.not_after),
             "stage": self.stage,
             "params": {k: d.to_dict() for k, d in self.params.items()},
             "fixed": dict(self.fixed),

@@ -383,13 +383,17 @@ def _not_stateful(ov_model: Any) -> Any:
     from accel.errors import NotApplicable
     from accel.runtimes.openvino.stateful import is_stateful_lm
 
-    if is_stateful_lm(ov_model):
-        raise NotApplicable(
-            "quantize_openvino calibrates activations on whole-sequence inputs; this is a "
-            "stateful LM (KV cache in the request). Use compress_weights_openvino (int8/int4 "
-            "weights) on it instead"
-        )
+    if is_stateful_lm(ov_model):  # an IR the form check could not tell (a renamed file)
+        raise NotApplicable(STATEFUL_REFUSAL)
     return ov_model
+
+
+STATEFUL_REFUSAL = (
+    "quantize_openvino calibrates activations on whole-sequence inputs, but the model is a "
+    "stateful OpenVINO LM here (KV cache in the infer request, one token per call). Use "
+    "compress_weights_openvino (int8/int4 weights) after openvino_stateful instead, or put "
+    "quantize_openvino after a plain openvino step."
+)
 
 
 def _is_transformer(ov_model: Any) -> bool:
@@ -416,11 +420,14 @@ class QuantizeOpenVinoPass(Pass):
     module_layer_types = ("Linear", "Conv1d", "Conv2d", "Conv3d")
     # an OpenVINO model converted from ONNX has no torch module paths: names do not match there
     module_names_lost_after = ("export_onnx",)
+    # a plain IR only: a stateful LM (openvino_stateful's form) takes one token at a time
+    # with its KV cache in the request, and NNCF calibrates whole-sequence inputs
     requires = Requirements(
         model_kinds=("openvino",),
         libraries=("openvino", "nncf"),
         note="calibrates on the recipe's data; accuracy control with data.eval",
         layer_lists={"exclude": KEEP_FLOAT},
+        accepts=("openvino",),
     )
     search = SearchSpec(
         stage=STAGE_RUNTIME_NUMERIC,
@@ -428,8 +435,15 @@ class QuantizeOpenVinoPass(Pass):
         fixed={"samples": 32},
         devices=("cpu",),
         exportable=False,
-        not_after=("openvino_stateful",),  # refused there (_not_stateful)
     )
+
+    @classmethod
+    def form_problem(cls, form: str) -> str | None:
+        from accel.runtimes.openvino.stateful import STATEFUL_FORM
+
+        if form == STATEFUL_FORM:
+            return STATEFUL_REFUSAL
+        return super().form_problem(form)
 
     def apply(
         self, model: LoadedModel, config: QuantizeOpenVinoConfig, ctx: PassContext

@@ -36,6 +36,7 @@ from accel.passes.base import (
     register_pass,
 )
 from accel.runtimes.openvino.known_crashes import script_helpers as crash_free_helpers
+from accel.runtimes.openvino.stateful import STATEFUL_FORM
 
 if TYPE_CHECKING:
     from accel.models.loaded import LoadedModel
@@ -162,6 +163,7 @@ class OpenVinoStatefulPass(Pass):
         libraries=("openvino",),
         note="Hugging Face causal LMs (full attention); CPU; generation workloads",
         accepts=(EAGER,),
+        produces=STATEFUL_FORM,
     )
     output_kind = "openvino"
     keeps_kv_cache = True

@@ -54,10 +54,19 @@ class RuntimeBase:
     # (VNNI / AMX): on an AVX2-only CPU a MatMul-bound model gains nothing from its int8.
     int8_matmul_needs_dot_products: ClassVar[bool] = False
 
+    # Forms of its models beyond the kind itself (accel.models.forms): form -> (what it is,
+    # for people; the pass that makes it). Passes accept or refuse them like torch's forms.
+    form_info: ClassVar[dict[str, tuple[str, str | None]]] = {}
+
     @property
     def forms(self) -> tuple[str, ...]:
-        """A runtime file's model has one form: its kind."""
-        return (self.kind,)
+        """Its kind (a freshly loaded file's form unless ``file_form`` says otherwise), then
+        the forms of ``form_info``."""
+        return (self.kind, *self.form_info)
+
+    def model_form(self, model: LoadedModel) -> str:
+        """The form of a loaded model of this runtime (cheap: its metadata)."""
+        return self.kind
 
     # -- availability --------------------------------------------------------------------
     def unavailable_reason(self, device: str = "cpu") -> str | None:

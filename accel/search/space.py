@@ -56,8 +56,6 @@ class SearchPass:
     decode_lost_after: frozenset[str] = frozenset()
     # only in chains where one of these passes comes earlier (SearchSpec.after)
     after: tuple[str, ...] = ()
-    # never in chains where one of these passes comes earlier (SearchSpec.not_after)
-    not_after: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -237,7 +235,6 @@ def _search_pass(cls: Any) -> SearchPass:
         defaults=defaults,
         exportable=spec.exportable,
         after=tuple(spec.after),
-        not_after=tuple(spec.not_after),
     )
 
 
@@ -258,8 +255,6 @@ def _valid_chains(
             if not exportable and (p.produces or kind) != kind:
                 continue
             if p.after and not set(p.after).intersection(chain):
-                continue
-            if set(p.not_after).intersection(chain):
                 continue
             new = (*chain, p.name)
             if check_chain(new, model_kind, device) is None:

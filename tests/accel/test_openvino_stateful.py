@@ -11,7 +11,7 @@ import torch
 
 pytest.importorskip("openvino")
 
-from accel.errors import NotApplicable, RecipeError  # noqa: E402
+from accel.errors import NotApplicable, PassError, RecipeError  # noqa: E402
 from accel.generate.decoders import CacheDecoder, decoder_for  # noqa: E402
 from accel.generate.parity import compare_generation_parity, reference_continuation  # noqa: E402
 from accel.generate.settings import GenerateSettings, prompt_ids  # noqa: E402
@@ -145,6 +145,36 @@ def test_calibrated_int8_refuses_a_stateful_lm(exported, tmp_path):
     _, ir, _ = exported
     with pytest.raises(NotApplicable, match="compress_weights_openvino"):
         _apply("quantize_openvino", ir, {"samples": 1}, tmp_path)
+
+
+def test_the_stateful_ir_is_its_own_model_form_and_the_plan_refuses_calibrated_int8(
+    exported, tmp_path
+):
+    """openvino_stateful's model is the form ``openvino_stateful``: loaded (metadata) and as a
+    file (its XML read, nothing compiled); quantize_openvino does not accept it, so a dry run
+    of a recipe on the stored IR refuses it before anything loads, saying what to use."""
+    pytest.importorskip("nncf")
+    from accel.models.forms import model_form, source_form
+    from accel.passes import get_pass
+    from accel.plan import plan
+
+    _, ir, _ = exported
+    assert model_form(ir) == "openvino_stateful"
+    path = Path(ir.runtime_file)
+    assert source_form(str(path)) == "openvino_stateful"
+    with pytest.raises(PassError, match="stateful OpenVINO LM"):
+        get_pass("quantize_openvino")().check_requirements(ir, "cpu")
+    get_pass("compress_weights_openvino")().check_requirements(ir, "cpu")  # accepts it
+    refused = plan({"name": "q", "model": {"source": str(path)}, "steps": [
+        {"pass": "quantize_openvino"}]})  # fmt: skip
+    assert not refused.ok and "compress_weights_openvino" in refused.errors[0]
+    ok = plan({"name": "c", "model": {"source": str(path)}, "steps": [
+        {"pass": "compress_weights_openvino"}]})  # fmt: skip
+    assert ok.ok, ok.errors
+    # a plain IR (no state variables) stays the openvino form
+    plain = tmp_path / "plain.xml"
+    plain.write_text('<net name="m"><layers><layer type="Parameter"/></layers></net>')
+    assert source_form(str(plain)) == "openvino"
 
 
 @pytest.mark.parametrize(

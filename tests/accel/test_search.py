@@ -77,6 +77,12 @@ def test_a_pass_is_not_searched_after_one_whose_model_it_refuses():
     assert ("openvino", "quantize_openvino") in space.chains
     assert ("openvino_stateful", "compress_weights_openvino") in space.chains
     assert not [c for c in space.chains if c[:2] == ("openvino_stateful", "quantize_openvino")]
+    # the search's check is the plan's: the stateful LM is a model form quantize_openvino
+    # does not accept, so a recipe's dry run refuses the same order with the same reason
+    why = check_chain(["openvino_stateful", "quantize_openvino"], "torch", "cpu")
+    assert why and "step 2 (quantize_openvino)" in why and "stateful OpenVINO LM" in why
+    assert "compress_weights_openvino" in why
+    assert check_chain(["openvino_stateful", "compress_weights_openvino"], "torch", "cpu") is None
 
 
 def test_check_chain_rejects_with_reason():

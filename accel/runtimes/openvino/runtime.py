@@ -32,7 +32,7 @@ from accel.runtimes.openvino.ir import (
     to_numpy_feed,
     weights_file,
 )
-from accel.runtimes.openvino.stateful import is_stateful_lm, lm_facts
+from accel.runtimes.openvino.stateful import STATEFUL_FORM, is_stateful_lm, lm_facts
 
 if TYPE_CHECKING:
     from accel.graph.model import Graph
@@ -58,6 +58,26 @@ class OpenVinoRuntime(RuntimeBase):
     # decoder's prefill ran 1.10-1.13x eager with NNCF int8 against 1.21-1.33x in f32, while
     # ONNX Runtime's int8 ran 2.1-2.5x; a ResNet-50's int8 convolutions still doubled f32.
     int8_matmul_needs_dot_products = True
+    form_info = {
+        STATEFUL_FORM: (
+            "a stateful OpenVINO LM (its KV cache in the infer request)",
+            "openvino_stateful",
+        )
+    }
+
+    def model_form(self, model: LoadedModel) -> str:
+        # loading a stateful IR (and the pass that makes one) records its LM facts
+        return STATEFUL_FORM if "lm_config" in (model.metadata or {}) else self.kind
+
+    def file_form(self, path: Path) -> str | None:
+        """``openvino_stateful`` for an IR with state variables (Assign ops: read from the
+        XML text, nothing compiled), else ``openvino``."""
+        try:
+            with open(path, "rb") as f:
+                text = f.read(64 << 20)
+        except OSError:
+            return None
+        return STATEFUL_FORM if b'type="Assign"' in text and b"beam_idx" in text else self.kind
 
     # -- loading and saving --------------------------------------------------------------
     def load(

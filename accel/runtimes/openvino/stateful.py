@@ -14,6 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 LM_INPUTS = frozenset({"input_ids", "attention_mask", "beam_idx"})
+# The model form of a stateful LM (accel.models.forms; OpenVinoRuntime.form_info): passes that
+# need whole-sequence inputs without state (quantize_openvino) refuse it before anything runs.
+STATEFUL_FORM = "openvino_stateful"
 # Bytes per cached value for the CPU plugin's KV_CACHE_PRECISION (u8/u4 also keep a scale
 # and a zero point per token and head, which these figures leave out).
 KV_BYTES = {"u8": 1.0, "u4": 0.5, "u3": 0.375, "f16": 2.0, "bf16": 2.0, "f32": 4.0}
