@@ -10,7 +10,8 @@ run: the store rows and ``serve_test.json`` in the run folder.
 
 A generation run (its recipe's benchmark says ``workload: generate``) is served token by token
 instead: ``generation_target`` finds its stateful OpenVINO LM (or says why it has none) and
-``lm_job`` is its ``serve_lm_test`` job (``accel.job_specs.ServeLMTestJob``), run by the CLI.
+``lm_job`` is its ``serve_lm_test`` job (``accel.job_specs.ServeLMTestJob``), run by the CLI
+and the GUI's Serve test dialog alike; ``lm_summary`` is the line both say of its result.
 """
 
 from __future__ import annotations
@@ -174,15 +175,46 @@ def unavailable_reason(repo: Any, run_id: str | None) -> str | None:
     if missing:
         return missing
     try:
-        if is_generation_run(_finished(repo, run_id)):
-            return (
-                "a generation run is serve-tested token by token from the command line: "
-                f"studio serve-test {run_id[:12]}"
-            )
-        servable_run(repo, run_id)
+        detail = _finished(repo, run_id)
+        if is_generation_run(detail):
+            generation_target(detail)  # a stateful OpenVINO LM to serve, or why there is none
+        else:
+            servable_run(repo, run_id)
     except Exception as exc:  # noqa: BLE001 - UserError / store errors: their text is the reason
         return str(exc)
     return None
+
+
+def generation_run(repo: Any, run_id: str | None) -> bool:
+    """Whether ``run_id`` names a stored generation run (False when it cannot be looked up)."""
+    if not run_id or repo is None:
+        return False
+    try:
+        return is_generation_run(repo.get_run(run_id))
+    except Exception:  # noqa: BLE001 - a missing run or a closed store: not one
+        return False
+
+
+def lm_summary(report: dict[str, Any]) -> str:
+    """One line on a finished generation serve test: tokens/s and TTFT p99 with and without
+    continuous batching at the most clients."""
+    from accel.deploy.serve_lm import CB, NO_CB
+
+    load = report.get("load") or []
+    most = max((p["clients"] for p in load), default=0)
+    on = next((p for p in load if p["clients"] == most and p["mode"] == CB), None)
+    off = next((p for p in load if p["clients"] == most and p["mode"] == NO_CB), None)
+    if not (on and off and off["tokens_per_s"]):
+        return "Done."
+
+    def ms(v: Any) -> str:
+        return "-" if v is None or v != v else f"{v:.0f} ms"
+
+    return (
+        f"{most} client(s): {on['tokens_per_s']:.1f} tokens/s with continuous batching vs "
+        f"{off['tokens_per_s']:.1f} without ({on['tokens_per_s'] / off['tokens_per_s']:.2f}x); "
+        f"TTFT p99 {ms(on.get('ttft_p99_ms'))} vs {ms(off.get('ttft_p99_ms'))}."
+    )
 
 
 def deploy_unavailable_reason(repo: Any, run_id: str | None) -> str | None:

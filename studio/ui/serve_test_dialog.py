@@ -1,5 +1,8 @@
 """The GUI's serve test of a finished run: PyTriton serves the run's model file on loopback
 under concurrent clients, with and without dynamic batching (``studio serve-test``'s engine).
+A generation run's stateful LM is served token by token instead, with OpenVINO GenAI's
+pipeline and with its continuous-batching pipeline: the dialog asks for clients, requests per
+client and a time bound, and reports tokens/s and time to first token.
 
 The test runs as a worker job (``Services.serve_test``), never on the GUI thread; Cancel
 stops it cooperatively (the Triton server stops with it; the pool terminates the worker's
@@ -21,11 +24,19 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QProgressBar,
     QPushButton,
+    QSpinBox,
     QVBoxLayout,
     QWidget,
 )
 
-from studio.serve_test import DEFAULT_CLIENTS, parse_counts, unavailable_reason
+from accel.job_specs import MAX_LM_CLIENTS
+from studio.serve_test import (
+    DEFAULT_CLIENTS,
+    generation_run,
+    lm_summary,
+    parse_counts,
+    unavailable_reason,
+)
 from studio.ui.availability import set_available
 from studio.ui.slots import on_click
 
@@ -39,22 +50,40 @@ class ServeTestDialog(QDialog):
         self.run_id = run_id
         self.job_id: str | None = None
         self.result: dict[str, Any] | None = None
-        self.setWindowTitle(f"Serve test of run {run_id[:12]}")
+        self.generation = generation_run(getattr(services, "repo", None), run_id)
+        self.setWindowTitle(
+            f"{'Generation serve test' if self.generation else 'Serve test'} of run {run_id[:12]}"
+        )
         self.setMinimumWidth(480)
-        self.clients = QLineEdit(",".join(map(str, DEFAULT_CLIENTS)))
-        self.clients.setToolTip("concurrent clients, one load test per count")
+        self.clients = QLineEdit(",".join(map(str, (1, 4) if self.generation else DEFAULT_CLIENTS)))
+        self.clients.setToolTip(
+            f"concurrent clients, one load test per count and mode (1 to {MAX_LM_CLIENTS})"
+            if self.generation
+            else "concurrent clients, one load test per count"
+        )
         self.batches = QLineEdit()
         self.batches.setPlaceholderText("default: 1,2,4,… up to the input spec's max batch")
         self.batches.setToolTip("batch sizes of the direct sweep that chooses dynamic_batching")
+        self.requests = QSpinBox()
+        self.requests.setRange(1, 10000)
+        self.requests.setValue(8)
+        self.requests.setToolTip("generation requests each client sends, one after another")
         self.duration = QDoubleSpinBox()
         self.duration.setRange(0.5, 600.0)
-        self.duration.setValue(5.0)
+        self.duration.setValue(60.0 if self.generation else 5.0)
         self.duration.setSuffix(" s")
-        self.duration.setToolTip("length of each load test (per client count and mode)")
+        self.duration.setToolTip(
+            "at most this long per load test (client count and mode): the clients stop sending"
+            if self.generation
+            else "length of each load test (per client count and mode)"
+        )
         form = QFormLayout()
         form.addRow("Clients", self.clients)
         form.addRow("Batch sizes", self.batches)
+        form.addRow("Requests per client", self.requests)
         form.addRow("Duration", self.duration)
+        form.setRowVisible(self.batches, not self.generation)
+        form.setRowVisible(self.requests, self.generation)
         self.reason = QLabel()
         self.reason.setObjectName("serveTestReason")
         self.reason.setWordWrap(True)
@@ -66,7 +95,12 @@ class ServeTestDialog(QDialog):
         policy.setRetainSizeWhenHidden(True)
         self.progress.setSizePolicy(policy)
         self.progress.setVisible(False)  # until a test starts
-        self.status = QLabel("Triton (PyTriton) serves the run's model on 127.0.0.1.")
+        self.status = QLabel(
+            "Triton (PyTriton) streams the run's LM token by token on 127.0.0.1, with OpenVINO "
+            "GenAI's pipeline and with its continuous-batching pipeline."
+            if self.generation
+            else "Triton (PyTriton) serves the run's model on 127.0.0.1."
+        )
         self.status.setWordWrap(True)
         self.status.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
         self.status.setFixedHeight(4 * self.status.fontMetrics().lineSpacing() + 4)
@@ -93,18 +127,28 @@ class ServeTestDialog(QDialog):
         self.reason.setText(f"Cannot serve-test this run: {why}" if why else "")
         self.reason.setVisible(bool(why))
         self.btn_start.setEnabled(why is None and self.job_id is None)
-        self.btn_start.setToolTip(why or "run the batch sweep and the served load test")
+        self.btn_start.setToolTip(
+            why
+            or (
+                "serve the LM with and without continuous batching under each client count"
+                if self.generation
+                else "run the batch sweep and the served load test"
+            )
+        )
         self.btn_cancel.setEnabled(self.job_id is not None)
-        for w in (self.clients, self.batches, self.duration):
+        for w in (self.clients, self.batches, self.requests, self.duration):
             w.setEnabled(self.job_id is None)
 
     def start(self) -> None:
         try:
             clients = parse_counts(self.clients.text(), "clients")
-            text = self.batches.text().strip()
-            batches = parse_counts(text, "batch sizes") if text else None
+            if self.generation:
+                options: dict[str, Any] = {"requests": self.requests.value()}
+            else:
+                text = self.batches.text().strip()
+                options = {"batches": parse_counts(text, "batch sizes") if text else None}
             self.job_id = self.services.serve_test(
-                self.run_id, clients=clients, batches=batches, duration_s=self.duration.value()
+                self.run_id, clients=clients, duration_s=self.duration.value(), **options
             )
         except Exception as exc:  # noqa: BLE001 - bad input or an unservable run: say so
             self.status.setText(str(exc))
@@ -112,7 +156,11 @@ class ServeTestDialog(QDialog):
         self.result = None
         self.progress.setValue(0)
         self.progress.setVisible(True)
-        self.status.setText("batch sweep of the model called directly…")
+        self.status.setText(
+            "compiling the LM for the pipeline without continuous batching…"
+            if self.generation
+            else "batch sweep of the model called directly…"
+        )
         self.refresh()
 
     def cancel(self) -> None:
@@ -136,7 +184,8 @@ class ServeTestDialog(QDialog):
         else:
             self.result = info
             self.progress.setValue(100)
-            self.status.setText(summary(info["report"]) + " Stored with the run (History).")
+            line = (lm_summary if self.generation else summary)(info["report"])
+            self.status.setText(line + " Stored with the run (History).")
         self.refresh()
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt API
