@@ -267,10 +267,15 @@ def _client_process_main(conn: Any, load: Callable[..., Any], *args: Any) -> Non
 
 
 def in_client_process(
-    load: Callable[..., Any], args: tuple[Any, ...], cancel: Callable[[], bool], wait_s: float
+    load: Callable[..., Any],
+    args: tuple[Any, ...],
+    cancel: Callable[[], bool],
+    wait_s: float,
+    tick: Callable[[float], None] | None = None,
 ) -> Any:
     """``load(*args)`` (a module-level function) in a spawned process, its result sent back;
-    the process is terminated when ``cancel()`` turns true or ``wait_s`` passed."""
+    the process is terminated when ``cancel()`` turns true or ``wait_s`` passed. ``tick``:
+    called with the seconds since the start while it waits (about ten times a second)."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -278,9 +283,12 @@ def in_client_process(
     proc = ctx.Process(target=_client_process_main, args=(child, load, *args), daemon=True)
     proc.start()
     child.close()
-    deadline = time.monotonic() + wait_s
+    started = time.monotonic()
+    deadline = started + wait_s
     try:
         while not parent.poll(0.1):
+            if tick is not None:
+                tick(time.monotonic() - started)
             if cancel():
                 raise Cancelled("serve test cancelled")
             if not proc.is_alive() and not parent.poll(0):

@@ -389,7 +389,10 @@ def serve_lm_test(
                     progress(done / steps, f"{mode}: {n} client(s)")
                     args = (url, prompts, new_tokens, n, requests, duration_s)
                     wait = duration_s + 2 * TOKEN_WAIT_S
-                    timings, errors, wall = in_client_process(lm_client_load, args, cancel, wait)
+                    tick = _load_ticker(progress, done, steps, f"{mode}: {n} client(s)", duration_s)
+                    timings, errors, wall = in_client_process(
+                        lm_client_load, args, cancel, wait, tick
+                    )
                     point = load_point(mode, n, timings, errors, wall)
                     report.load.append(point)
                     done += 1
@@ -398,6 +401,27 @@ def serve_lm_test(
             engine.close()
     progress(1.0, "done")
     return report
+
+
+def _load_ticker(
+    progress: Callable[[float, str], None], done: int, steps: int, what: str, duration_s: float
+) -> Callable[[float], None]:
+    """A load's progress by its time bound, once a second: the clients stop sending at
+    ``duration_s`` (or sooner, when their requests are done), so the bar never runs past the
+    load's share."""
+    last = [0.0]
+
+    def tick(elapsed: float) -> None:
+        if elapsed - last[0] < 1.0:
+            return
+        last[0] = elapsed
+        share = min(elapsed / duration_s, 1.0) if duration_s > 0 else 1.0
+        progress(
+            (done + 0.99 * share) / steps,
+            f"{what}, {elapsed:.0f} s (clients stop sending at {duration_s:.0f} s)",
+        )
+
+    return tick
 
 
 def point_line(p: LMLoadPoint) -> str:

@@ -248,3 +248,20 @@ def test_served_by_triton_to_streaming_clients_with_and_without_continuous_batch
         assert p.tokens_per_s > 0 and 0 < p.ttft_p50_ms <= p.ttft_p99_ms and p.tpot_p50_ms > 0
     assert report.gain(2) is not None
     assert any("starting Triton (continuous batching) on 127.0.0.1" in line for line in lines)
+
+
+def test_a_load_reports_progress_by_its_time_bound_once_a_second():
+    """A long load moves the bar by time (the clients stop at the duration), never past the
+    load's share, at most once a second."""
+    from accel.deploy.serve_lm import _load_ticker
+
+    seen: list[tuple[float, str]] = []
+    tick = _load_ticker(lambda f, m: seen.append((f, m)), 1, 4, "cb: 2 client(s)", 100.0)
+    for t in (0.1, 0.5, 1.0, 1.5, 50.0, 50.3, 250.0):
+        tick(t)
+    assert [round(f, 4) for f, _ in seen] == [
+        round((1 + 0.99 * 0.01) / 4, 4),
+        round((1 + 0.99 * 0.5) / 4, 4),
+        round((1 + 0.99) / 4, 4),
+    ]
+    assert seen[1][1] == "cb: 2 client(s), 50 s (clients stop sending at 100 s)"
