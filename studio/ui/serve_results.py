@@ -148,6 +148,7 @@ class ServeResultsView(QWidget):
         self._chart(t)
         counts = sorted({p.clients for p in t.load})
         self.table.setRowCount(len(counts))
+        self._fit_rows()
         for i, n in enumerate(counts):
             off, on = t.pair(n)
             ratio = t.speedup(n)
@@ -174,6 +175,7 @@ class ServeResultsView(QWidget):
             + ". off/on: without/with continuous batching."
         )
         self.table.setRowCount(len(counts))
+        self._fit_rows()
         for i, n in enumerate(counts):
             off, on = t.generation_pair(n)
             ratio = t.generation_gain(n)
@@ -188,6 +190,20 @@ class ServeResultsView(QWidget):
                 str(sum(p.errors for p in (off, on) if p is not None)),
             ]
             self._row(i, cells)
+
+    # Rows the table always shows (when it has them): the splitter above it and a low History
+    # dock cut a generation test's table, which has no chart to hold the height, to one row.
+    MIN_VISIBLE_ROWS = 2
+
+    def _fit_rows(self) -> None:
+        t = self.table
+        rows = min(t.rowCount(), self.MIN_VISIBLE_ROWS)
+        height = (
+            t.horizontalHeader().sizeHint().height()
+            + rows * t.verticalHeader().defaultSectionSize()
+            + 2 * t.frameWidth()
+        )
+        t.setMinimumHeight(height)
 
     def _row(self, i: int, cells: list[str]) -> None:
         for j, text in enumerate(cells):
