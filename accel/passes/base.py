@@ -274,6 +274,9 @@ class Pass:
     # A pass with an output_kind whose model still decodes through a KV cache (a stateful
     # OpenVINO LM): generation objectives search it (accel.search.generation).
     keeps_kv_cache: ClassVar[bool] = False
+    # A pass whose gain is in generation only (the decode step with a KV cache): forward
+    # objectives do not search it (accel.search.generation.objective_exclusions).
+    speeds_generation_only: ClassVar[bool] = False
 
     def apply(self, model: LoadedModel, config: PassConfig, ctx: PassContext) -> LoadedModel:
         raise NotImplementedError

@@ -93,6 +93,10 @@ class StaticKvCache(Pass):
     )
     category = "compile"
     Config = StaticKvCacheConfig
+    # a forward call is a plain compile's (that is the compile pass), and building the trial
+    # compiles prefill and decode: a 1-thread decoder-prefill latency search spent 200 s of
+    # its 900 on one such chain (0.04x)
+    speeds_generation_only = True
     requires = Requirements(
         model_kinds=("torch",),
         note="Hugging Face causal LMs; inductor needs a C++ compiler; first generation compiles",

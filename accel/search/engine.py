@@ -37,8 +37,8 @@ from typing import Any, Protocol
 from accel.search.generation import (
     GENERATION_OBJECTIVES,
     generation_bench,
-    generation_exclusions,
     generation_seeds,
+    objective_exclusions,
 )
 from accel.search.generation import PRIMARY as GENERATION_PRIMARY
 from accel.search.runtime_settings import add_runtime_settings
@@ -765,18 +765,19 @@ def _search_space(
     --allow sensitivity come later, from ``_TrialLoop.refine``)."""
     kind, layers, *rest = model_info
     not_applicable: dict[str, str] = rest[0] if rest else {}
+    excluded = objective_exclusions(config)
     space = build_space(
         kind,
         config.device,
         layer_types=layers,
         allow=config.allow,
         include=config.passes,
-        exclude=(*config.exclude, *not_applicable, *generation_exclusions(config)),
+        exclude=(*config.exclude, *not_applicable, *excluded),
         # the weight-changing steps the user allowed (prune, distill) come on top of
         # max_steps, so they stack onto the best full-length chains
         max_steps=config.max_steps + len({"prune", "distill"} & set(config.allow)),
     )
-    for name, why in generation_exclusions(config).items():
+    for name, why in excluded.items():
         space.excluded[name] = why
     for name, why in not_applicable.items():
         space.excluded[name] = f"nothing to do on this model: {why}"

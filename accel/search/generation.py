@@ -92,15 +92,29 @@ def generation_bench(config: Any) -> dict[str, Any]:
     return {"workload": "generate", **dict(getattr(config, "generate", None) or {})}
 
 
-def generation_exclusions(config: Any) -> dict[str, str]:
-    """Pass name -> why it is not searched for a generation objective."""
-    if config.objective not in GENERATION_OBJECTIVES:
-        return {}
+GENERATION_ONLY = (
+    "speeds up generation only (the decode step with a KV cache); this objective times one "
+    "forward pass over the sequence, which the compile pass covers"
+)
+
+
+def objective_exclusions(config: Any) -> dict[str, str]:
+    """Pass name -> why it is not searched for the config's objective: for a generation
+    objective the passes that leave torch without a KV cache; for a forward one the passes
+    that speed up generation only (unless named in ``--passes``)."""
     from accel.passes import list_passes
 
+    passes = list_passes(include_test=True)
+    if config.objective not in GENERATION_OBJECTIVES:
+        named = set(config.passes or ())
+        return {
+            cls.name: GENERATION_ONLY
+            for cls in passes
+            if cls.search is not None and cls.speeds_generation_only and cls.name not in named
+        }
     return {
         cls.name: NO_KV_CACHE
-        for cls in list_passes(include_test=True)
+        for cls in passes
         # moves it to another runtime, without a KV cache there
         if cls.search is not None and cls.output_kind is not None and not cls.keeps_kv_cache
     }

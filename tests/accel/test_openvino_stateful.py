@@ -206,11 +206,11 @@ def test_a_model_without_a_kv_cache_is_refused_before_any_work(tmp_path):
 
 def test_generation_objectives_search_the_stateful_export():
     from accel.search.engine import SearchConfig, _seed_params
-    from accel.search.generation import SEEDS, generation_exclusions, seed_values
+    from accel.search.generation import SEEDS, objective_exclusions, seed_values
     from accel.search.space import build_space
 
     config = SearchConfig(model="hf:llama_small", objective="tokens_per_s")
-    excluded = generation_exclusions(config)
+    excluded = objective_exclusions(config)
     assert "openvino" in excluded and "openvino_stateful" not in excluded
     assert ("openvino_stateful", "compress_weights_openvino") in SEEDS
     space = build_space("torch", "cpu", layer_types={"attention", "linear"}, exclude=excluded)
@@ -220,6 +220,20 @@ def test_generation_objectives_search_the_stateful_export():
     assert enqueued["compress_weights_openvino.mode"] == "int8_asym"  # int4 is sampled later
     gpu = build_space("torch", "cuda", layer_types={"attention", "linear"}, exclude=excluded)
     assert not any("openvino_stateful" in chain for chain in gpu.chains)
+    assert "static_kv_cache" not in excluded  # a generation objective searches it
+
+
+def test_a_forward_objective_does_not_search_generation_only_passes():
+    """static_kv_cache speeds up decoding only: a latency search of a decoder's forward
+    leaves it out (saying why) unless --passes names it."""
+    from accel.search.engine import SearchConfig
+    from accel.search.generation import objective_exclusions
+
+    excluded = objective_exclusions(SearchConfig(model="hf:llama_small", objective="latency"))
+    assert "generation only" in excluded["static_kv_cache"]
+    assert "compile" not in excluded and "openvino_stateful" not in excluded
+    named = SearchConfig(model="hf:llama_small", passes=("static_kv_cache", "compile"))
+    assert "static_kv_cache" not in objective_exclusions(named)
 
 
 def _script_recipe() -> dict:

@@ -194,10 +194,10 @@ def test_the_tokens_per_s_search_seeds_the_genai_build_and_drops_it_where_it_can
 ):
     from accel.search import space as space_mod
     from accel.search.engine import SearchConfig
-    from accel.search.generation import SEEDS, generation_exclusions
+    from accel.search.generation import SEEDS, objective_exclusions
 
     config = SearchConfig(model="hf:llama_small", objective="tokens_per_s")
-    assert "ort_genai" not in generation_exclusions(config) and ("ort_genai",) in SEEDS
+    assert "ort_genai" not in objective_exclusions(config) and ("ort_genai",) in SEEDS
     from accel.search.generation import generation_seeds
 
     seeds = [(s.chain, s.values) for s in generation_seeds(config)]
