@@ -42,7 +42,13 @@ from accel.search.generation import (
 )
 from accel.search.generation import PRIMARY as GENERATION_PRIMARY
 from accel.search.runtime_settings import add_runtime_settings
-from accel.search.seeds import Seed, model_family, plan_seeds, size_class
+from accel.search.seeds import (
+    Seed,
+    hardware_exclusions,
+    model_family,
+    plan_seeds,
+    size_class,
+)
 from accel.search.sensitivity_space import AFTER as SENSITIVITY_AFTER
 from accel.search.sensitivity_space import ALLOW as SENSITIVITY
 from accel.search.space import SearchError, SearchSpace, build_space, model_layer_types, steps_for
@@ -765,7 +771,11 @@ def _search_space(
     --allow sensitivity come later, from ``_TrialLoop.refine``)."""
     kind, layers, *rest = model_info
     not_applicable: dict[str, str] = rest[0] if rest else {}
-    excluded = objective_exclusions(config)
+    named = set(config.passes or ())
+    excluded = {
+        **objective_exclusions(config),
+        **{k: v for k, v in hardware_exclusions(config.device).items() if k not in named},
+    }
     space = build_space(
         kind,
         config.device,

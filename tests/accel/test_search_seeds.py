@@ -110,6 +110,26 @@ def test_avx2_cpu_keeps_int8_first_where_its_runtime_gains_without_dot_products(
     assert ort in tr[:3]
 
 
+def test_bf16_is_left_out_on_a_cpu_without_bf16_kernels_unless_named(monkeypatch):
+    from accel import hardware
+    from accel.search.engine import _search_space
+    from accel.search.seeds import hardware_exclusions
+
+    assert "emulated" in hardware_exclusions("cpu", OLD)["bf16"]
+    assert hardware_exclusions("cpu", AMX) == {} and hardware_exclusions("cuda:0", OLD) == {}
+    monkeypatch.setattr(hardware, "cpu_features", lambda: OLD)
+    layers = frozenset({"conv2d", "batchnorm", "linear"})
+    _, _, space = _search_space(SearchConfig(model="zoo:resnet"), ("torch", layers))
+    assert "bf16" not in space.passes and "emulated" in space.excluded["bf16"]
+    assert not [c for c in space.chains if "bf16" in c]
+    named = SearchConfig(model="zoo:resnet", passes=("bf16", "compile"))
+    _, _, space = _search_space(named, ("torch", layers))
+    assert "bf16" in space.passes
+    monkeypatch.setattr(hardware, "cpu_features", lambda: AMX)
+    _, _, space = _search_space(SearchConfig(model="zoo:resnet"), ("torch", layers))
+    assert "bf16" in space.passes
+
+
 def test_size_classes():
     assert size_class(None) == "" and size_class(0) == ""
     assert size_class(5_000_000) == "small"

@@ -29,6 +29,9 @@ def test_optimize_writes_best_recipe_and_records_trials(tmp_path, capsys):
             "--passes", "export_onnx,quantize_onnx_dynamic,onnxruntime",
             "--iters", "4", "--out", str(out), "--script",
             "--artifacts", str(tmp_path / "shared"),
+            # ONNX Runtime's dynamic int8 keeps cosine 0.9999 with VNNI but 0.996 on an
+            # AVX2-only CPU (u8 x s8 saturation): a budget both pass, so both int8 trials count
+            "--max-cosine-drop", "0.01",
         ]
     )  # fmt: skip
     text = capsys.readouterr().out
@@ -40,7 +43,7 @@ def test_optimize_writes_best_recipe_and_records_trials(tmp_path, capsys):
     best = yaml.safe_load((out / "best.yaml").read_text())
     assert best["model"]["source"] == "zoo:mlp"
     assert best["steps"][0]["pass"] == "export_onnx"
-    assert best["gates"]["min_cosine"] == pytest.approx(0.999)
+    assert best["gates"]["min_cosine"] == pytest.approx(0.99)
     assert (out / "best.py").read_text().startswith("#")
     # trial folders and the prefix cache go to the --artifacts folder
     folders = sorted(p.name for p in (tmp_path / "shared" / "trials").iterdir())
