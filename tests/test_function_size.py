@@ -32,7 +32,6 @@ EXCEPTIONS: dict[str, str] = {
 # "path::qualified name": lines when recorded. Shrink only.
 PENDING: dict[str, int] = {
     # Generation (issue 31) changes the OpenVINO pass.
-    "accel/passes/openvino.py::QuantizeOpenVinoPass.apply": 70,
 }
 
 

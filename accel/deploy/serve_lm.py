@@ -356,17 +356,11 @@ def serve_lm_test(
     cancel: Callable[[], bool] = _never,
 ) -> LMServeReport:
     """The served generation load per mode and client count (see the module doc)."""
-    from accel.generate.settings import GenerateSettings, prompt_ids
-
     check_pytriton()
     check_ports(port)
     facts = lm_facts(runtime, path)
     check_lengths(facts, prompt_tokens, new_tokens)
-    settings = GenerateSettings(prompt_tokens, new_tokens, 1)
-    prompts = [
-        prompt_ids(settings, facts["vocab_size"], seed=i)[0].numpy()
-        for i in range(max(clients) * requests)
-    ]
+    prompts = _prompts(prompt_tokens, new_tokens, facts["vocab_size"], max(clients) * requests)
     python_lib_env()
     report = LMServeReport(prompt_tokens, new_tokens)
     steps, done = len(modes) * len(clients), 0
@@ -401,6 +395,14 @@ def serve_lm_test(
             engine.close()
     progress(1.0, "done")
     return report
+
+
+def _prompts(prompt_tokens: int, new_tokens: int, vocab: int, n: int) -> list[Any]:
+    """``n`` seeded prompts of token ids (seed i for the i-th), as numpy arrays."""
+    from accel.generate.settings import GenerateSettings, prompt_ids
+
+    settings = GenerateSettings(prompt_tokens, new_tokens, 1)
+    return [prompt_ids(settings, vocab, seed=i)[0].numpy() for i in range(n)]
 
 
 def _load_ticker(

@@ -304,6 +304,12 @@ class QuantizeOpenVinoConfig(PassConfig):
     fast_bias_correction: bool = Field(
         True, description="fast bias correction (the slow one is more exact, much slower)"
     )
+    overflow_fix: Literal["auto", "enable", "first_layer", "disable"] = Field(
+        "auto",
+        description="NNCF's 7-bit weights against int16 saturation in the u8 x s8 kernels of "
+        "CPUs without VNNI/AMX: enable (every layer), first_layer (NNCF's default), disable; "
+        "auto: enable where this CPU has no VNNI/AMX, first_layer elsewhere",
+    )
     exclude: list[str] = Field(
         default_factory=list,
         description="ops kept in float (NNCF ignored scope): op names (globs) or the torch "
@@ -396,6 +402,62 @@ STATEFUL_REFUSAL = (
 )
 
 
+def overflow_fix(config: Any) -> str:
+    """The config's overflow_fix with ``auto`` resolved for this CPU (accel.hardware)."""
+    if config.overflow_fix == "auto":
+        from accel.hardware import int8_saturates
+
+        return "enable" if int8_saturates() else "first_layer"
+    return str(config.overflow_fix)
+
+
+def _nncf_kwargs(
+    config: Any, ov_model: Any, names: list[str], batches: int
+) -> tuple[dict[str, Any], bool, str]:
+    """nncf.quantize's keyword arguments for ``config``, whether the model is quantized as a
+    transformer, and the overflow fix applied."""
+    import nncf
+
+    transformer = config.model_type == "transformer" or (
+        config.model_type == "auto" and _is_transformer(ov_model)
+    )
+    kwargs: dict[str, Any] = {
+        "preset": nncf.QuantizationPreset.MIXED
+        if config.preset == "mixed"
+        else nncf.QuantizationPreset.PERFORMANCE,
+        "subset_size": batches,
+        "fast_bias_correction": config.fast_bias_correction,
+    }
+    if transformer:
+        kwargs["model_type"] = nncf.ModelType.TRANSFORMER
+    if names:
+        kwargs["ignored_scope"] = nncf.IgnoredScope(names=names)
+    fix = overflow_fix(config)
+    if fix != "first_layer":  # NNCF's default otherwise
+        from nncf.quantization.advanced_parameters import (
+            AdvancedQuantizationParameters,
+            OverflowFix,
+        )
+
+        kwargs["advanced_parameters"] = AdvancedQuantizationParameters(
+            overflow_fix=OverflowFix[fix.upper()]
+        )
+    return kwargs, transformer, fix
+
+
+def _overflow_fix_lines(config: Any) -> list[str]:
+    """The exported script's overflow fix (auto: resolved for the CPU it is written on)."""
+    fix = overflow_fix(config)
+    if fix == "first_layer":
+        return []
+    return [
+        "from nncf.quantization.advanced_parameters import (",
+        "    AdvancedQuantizationParameters, OverflowFix)",
+        "ov_kwargs['advanced_parameters'] = AdvancedQuantizationParameters(",
+        f"    overflow_fix=OverflowFix.{fix.upper()})",
+    ]
+
+
 def _is_transformer(ov_model: Any) -> bool:
     types = {op.get_type_name() for op in ov_model.get_ordered_ops()}
     attention = {"Softmax", "ScaledDotProductAttention"} & types
@@ -468,22 +530,10 @@ class QuantizeOpenVinoPass(Pass):
         def transform(batch: dict[str, Any]) -> dict[int, Any]:
             return to_numpy_feed(_Ports, model.prepare_inputs(batch))
 
-        transformer = config.model_type == "transformer" or (
-            config.model_type == "auto" and _is_transformer(ov_model)
-        )
-        kwargs: dict[str, Any] = {
-            "preset": nncf.QuantizationPreset.MIXED
-            if config.preset == "mixed"
-            else nncf.QuantizationPreset.PERFORMANCE,
-            "subset_size": len(batches),
-            "fast_bias_correction": config.fast_bias_correction,
-        }
-        if transformer:
-            kwargs["model_type"] = nncf.ModelType.TRANSFORMER
-        if names:
-            kwargs["ignored_scope"] = nncf.IgnoredScope(names=names)
+        kwargs, transformer, fix = _nncf_kwargs(config, ov_model, names, len(batches))
         ctx.details.update(
             {
+                "overflow_fix": fix,
                 "calibration_batches": len(batches),
                 "model_type": "transformer" if transformer else "default",
                 "ignored_ops": names,
@@ -528,6 +578,10 @@ class QuantizeOpenVinoPass(Pass):
         import nncf
 
         from accel.data import evaluate_accuracy
+
+        if "advanced_parameters" in kwargs:  # this entry point names it differently
+            kwargs = dict(kwargs)
+            kwargs["advanced_quantization_parameters"] = kwargs.pop("advanced_parameters")
 
         data = ctx.eval_data
         if data is None or not getattr(data, "has_labels", False):
@@ -583,6 +637,7 @@ class QuantizeOpenVinoPass(Pass):
             f"    fast_bias_correction={config.fast_bias_correction!r},",
             ")",
         ]
+        lines += _overflow_fix_lines(config)
         if config.model_type == "transformer":
             lines.append("ov_kwargs['model_type'] = nncf.ModelType.TRANSFORMER")
         elif config.model_type == "auto":

@@ -57,8 +57,11 @@ class _CommonConfig(PassConfig):
         False,
         description="one scale per output channel of each weight (better accuracy for Conv/MatMul)",
     )
-    reduce_range: bool = Field(
-        False, description="7-bit weights; avoids int overflow on CPUs without VNNI"
+    reduce_range: bool | Literal["auto"] = Field(
+        "auto",
+        description="7-bit weights: no int16 saturation in the u8 x s8 kernels of CPUs "
+        "without VNNI/AMX (auto: on where this CPU has none, full range elsewhere)",
+        json_schema_extra={"enum": ["auto", True, False]},  # one choice in the GUI's form
     )
     weight_type: Literal["int8", "uint8"] = Field(
         "int8", description="integer type of quantized weights"
@@ -203,11 +206,20 @@ def _run_dynamic(
         str(out),
         op_types_to_quantize=op_types,
         per_channel=config.per_channel,
-        reduce_range=config.reduce_range,
+        reduce_range=reduce_range(config),
         weight_type=getattr(QuantType, _QTYPES[config.weight_type]),
         nodes_to_exclude=exclude,
         extra_options=dict(config.extra_options),
     )
+
+
+def reduce_range(config: Any) -> bool:
+    """The config's reduce_range with ``auto`` resolved for this CPU (accel.hardware)."""
+    if config.reduce_range == "auto":
+        from accel.hardware import int8_saturates
+
+        return int8_saturates()
+    return bool(config.reduce_range)
 
 
 def _calibration_reader(src: Path, model: LoadedModel, config: Any, ctx: PassContext) -> Any:
@@ -251,7 +263,7 @@ def _run_static(
         quant_format=getattr(QuantFormat, "QDQ" if config.quant_format == "qdq" else "QOperator"),
         op_types_to_quantize=op_types,
         per_channel=config.per_channel,
-        reduce_range=config.reduce_range,
+        reduce_range=reduce_range(config),
         activation_type=getattr(QuantType, _QTYPES[config.activation_type]),
         weight_type=getattr(QuantType, _QTYPES[config.weight_type]),
         nodes_to_exclude=exclude,
@@ -346,6 +358,7 @@ class _QuantizeOnnx(Pass):
         op_types = _op_types(config, self.mode)
         ctx.details.update(
             {
+                "reduce_range": reduce_range(config),
                 "backend": "onnxruntime.quantization",
                 "mode": self.mode,
                 "excluded_nodes": exclude,
@@ -485,7 +498,7 @@ class _QuantizeOnnx(Pass):
         common = [
             f"op_types_to_quantize={op_types!r}",
             f"per_channel={config.per_channel!r}",
-            f"reduce_range={config.reduce_range!r}",
+            f"reduce_range={reduce_range(config)!r}",
             f"weight_type=QuantType.{_QTYPES[config.weight_type]}",
             "nodes_to_exclude=exclude",
             f"extra_options={dict(config.extra_options)!r}",

@@ -55,35 +55,7 @@ class ServeTestDialog(QDialog):
             f"{'Generation serve test' if self.generation else 'Serve test'} of run {run_id[:12]}"
         )
         self.setMinimumWidth(480)
-        self.clients = QLineEdit(",".join(map(str, (1, 4) if self.generation else DEFAULT_CLIENTS)))
-        self.clients.setToolTip(
-            f"concurrent clients, one load test per count and mode (1 to {MAX_LM_CLIENTS})"
-            if self.generation
-            else "concurrent clients, one load test per count"
-        )
-        self.batches = QLineEdit()
-        self.batches.setPlaceholderText("default: 1,2,4,… up to the input spec's max batch")
-        self.batches.setToolTip("batch sizes of the direct sweep that chooses dynamic_batching")
-        self.requests = QSpinBox()
-        self.requests.setRange(1, 10000)
-        self.requests.setValue(8)
-        self.requests.setToolTip("generation requests each client sends, one after another")
-        self.duration = QDoubleSpinBox()
-        self.duration.setRange(0.5, 600.0)
-        self.duration.setValue(60.0 if self.generation else 5.0)
-        self.duration.setSuffix(" s")
-        self.duration.setToolTip(
-            "at most this long per load test (client count and mode): the clients stop sending"
-            if self.generation
-            else "length of each load test (per client count and mode)"
-        )
-        form = QFormLayout()
-        form.addRow("Clients", self.clients)
-        form.addRow("Batch sizes", self.batches)
-        form.addRow("Requests per client", self.requests)
-        form.addRow("Duration", self.duration)
-        form.setRowVisible(self.batches, not self.generation)
-        form.setRowVisible(self.requests, self.generation)
+        form = self._fields()
         self.reason = QLabel()
         self.reason.setObjectName("serveTestReason")
         self.reason.setWordWrap(True)
@@ -120,6 +92,40 @@ class ServeTestDialog(QDialog):
         services.jobProgress.connect(self._on_progress)
         services.serveTestFinished.connect(self._on_finished)
         self.refresh()
+
+    def _fields(self) -> QFormLayout:
+        """Clients, then batch sizes (a forward model's sweep) or requests per client (an
+        LM's), and the duration."""
+        self.clients = QLineEdit(",".join(map(str, (1, 4) if self.generation else DEFAULT_CLIENTS)))
+        self.clients.setToolTip(
+            f"concurrent clients, one load test per count and mode (1 to {MAX_LM_CLIENTS})"
+            if self.generation
+            else "concurrent clients, one load test per count"
+        )
+        self.batches = QLineEdit()
+        self.batches.setPlaceholderText("default: 1,2,4,… up to the input spec's max batch")
+        self.batches.setToolTip("batch sizes of the direct sweep that chooses dynamic_batching")
+        self.requests = QSpinBox()
+        self.requests.setRange(1, 10000)
+        self.requests.setValue(8)
+        self.requests.setToolTip("generation requests each client sends, one after another")
+        self.duration = QDoubleSpinBox()
+        self.duration.setRange(0.5, 600.0)
+        self.duration.setValue(60.0 if self.generation else 5.0)
+        self.duration.setSuffix(" s")
+        self.duration.setToolTip(
+            "at most this long per load test (client count and mode): the clients stop sending"
+            if self.generation
+            else "length of each load test (per client count and mode)"
+        )
+        form = QFormLayout()
+        form.addRow("Clients", self.clients)
+        form.addRow("Batch sizes", self.batches)
+        form.addRow("Requests per client", self.requests)
+        form.addRow("Duration", self.duration)
+        form.setRowVisible(self.batches, not self.generation)
+        form.setRowVisible(self.requests, self.generation)
+        return form
 
     def refresh(self) -> None:
         """Start is enabled when the run can be served here (else the reason is shown)."""
