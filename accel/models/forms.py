@@ -4,8 +4,8 @@ A torch model is ``eager`` (a Python nn.Module), ``compiled`` (torch.compile), `
 (TorchScript), ``exported`` (a torch.export program run as a module) or ``cuda_graph`` (a
 captured CUDA graph replayed). Any other kind (``onnx``, and the other runtimes of accel.runtimes)
 is its own form, plus the forms its runtime declares (``Runtime.form_info``: OpenVINO's
-``openvino_stateful``, an LM whose KV cache lives in the infer request). Passes declare the forms they accept and produce
-(``accel.passes.Requirements``); ``accel.plan`` checks a recipe's step order with them
+``openvino_stateful``, an LM whose KV cache lives in the infer request). Passes declare the
+forms they accept and produce (``accel.passes.Requirements``); ``accel.plan`` checks a recipe's step order with them
 before any model is loaded, and ``Pass.check_requirements`` checks the loaded model."""
 
 from __future__ import annotations

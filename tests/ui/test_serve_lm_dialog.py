@@ -10,32 +10,23 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import Qt
 
 from studio.store import Repository
 from studio.store.serve_tests import serve_tests
 from tests.studio.test_serve_lm_cli import STATEFUL, _copy_ir, _record, stateful_ir  # noqa: F401
+from tests.ui.test_serve_test_dialog import _Services as _FakeServices
 
 needs_pytriton = pytest.mark.skipif(
     importlib.util.find_spec("pytriton") is None, reason="needs nvidia-pytriton"
 )
 
 
-class _State(QObject):
-    runsChanged = Signal()
-    status = Signal(str)
-
-
-class _Services(QObject):
+class _Services(_FakeServices):
     """What the dialog reads, and a serve_test that records its call (no pool)."""
 
-    jobProgress = Signal(str, str, float, str)
-    serveTestFinished = Signal(str, str, object, str)
-
     def __init__(self, repo):
-        super().__init__()
-        self.repo = repo
-        self.state = _State()
+        super().__init__(repo)
         self.calls: list[tuple[str, dict]] = []
 
     def serve_test(self, run_id, **options):
@@ -71,10 +62,12 @@ def test_the_dialog_asks_for_generation_settings_and_sends_them(qtbot, gen_runs)
     assert dlg.batches.isHidden() and not dlg.requests.isHidden()  # no batch sweep for an LM
     assert dlg.btn_start.isEnabled() and dlg.reason.isHidden(), dlg.reason.text()
     assert "continuous-batching" in dlg.status.text()
-    dlg.clients.setText("1,3")
-    dlg.requests.setValue(5)
-    dlg.duration.setValue(30)
-    dlg.start()
+    for field, text in ((dlg.clients, "1,3"), (dlg.requests, "5"), (dlg.duration, "30")):
+        field.setFocus()
+        qtbot.keyClick(field, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
+        qtbot.keyClicks(field, text)
+        qtbot.keyClick(field, Qt.Key.Key_Tab)
+    qtbot.mouseClick(dlg.btn_start, Qt.MouseButton.LeftButton)
     assert services.calls == [(lm, {"clients": [1, 3], "duration_s": 30.0, "requests": 5})]
     assert dlg.job_id == "job-1" and not dlg.btn_start.isEnabled()
     report = {

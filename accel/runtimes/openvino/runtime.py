@@ -8,6 +8,7 @@ inference precision hint), ``performance_hint`` (latency / throughput), ``thread
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -45,6 +46,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+@functools.lru_cache(maxsize=64)
+def _ir_is_stateful(path: str, size: int, mtime_ns: int) -> bool | None:
+    """Whether the IR XML at ``path`` has state variables and the stateful-LM inputs (None:
+    unreadable); ``size`` and ``mtime_ns`` key the cache to one version of the file."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read(64 << 20)
+    except OSError:
+        return None
+    return b'type="Assign"' in text and b"beam_idx" in text
+
+
 @register_runtime
 class OpenVinoRuntime(RuntimeBase):
     kind = "openvino"
@@ -71,13 +84,14 @@ class OpenVinoRuntime(RuntimeBase):
 
     def file_form(self, path: Path) -> str | None:
         """``openvino_stateful`` for an IR with state variables (Assign ops: read from the
-        XML text, nothing compiled), else ``openvino``."""
+        XML text, nothing compiled), else ``openvino``. The plan asks on every palette
+        refresh: the answer is kept per file version (path, size, mtime)."""
         try:
-            with open(path, "rb") as f:
-                text = f.read(64 << 20)
+            st = Path(path).stat()
         except OSError:
             return None
-        return STATEFUL_FORM if b'type="Assign"' in text and b"beam_idx" in text else self.kind
+        stateful = _ir_is_stateful(str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+        return None if stateful is None else STATEFUL_FORM if stateful else self.kind
 
     # -- loading and saving --------------------------------------------------------------
     def load(
