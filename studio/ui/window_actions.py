@@ -79,6 +79,13 @@ class WindowActions:
         )
         # Enabled for the current run when it can be deployed / served, else saying why.
         self.state.currentRunChanged.connect(self._sync_run_actions)
+        # ... and again when a run ends: the current run is often the one that just finished,
+        # and it was still running when it became current (its record is final by now: the
+        # pool records a job's end before it announces it)
+        if hasattr(self.services, "runFinished"):
+            self.services.runFinished.connect(
+                lambda *_: self._sync_run_actions(self.state.current_run_id or "")
+            )
         self._sync_run_actions(self.state.current_run_id or "")
         self.act_optimize = self._action(
             "&Optimize…",
