@@ -37,6 +37,7 @@ from typing import Any, Protocol
 from accel.search.generation import (
     GENERATION_OBJECTIVES,
     generation_bench,
+    generation_only_exclusions,
     generation_seeds,
     objective_exclusions,
 )
@@ -764,6 +765,19 @@ def _space_facts(space: Any, seeds: Sequence[Seed]) -> dict[str, Any]:
     }
 
 
+def search_exclusions(config: SearchConfig) -> dict[str, str]:
+    """Pass name -> why the search leaves it out. ``--passes`` is read here only: a pass named
+    there is searched despite an advisory exclusion (generation-only on a forward objective,
+    emulated bf16 on this CPU), never despite one its chains cannot be measured under (no KV
+    cache for a generation objective)."""
+    named = set(config.passes or ())
+    advisory = {**generation_only_exclusions(config), **hardware_exclusions(config.device)}
+    return {
+        **objective_exclusions(config),
+        **{k: v for k, v in advisory.items() if k not in named},
+    }
+
+
 def _search_space(
     config: SearchConfig, model_info: tuple[Any, ...]
 ) -> tuple[str, frozenset[str], SearchSpace]:
@@ -771,11 +785,7 @@ def _search_space(
     --allow sensitivity come later, from ``_TrialLoop.refine``)."""
     kind, layers, *rest = model_info
     not_applicable: dict[str, str] = rest[0] if rest else {}
-    named = set(config.passes or ())
-    excluded = {
-        **objective_exclusions(config),
-        **{k: v for k, v in hardware_exclusions(config.device).items() if k not in named},
-    }
+    excluded = search_exclusions(config)
     space = build_space(
         kind,
         config.device,

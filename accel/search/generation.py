@@ -99,24 +99,31 @@ GENERATION_ONLY = (
 
 
 def objective_exclusions(config: Any) -> dict[str, str]:
-    """Pass name -> why it is not searched for the config's objective: for a generation
-    objective the passes that leave torch without a KV cache; for a forward one the passes
-    that speed up generation only (unless named in ``--passes``)."""
+    """Pass name -> why a generation objective cannot search it: the passes that leave torch
+    without a KV cache (their chains cannot be timed token by token). Not overridable."""
     from accel.passes import list_passes
 
-    passes = list_passes(include_test=True)
     if config.objective not in GENERATION_OBJECTIVES:
-        named = set(config.passes or ())
-        return {
-            cls.name: GENERATION_ONLY
-            for cls in passes
-            if cls.search is not None and cls.speeds_generation_only and cls.name not in named
-        }
+        return {}
     return {
         cls.name: NO_KV_CACHE
-        for cls in passes
+        for cls in list_passes(include_test=True)
         # moves it to another runtime, without a KV cache there
         if cls.search is not None and cls.output_kind is not None and not cls.keeps_kv_cache
+    }
+
+
+def generation_only_exclusions(config: Any) -> dict[str, str]:
+    """Pass name -> why a forward objective leaves it out: the passes that speed up
+    generation only (``--passes`` can still name them; the engine decides that)."""
+    from accel.passes import list_passes
+
+    if config.objective in GENERATION_OBJECTIVES:
+        return {}
+    return {
+        cls.name: GENERATION_ONLY
+        for cls in list_passes(include_test=True)
+        if cls.search is not None and cls.speeds_generation_only
     }
 
 

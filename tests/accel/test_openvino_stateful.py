@@ -226,14 +226,16 @@ def test_generation_objectives_search_the_stateful_export():
 def test_a_forward_objective_does_not_search_generation_only_passes():
     """static_kv_cache speeds up decoding only: a latency search of a decoder's forward
     leaves it out (saying why) unless --passes names it."""
-    from accel.search.engine import SearchConfig
-    from accel.search.generation import objective_exclusions
+    from accel.search.engine import SearchConfig, search_exclusions
 
-    excluded = objective_exclusions(SearchConfig(model="hf:llama_small", objective="latency"))
+    excluded = search_exclusions(SearchConfig(model="hf:llama_small", objective="latency"))
     assert "generation only" in excluded["static_kv_cache"]
     assert "compile" not in excluded and "openvino_stateful" not in excluded
     named = SearchConfig(model="hf:llama_small", passes=("static_kv_cache", "compile"))
-    assert "static_kv_cache" not in objective_exclusions(named)
+    assert "static_kv_cache" not in search_exclusions(named)
+    # a generation objective's exclusions are not lifted by --passes: no KV cache to time
+    gen = SearchConfig(model="hf:llama_small", objective="tokens_per_s", passes=("openvino",))
+    assert "openvino" in search_exclusions(gen)
 
 
 def _script_recipe() -> dict:
