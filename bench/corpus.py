@@ -20,7 +20,10 @@ torchvision==0.29.1 timm diffusers transformers`` (a CUDA build, run on the CPU)
 ``pip install -e .``. hf: and diffusers: models run in the project's own environment.
 An entry with a ``padding_mask`` (hf:bert_base_padded) is also checked on padded rows of another
 sequence length; a model that only runs at the example's shape is a crash there.
-bench/corpus_overview.py checks load, graph and profile.
+bench/corpus_overview.py checks load, graph and profile. ``--merge DIR [DIR ...]`` writes one
+table (with a summary per family) from the corpus.json of runs in several environments:
+
+    .venv/bin/python bench/corpus.py --merge out/hf out/tv --out out/union
 """
 
 from __future__ import annotations
@@ -61,12 +64,39 @@ def _cell_text(c: Cell) -> str:
     return c.outcome
 
 
+OUTCOMES = ("ok", "n/a", "refused", "crash")
+
+
+def _counts(cells: list[dict]) -> tuple[dict[str, int], int]:
+    counts = {k: sum(c["outcome"] == k for c in cells) for k in OUTCOMES}
+    return counts, counts["ok"] + counts["refused"] + counts["crash"]
+
+
+def family_summary(rows: list[dict]) -> list[str]:
+    """One line per model family (the name's prefix) and a total: ok of applicable cells,
+    refused, crash, models not loaded."""
+    families: dict[str, list[dict]] = {}
+    for r in rows:
+        families.setdefault(r["model"].split(":", 1)[0], []).append(r)
+    lines = [
+        "| family | models | ok / applicable | refused | crash | not loaded |",
+        "|---|---|---|---|---|---|",
+    ]
+    for fam, rs in [*sorted(families.items()), ("all", rows)]:
+        counts, applicable = _counts([c for r in rs for c in r["cells"]])
+        pct = f" ({100 * counts['ok'] / applicable:.1f} %)" if applicable else ""
+        lines.append(
+            f"| {fam} | {len(rs)} | {counts['ok']}/{applicable}{pct} | {counts['refused']} "
+            f"| {counts['crash']} | {sum(1 for r in rs if r.get('load_error'))} |"
+        )
+    return lines
+
+
 def write_outputs(rows: list[dict], size: str, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "corpus.json").write_text(json.dumps(rows, indent=2))
     cells = [c for r in rows for c in r["cells"]]
-    counts = {k: sum(c["outcome"] == k for c in cells) for k in ("ok", "n/a", "refused", "crash")}
-    applicable = counts["ok"] + counts["refused"] + counts["crash"]
+    counts, applicable = _counts(cells)
     parity_fail = sum(c["outcome"] == "ok" and c["parity_passed"] is False for c in cells)
     lines = [
         f"# Corpus matrix ({size} inputs)",
@@ -77,6 +107,8 @@ def write_outputs(rows: list[dict], size: str, out: Path) -> None:
         + (f" ({100 * counts['ok'] / applicable:.0f} %)" if applicable else "")
         + f"; ok but outside the default parity gate: {parity_fail}. Models not loaded: "
         f"{sum(1 for r in rows if r.get('load_error'))}.",
+        "",
+        *family_summary(rows),
         "",
         "Speedup: eager original / candidate, median of interleaved rounds (accel.timing).",
         "",
@@ -110,6 +142,26 @@ def write_outputs(rows: list[dict], size: str, out: Path) -> None:
     (out / "corpus.md").write_text("\n".join(lines) + "\n")
 
 
+def merge(dirs: list[str], size: str, out: Path) -> int:
+    by_model: dict[str, dict] = {}
+    for d in dirs:
+        path = Path(d) / "corpus.json"
+        if not path.is_file():
+            print(f"no corpus.json in {d}: give the --out folder of a corpus run", file=sys.stderr)
+            return 2
+        for row in json.loads(path.read_text()):
+            by_model[row["model"]] = row
+    order = {name: i for i, name in enumerate(CORPUS)}
+    rows = sorted(by_model.values(), key=lambda r: order.get(r["model"], len(order)))
+    write_outputs(rows, size, out)
+    missing = [n for n in CORPUS if n not in by_model]
+    print("\n".join(family_summary(rows)))
+    if missing:
+        print(f"not in these runs: {', '.join(missing)}")
+    print(f"table: {out / 'corpus.md'}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="*", default=list(CORPUS), help="corpus names")
@@ -129,7 +181,16 @@ def main() -> int:
         default=None,
         help="torch/ORT threads while timing (default: physical cores; 1 on a shared machine)",
     )
+    ap.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="DIR",
+        help="write one table from these runs' corpus.json (a model in several: the last run "
+        "wins) instead of running",
+    )
     args = ap.parse_args()
+    if args.merge:
+        return merge(args.merge, args.size, Path(args.out))
     import torch
 
     passes = [p for p in (args.passes or pass_names()) if p not in args.skip]
