@@ -29,6 +29,11 @@ def fmt_count(n: float | None, sep: str = "") -> str:
     return f"{n:.0f}"
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """ "1 run", "2 runs" (``plural`` where adding an s is wrong)."""
+    return f"{n} {noun if n == 1 else (plural or noun + 's')}"
+
+
 def fmt_ms(v: float | None) -> str:
     return "-" if v is None else (f"{v:.3f}" if v < 10 else f"{v:.1f}")
 

@@ -7,6 +7,8 @@ from typing import Any
 
 from PySide6.QtWidgets import QCheckBox, QMessageBox, QWidget
 
+from studio.fmt import counted
+
 
 def confirm_delete_box(
     parent: QWidget, ids: list[str], rows: list[Any]
@@ -23,14 +25,14 @@ def confirm_delete_box(
     box = QMessageBox(
         QMessageBox.Icon.Warning,
         "Delete runs",
-        f"Delete {len(ids)} run(s) from the history?\n\n" + "\n".join(names) + more,
+        f"Delete {counted(len(ids), 'run')} from the history?\n\n" + "\n".join(names) + more,
         QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
         parent,
     )
     box.setDefaultButton(QMessageBox.StandardButton.Cancel)
     box.setEscapeButton(QMessageBox.StandardButton.Cancel)
     delete = box.button(QMessageBox.StandardButton.Yes)
-    delete.setText(f"Delete {len(ids)} run(s)")
+    delete.setText(f"Delete {counted(len(ids), 'run')}")
     # A focused auto-default button takes Enter for itself: this one never does, so Enter
     # reaches the dialog's default button, Cancel.
     delete.setAutoDefault(False)

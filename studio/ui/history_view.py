@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.fmt import counted
 from studio.tables import P50_HEADER, REF_HEADER, SPEEDUP_HEADER, TIMING_HEADERS, timing_cells
 from studio.ui.availability import set_available
 from studio.ui.delete_dialog import confirm_delete_box
@@ -348,7 +349,7 @@ class HistoryView(QWidget):
         if self.repo is None:
             return
         self.model.reload(self.current_filter())
-        self.count_label.setText(f"{self.model.total} runs")
+        self.count_label.setText(counted(self.model.total, "run"))
         self._update_buttons()
         self._tab_shown(self.tabs.currentIndex())
 
@@ -415,7 +416,7 @@ class HistoryView(QWidget):
             return
         if tag is None:
             tag, ok = QInputDialog.getText(
-                self, "Tag runs", f"Tag for {len(ids)} run(s) (prefix with - to remove):"
+                self, "Tag runs", f"Tag for {counted(len(ids), 'run')} (prefix with - to remove):"
             )
             if not ok or not tag.strip():
                 return
@@ -458,7 +459,7 @@ class HistoryView(QWidget):
         for rid in ids:
             self.repo.delete_run(rid, delete_files=bool(delete_files))
         what = "and their files " if delete_files else ""
-        self.state.status.emit(f"deleted {len(ids)} run(s) {what}from the history")
+        self.state.status.emit(f"deleted {counted(len(ids), 'run')} {what}from the history")
         self.state.runsDeleted.emit(list(ids))
         self.reload()
 
@@ -466,7 +467,7 @@ class HistoryView(QWidget):
         ids = self.selected_ids()
         path = export_runs(self, self.repo, ids, fmt_, path) if ids else None
         if path:
-            self.state.status.emit(f"exported {len(ids)} run(s) to {path}")
+            self.state.status.emit(f"exported {counted(len(ids), 'run')} to {path}")
         return path
 
     def _open_run(self, index) -> None:

@@ -72,7 +72,7 @@ def test_enter_on_the_focused_delete_button_deletes_nothing(history, qtbot):
 
     QTimer.singleShot(0, press_enter_on_delete)
     qtbot.mouseClick(view.btn_delete, Qt.MouseButton.LeftButton)
-    assert seen == ["Delete 1 run(s)"]  # Enter closed the dialog, with Cancel
+    assert seen == ["Delete 1 run"]  # Enter closed the dialog, with Cancel
     assert repo.count_runs() == 3
 
 
