@@ -179,3 +179,32 @@ def quantized_op_counts(model_path):
         ):
             counts[t] = counts.get(t, 0) + 1
     return counts
+
+
+def without_value_info(model_path, out_path, error):
+    """``model_path`` saved at ``out_path`` without its intermediate shape annotations
+    (``value_info``) when ``error`` is ONNX's shape inference disagreeing with them (the
+    quantizer re-infers shapes of its rewritten graph; an exporter's annotations can contradict
+    them: diffusers' UNet, 64 vs 256). None when the error is another or there are none."""
+    import onnx
+
+    if "InferenceError" not in type(error).__name__ and "ShapeInferenceError" not in str(error):
+        return None
+    proto = onnx.load(str(model_path))
+    if not proto.graph.value_info:
+        return None
+    del proto.graph.value_info[:]
+    weights = sum(len(t.raw_data) for t in proto.graph.initializer)
+    data = out_path.with_name(out_path.name + ".data")
+    if weights > 1_500_000_000:  # one protobuf holds at most 2 GB
+        onnx.save_model(
+            proto,
+            str(out_path),
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location=data.name,
+            size_threshold=1024,
+        )
+    else:
+        onnx.save_model(proto, str(out_path))
+    return out_path

@@ -213,6 +213,13 @@ def _run_dynamic(
     )
 
 
+BARE = "model_without_value_info.onnx"
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else ""
+
+
 def reduce_range(config: Any) -> bool:
     """The config's reduce_range with ``auto`` resolved for this CPU (accel.hardware)."""
     if config.reduce_range == "auto":
@@ -325,6 +332,7 @@ def _script_helpers() -> list[Any]:
         h.onnx_nodes_matching,
         h.index_computing_nodes,
         h.BatchCalibrationReader,
+        h.without_value_info,
     ]
 
 
@@ -412,6 +420,7 @@ class _QuantizeOnnx(Pass):
     ) -> None:
         """Run ORT's quantizer; its failures become a PassError that says what to change."""
         from accel.errors import AccelError, PassError
+        from accel.passes import _onnx_quant_helpers as h
 
         # The quantizer prints progress (entropy histograms...) to stdout, which a worker may use
         # for its protocol; keep it in the log instead. It runs in a scratch folder as working
@@ -422,15 +431,23 @@ class _QuantizeOnnx(Pass):
             reader = (
                 None if self.mode == "dynamic" else _calibration_reader(src, model, config, ctx)
             )
-            with contextlib.redirect_stdout(captured), _scratch_cwd(out.parent):
-                if reader is None:
-                    _run_dynamic(src, out, config, op_types, exclude, ctx)
-                else:
-                    _run_static(src, out, reader, config, op_types, exclude)
+            try:
+                self._run(src, out, reader, config, op_types, exclude, ctx, captured)
+            except Exception as exc:  # noqa: BLE001 - ORT's shape inference raises its own types
+                bare = h.without_value_info(src, out.parent / BARE, exc)
+                if bare is None:
+                    raise
+                # The exporter's intermediate shape annotations contradicted the shapes ONNX
+                # inferred for the quantizer's rewrite (diffusers' UNet: 64 vs 256); they are
+                # optional, and the quantizer infers its own.
+                ctx.details["value_info_dropped"] = f"{type(exc).__name__}: {_first_line(exc)}"
+                if reader is not None:
+                    reader.rewind()
+                self._run(bare, out, reader, config, op_types, exclude, ctx, captured)
         except AccelError:
             raise
         except Exception as exc:  # noqa: BLE001 - report the quantizer's failure with what to change
-            first = str(exc).splitlines()[0] if str(exc) else ""
+            first = _first_line(exc)
             # preprocess: false is only a way out where the pre-processing ran.
             also = ", or preprocess: false" if config.preprocess else ""
             raise PassError(
@@ -440,6 +457,23 @@ class _QuantizeOnnx(Pass):
         finally:
             if captured.getvalue().strip():
                 log.debug("quantizer output:\n%s", captured.getvalue())
+
+    def _run(
+        self,
+        src: Path,
+        out: Path,
+        reader: Any,
+        config: Any,
+        op_types: list[str] | None,
+        exclude: list[str],
+        ctx: PassContext,
+        captured: io.StringIO,
+    ) -> None:
+        with contextlib.redirect_stdout(captured), _scratch_cwd(out.parent):
+            if reader is None:
+                _run_dynamic(src, out, config, op_types, exclude, ctx)
+            else:
+                _run_static(src, out, reader, config, op_types, exclude)
 
     def _warn_nothing_quantized(
         self, histogram: dict[str, int], op_types: list[str] | None, ctx: PassContext
@@ -505,23 +539,36 @@ class _QuantizeOnnx(Pass):
         ]
         if self.mode == "dynamic":
             imports.append("from onnxruntime.quantization import quantize_dynamic")
-            args = ["str(src_path)", f'str(step_dir / "{out}")', *common]
-            lines.append("quantize_dynamic(\n" + "".join(f"    {a},\n" for a in args) + ")")
+            args = ["str(path)", f'str(step_dir / "{out}")', *common]
+            call = "quantize_dynamic(\n" + "".join(f"    {a},\n" for a in args) + ")"
         else:
             imports.append("from onnxruntime.quantization import quantize_static")
             n = config.calibration_batches
             fmt = "QDQ" if config.quant_format == "qdq" else "QOperator"
             args = [
-                "str(src_path)",
+                "str(path)",
                 f'str(step_dir / "{out}")',
-                f"BatchCalibrationReader(src_path, calibration_batches({n}))",
+                f"BatchCalibrationReader(path, calibration_batches({n}))",
                 f"quant_format=QuantFormat.{fmt}",
                 f"activation_type=QuantType.{_QTYPES[config.activation_type]}",
                 f"calibrate_method=CalibrationMethod.{_CALIB[config.calibration_method]}",
                 *common,
             ]
-            lines.append("quantize_static(\n" + "".join(f"    {a},\n" for a in args) + ")")
-        lines += [f'onnx_path = step_dir / "{out}"', "session = make_session(onnx_path)"]
+            call = "quantize_static(\n" + "".join(f"    {a},\n" for a in args) + ")"
+        lines += [
+            "def quantize(path):",
+            textwrap.indent(call, "    "),
+            "",
+            "try:",
+            "    quantize(src_path)",
+            "except Exception as exc:  # shape annotations the quantizer's rewrite contradicts",
+            f'    bare = without_value_info(src_path, step_dir / "{BARE}", exc)',
+            "    if bare is None:",
+            "        raise",
+            "    quantize(bare)",
+            f'onnx_path = step_dir / "{out}"',
+            "session = make_session(onnx_path)",
+        ]
         code = "\n".join(lines) + "\n"
         return ScriptStep(code=code, imports=imports, helpers=[textwrap.dedent(x) for x in helpers])
 

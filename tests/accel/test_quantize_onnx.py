@@ -488,3 +488,95 @@ def test_load_check_uses_the_levels_of_later_onnxruntime_steps():
     ctx = PassContext(inputs={}, step_index=1, recipe=recipe)
     assert _levels_used_later(ctx) == ["all", "extended"]
     assert _levels_used_later(PassContext(inputs={})) == ["all", "extended"]
+
+
+def test_without_value_info_only_answers_a_shape_inference_error(onnx_models, tmp_path):
+    from onnx.shape_inference import InferenceError
+
+    from accel.passes._onnx_quant_helpers import without_value_info
+
+    path, _ = onnx_models["mlp"]
+    annotated = onnx.shape_inference.infer_shapes(onnx.load(str(path)))
+    assert annotated.graph.value_info
+    src = tmp_path / "annotated.onnx"
+    onnx.save(annotated, str(src))
+    assert without_value_info(src, tmp_path / "bare.onnx", ValueError("other")) is None
+    err = InferenceError("[ShapeInferenceError] Inferred shape and existing shape differ")
+    bare = without_value_info(src, tmp_path / "bare.onnx", err)
+    proto = onnx.load(str(bare))
+    assert not proto.graph.value_info
+    assert len(proto.graph.node) == len(annotated.graph.node)
+    assert without_value_info(bare, tmp_path / "again.onnx", err) is None  # nothing to drop
+
+
+def _fail_on_annotations(monkeypatch, module, name):
+    """ORT's quantizer raising ONNX's shape-inference error while its input carries
+    value_info (what diffusers' UNet export did: 'differ in dimension 0: (64) vs (256)')."""
+    from onnx.shape_inference import InferenceError
+
+    real = getattr(module, name)
+    seen = []
+
+    def quantize(src, *args, **kwargs):
+        seen.append(onnx.load(str(src), load_external_data=False).graph.value_info)
+        if seen[-1]:
+            raise InferenceError("[ShapeInferenceError] Inferred shape and existing shape differ")
+        return real(src, *args, **kwargs)
+
+    monkeypatch.setattr(module, name, quantize)
+    return seen
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+def test_stale_shape_annotations_are_dropped_and_the_quantizer_retried(
+    onnx_models, tmp_path, monkeypatch, mode
+):
+    import onnxruntime.quantization as ortq
+
+    path, spec = onnx_models["mlp"]
+    annotated = tmp_path / "annotated.onnx"
+    onnx.save(onnx.shape_inference.infer_shapes(onnx.load(str(path))), str(annotated))
+    seen = _fail_on_annotations(monkeypatch, ortq, f"quantize_{mode}")
+    step = {"pass": f"quantize_onnx_{mode}", "params": {"preprocess": False}}
+    res = run_recipe(recipe(str(annotated), spec, [step]), out_dir=tmp_path / "run")
+    assert res.ok, res.error
+    assert [bool(v) for v in seen] == [True, False]
+    assert "ShapeInferenceError" in res.steps[0].details["value_info_dropped"]
+    assert _cosine(res.steps[0]) > 0.99
+    # the exported script takes the same way out (its quantizer failing the same way)
+    import subprocess
+    import sys
+
+    from accel.codegen import recipe_to_script
+
+    text = recipe_to_script(recipe(str(annotated), spec, [step]))
+    line = f"from onnxruntime.quantization import quantize_{mode}\n"
+    assert line in text
+    text = text.replace(line, line + _SCRIPT_FAILS_ON_ANNOTATIONS.format(name=f"quantize_{mode}"))
+    script = tmp_path / "script.py"
+    script.write_text(text)
+    out = tmp_path / "script_out"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    folder = f"step_00_quantize_onnx_{mode}"
+    assert (out / folder / "model_without_value_info.onnx").is_file()
+    assert (out / folder / f"model_int8_{mode}.onnx").is_file()
+
+
+_SCRIPT_FAILS_ON_ANNOTATIONS = """
+_real = {name}
+
+
+def {name}(src, *args, **kwargs):
+    import onnx
+    from onnx.shape_inference import InferenceError
+
+    if onnx.load(str(src), load_external_data=False).graph.value_info:
+        raise InferenceError("[ShapeInferenceError] Inferred shape and existing shape differ")
+    return _real(src, *args, **kwargs)
+"""
