@@ -555,22 +555,27 @@ class _QuantizeOnnx(Pass):
                 *common,
             ]
             call = "quantize_static(\n" + "".join(f"    {a},\n" for a in args) + ")"
-        lines += [
-            "def quantize(path):",
-            textwrap.indent(call, "    "),
-            "",
-            "try:",
-            "    quantize(src_path)",
-            "except Exception as exc:  # shape annotations the quantizer's rewrite contradicts",
-            f'    bare = without_value_info(src_path, step_dir / "{BARE}", exc)',
-            "    if bare is None:",
-            "        raise",
-            "    quantize(bare)",
-            f'onnx_path = step_dir / "{out}"',
-            "session = make_session(onnx_path)",
-        ]
+        lines += [*_retried_without_value_info(call), f'onnx_path = step_dir / "{out}"']
+        lines.append("session = make_session(onnx_path)")
         code = "\n".join(lines) + "\n"
         return ScriptStep(code=code, imports=imports, helpers=[textwrap.dedent(x) for x in helpers])
+
+
+def _retried_without_value_info(call: str) -> list[str]:
+    """The script's quantizer ``call`` on ``path``, run on src_path and, where it fails in shape
+    inference against the model's value_info, once more without it (as ``_quantize`` does)."""
+    return [
+        "def quantize(path):",
+        textwrap.indent(call, "    "),
+        "",
+        "try:",
+        "    quantize(src_path)",
+        "except Exception as exc:  # shape annotations the quantizer's rewrite contradicts",
+        f'    bare = without_value_info(src_path, step_dir / "{BARE}", exc)',
+        "    if bare is None:",
+        "        raise",
+        "    quantize(bare)",
+    ]
 
 
 # The script's preprocessing, as the pass does it (``_QuantizeOnnx.to_script``).
