@@ -194,17 +194,13 @@ def without_value_info(model_path, out_path, error):
     if not proto.graph.value_info:
         return None
     del proto.graph.value_info[:]
-    weights = sum(len(t.raw_data) for t in proto.graph.initializer)
+    # weights beside it: a model of any size fits (one protobuf holds at most 2 GB)
     data = out_path.with_name(out_path.name + ".data")
-    if weights > 1_500_000_000:  # one protobuf holds at most 2 GB
-        onnx.save_model(
-            proto,
-            str(out_path),
-            save_as_external_data=True,
-            all_tensors_to_one_file=True,
-            location=data.name,
-            size_threshold=1024,
-        )
-    else:
-        onnx.save_model(proto, str(out_path))
+    onnx.save_model(
+        proto,
+        str(out_path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=data.name,
+    )
     return out_path

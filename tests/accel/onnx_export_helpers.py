@@ -67,15 +67,17 @@ def recipe(source: str, spec: str, steps: list[dict], **extra) -> dict:
     }
 
 
-def run_script(recipe_dict: dict, folder: Path) -> Path:
-    """Export the recipe as a script, run it in a subprocess, return its --out folder."""
+def run_script(recipe_dict: dict, folder: Path, edit=None) -> Path:
+    """Export the recipe as a script (``edit``: a function of its text, for a test that swaps
+    in a failing library call), run it in a subprocess, return its --out folder."""
     import subprocess
     import sys
 
     from accel.codegen import recipe_to_script
 
     script = Path(folder) / "script.py"
-    script.write_text(recipe_to_script(recipe_dict))
+    text = recipe_to_script(recipe_dict)
+    script.write_text(edit(text) if edit else text)
     out = Path(folder) / "script_out"
     proc = subprocess.run(
         [sys.executable, str(script), "--out", str(out)],
