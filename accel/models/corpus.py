@@ -192,6 +192,10 @@ def _hf(config_cls: str, model_cls: str, encoder_only: bool = False, **config: A
     return build
 
 
+# The image classifiers' heads: ImageNet's 1000 classes, as the released checkpoints have
+# (the configs' default of 2 labels would make a parity cosine over two logits).
+IMAGENET_CLASSES = 1000
+
 _IMG = "x:float32[batch,3,{s},{s}]; batch=1..64:1"
 _PIX = "pixel_values:float32[batch,3,{s},{s}]; batch=1..64:1"
 
@@ -359,7 +363,7 @@ CORPUS: dict[str, CorpusEntry] = {
         CorpusEntry(
             "hf:resnet50",
             "Hugging Face ResNet-50 (conv and BatchNorm in separate submodules)",
-            _hf("ResNetConfig", "ResNetForImageClassification"),
+            _hf("ResNetConfig", "ResNetForImageClassification", num_labels=IMAGENET_CLASSES),
             _PIX.format(s=224),
             _PIX.format(s=64),
             has_batchnorm=True,
@@ -367,7 +371,11 @@ CORPUS: dict[str, CorpusEntry] = {
         CorpusEntry(
             "hf:mobilenet_v2",
             "Hugging Face MobileNetV2 1.0 (TF-style padding, ReLU6)",
-            _hf("MobileNetV2Config", "MobileNetV2ForImageClassification"),
+            _hf(
+                "MobileNetV2Config",
+                "MobileNetV2ForImageClassification",
+                num_labels=IMAGENET_CLASSES,
+            ),
             _PIX.format(s=224),
             _PIX.format(s=64),
             has_batchnorm=True,
@@ -375,7 +383,7 @@ CORPUS: dict[str, CorpusEntry] = {
         CorpusEntry(
             "hf:regnet",
             "Hugging Face RegNet (default config: RegNetY-4GF-like, group conv, SE)",
-            _hf("RegNetConfig", "RegNetForImageClassification"),
+            _hf("RegNetConfig", "RegNetForImageClassification", num_labels=IMAGENET_CLASSES),
             _PIX.format(s=224),
             _PIX.format(s=64),
             has_batchnorm=True,
@@ -386,6 +394,7 @@ CORPUS: dict[str, CorpusEntry] = {
             _hf(
                 "EfficientNetConfig",
                 "EfficientNetForImageClassification",
+                num_labels=IMAGENET_CLASSES,
                 width_coefficient=1.0,
                 depth_coefficient=1.0,
                 image_size=224,

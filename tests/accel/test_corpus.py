@@ -45,6 +45,14 @@ def test_torchvision_resnet50_loads_at_small_size():
     assert lm.forward(lm.example_inputs()).shape == (1, 1000)
 
 
+def test_hf_image_classifiers_have_imagenet_heads():
+    """Parity over a classifier's logits means something only at its real head: 1000 ImageNet
+    classes, as the released checkpoints have (the HF configs default to 2 labels)."""
+    lm = load_model("hf:resnet50", CORPUS["hf:resnet50"].small_spec)
+    assert lm.forward(lm.example_inputs()).logits.shape == (1, 1000)
+    assert 25e6 < lm.num_params < 26e6  # ResNet-50's 25.6 M
+
+
 def test_same_weights_every_time():
     a = load_model("hf:mobilenet_v2", CORPUS["hf:mobilenet_v2"].small_spec)
     b = load_model("hf:mobilenet_v2", CORPUS["hf:mobilenet_v2"].small_spec)
