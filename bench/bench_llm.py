@@ -404,6 +404,7 @@ def bench_model(key: str, args: argparse.Namespace, work: Path) -> dict[str, Any
                 rows.append(r)
             for r in rows:
                 r.update(group=group, weights_vs_fp32=r["weights_bytes"] / fp32_bytes)
+            peer_ratios(rows, per, {k: parity[k]["tf_cosine_min"] for k in parity}, args)
             result["rows"] += rows
         del decoders
         gc.collect()
@@ -412,6 +413,34 @@ def bench_model(key: str, args: argparse.Namespace, work: Path) -> dict[str, Any
         if args.json:  # what is done so far survives a later group's death
             Path(args.json).write_text(json.dumps([result], indent=1, default=str))
     return result
+
+
+PEER = "optimum-intel"  # the hand-written peers' labels start with it
+
+
+def peer_ratios(
+    rows: list[dict[str, Any]],
+    per: dict[str, list[Any]],
+    min_cosine: dict[str, float],
+    args: argparse.Namespace,
+) -> None:
+    """Each row's tokens/s against the group's best hand-written peer within the cosine
+    budget (``--max-cosine-drop`` on the teacher-forced logits, as the search gates), as the
+    median of per-round ratios with its interval (``vs_peer``) and the peer's label
+    (``peer``): both timed in the same rounds. Peers that fail the budget (int4 on random
+    weights) are not what a recipe within it is held to; no peer within it, no column."""
+    import statistics
+
+    peers = [k for k in per if k.startswith(PEER) and 1.0 - min_cosine[k] <= args.max_cosine_drop]
+    if not peers:
+        return
+    best = max(peers, key=lambda k: statistics.median(t.tokens_per_s for t in per[k]))
+    for r in rows:
+        label = r["contender"].removesuffix(" [" + r.get("group", "") + "]")
+        mine = per.get(label) or per["eager fp32"]
+        ratios = [a.tokens_per_s / b.tokens_per_s for a, b in zip(mine, per[best], strict=True)]
+        i = median_interval(ratios)
+        r.update(peer=best, vs_peer=[i.value, i.low, i.high])
 
 
 def row(label: str, timings: list[Any], reference: list[Any]) -> dict[str, Any]:
@@ -425,7 +454,7 @@ def print_table(result: dict[str, Any]) -> None:
         f"{s['new_tokens']} new tokens, {result['threads']} threads; x fp32: against the "
         f"eager fp32 timed in the same group; load average {result['load_average']}"
     )
-    head = f"{'contender':62} {'TTFT ms':>22} {'TPOT ms':>20} {'tok/s':>20} {'x fp32':>18} {'weights':>8} {'KV MiB':>7} {'TF cos':>8} {'TF top1':>7} {'agree':>5}"
+    head = f"{'contender':62} {'TTFT ms':>22} {'TPOT ms':>20} {'tok/s':>20} {'x fp32':>18} {'weights':>8} {'KV MiB':>7} {'TF cos':>8} {'TF top1':>7} {'agree':>5} {'x peer':>18}"
     print(head)
     for r in result["rows"]:
 
@@ -436,8 +465,12 @@ def print_table(result: dict[str, Any]) -> None:
             f"{r['contender'][:62]:62} {c(r['ttft_ms'], 1):>22} {c(r['tpot_ms'], 2):>20} "
             f"{c(r['tokens_per_s'], 1):>20} {c(r['ratio'], 2):>18} "
             f"{r['weights_vs_fp32']:>7.2f}x {r['kv_cache_bytes'] / 2**20:>7.2f} "
-            f"{r['tf_cosine_mean']:>8.5f} {r['tf_top1']:>7.3f} {int(r['greedy_agree_tokens']):>5}"
+            f"{r['tf_cosine_mean']:>8.5f} {r['tf_top1']:>7.3f} {int(r['greedy_agree_tokens']):>5} "
+            f"{c(r['vs_peer'], 2) if 'vs_peer' in r else '-':>18}"
         )
+    peers = {r["peer"] for r in result["rows"] if "peer" in r}
+    if peers:
+        print(f"x peer: tokens/s against {', '.join(sorted(peers))} in the same rounds")
     for k, why in result["unavailable"].items():
         print(f"{k[:62]:62} unavailable: {why}")
     if result["search"]:
