@@ -232,7 +232,7 @@ def test_search_runs_the_prior_first(tmp_path):
 
 
 @needs_openvino
-def test_allowed_prune_and_distill_stack_onto_the_best_chains_after_the_lossless_seeds():
+def test_allowed_prune_and_distill_stack_first_on_the_best_chain_then_after_the_lossless():
     allow = ["prune", "distill"]
     space = build_space(
         "torch", "cpu", layer_types={"conv2d", "batchnorm", "linear"}, allow=allow, max_steps=6
@@ -240,8 +240,19 @@ def test_allowed_prune_and_distill_stack_onto_the_best_chains_after_the_lossless
     seeds = plan_seeds(space, "cnn", features=AMX)
     chains = [s.chain for s in seeds]
     stacked = [i for i, c in enumerate(chains) if c[:2] == ("prune_channels", "distill")]
-    assert stacked and min(stacked) > max(
+    # trial 1: the hardware's best chain; trial 2: pruned and distilled under it
+    assert chains[1] == OV_INT8 and chains[2] == ("prune_channels", "distill", *OV_INT8)
+    assert seeds[2].why.startswith("prune + distill")
+    # the other stacks once every lossless seed has run
+    assert len(stacked) > 1 and min(stacked[1:]) > max(
         i for i, c in enumerate(chains) if c and "distill" not in c
     )
-    assert ("prune_channels", "distill", *OV_INT8) == chains[stacked[0]]
     assert ("prune_channels", "distill") in chains
+    assert len(chains) == len(set(chains))
+
+
+@needs_openvino
+def test_without_prune_allowed_no_stack_is_seeded():
+    space = build_space("torch", "cpu", layer_types={"conv2d", "batchnorm", "linear"})
+    chains = [s.chain for s in plan_seeds(space, "cnn", features=AMX)]
+    assert not any("distill" in c or "prune_channels" in c for c in chains)
