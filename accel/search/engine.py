@@ -47,6 +47,7 @@ from accel.search.seeds import (
     Seed,
     hardware_exclusions,
     model_family,
+    narrow_to_hardware,
     plan_seeds,
     size_class,
 )
@@ -797,6 +798,8 @@ def _search_space(
         # max_steps, so they stack onto the best full-length chains
         max_steps=config.max_steps + len({"prune", "distill"} & set(config.allow)),
     )
+    if "bf16" not in set(config.passes or ()):
+        excluded = {**excluded, **narrow_to_hardware(space, config.device)}
     for name, why in excluded.items():
         space.excluded[name] = why
     for name, why in not_applicable.items():

@@ -200,6 +200,37 @@ def hardware_exclusions(device: str, features: CpuFeatures | None = None) -> dic
     return {} if features.bf16 else dict.fromkeys(sorted(BF16_PASSES), EMULATED_BF16)
 
 
+FALLBACK_BF16 = (
+    "this CPU has no bf16 kernels (AVX-512 BF16 or AMX): a bf16 precision falls back to f32 "
+    "there, the same model as f32 timed again; name bf16 in --passes to try it anyway"
+)
+
+
+def narrow_to_hardware(
+    space: SearchSpace, device: str, features: CpuFeatures | None = None
+) -> dict[str, str]:
+    """Drop the searched values this machine turns into another one: a ``precision`` of bf16
+    on a CPU without bf16 kernels (OpenVINO's hint falls back to f32 there). Changes
+    ``space`` in place; returns ``pass.param=value`` -> why, for the space's excluded list."""
+    from accel.passes.base import Choice
+
+    if device_family(device) != "cpu":
+        return {}
+    if features is None:
+        from accel.hardware import cpu_features
+
+        features = cpu_features()
+    if features.bf16:
+        return {}
+    out: dict[str, str] = {}
+    for name, p in space.passes.items():
+        dom = p.params.get("precision")
+        if isinstance(dom, Choice) and "bf16" in dom.values and len(dom.values) > 1:
+            p.params["precision"] = Choice(tuple(v for v in dom.values if v != "bf16"))
+            out[f"{name}.precision=bf16"] = FALLBACK_BF16
+    return out
+
+
 @dataclass(frozen=True)
 class Prior:
     """The best recipe of one earlier search, as plain data: the model's family and size

@@ -15,6 +15,7 @@ from accel.search.seeds import (
     SEEDS,
     Prior,
     hardware_penalty,
+    narrow_to_hardware,
     plan_seeds,
     relevant_priors,
     size_class,
@@ -256,3 +257,20 @@ def test_without_prune_allowed_no_stack_is_seeded():
     space = build_space("torch", "cpu", layer_types={"conv2d", "batchnorm", "linear"})
     chains = [s.chain for s in plan_seeds(space, "cnn", features=AMX)]
     assert not any("distill" in c or "prune_channels" in c for c in chains)
+
+
+@needs_openvino
+def test_bf16_precision_is_not_searched_where_it_falls_back_to_f32():
+    """On a CPU without bf16 kernels OpenVINO's bf16 hint runs f32: the same model as f32,
+    timed again. The search leaves that value out and says why; a bf16 CPU keeps it."""
+    space = _cnn_space()
+    assert "bf16" in space.passes["openvino"].params["precision"].values
+    assert narrow_to_hardware(space, "cpu", AMX) == {}
+    assert "bf16" in space.passes["openvino"].params["precision"].values
+    why = narrow_to_hardware(space, "cpu", OLD)
+    assert (
+        set(why) == {"openvino.precision=bf16"}
+        and "falls back to f32" in why["openvino.precision=bf16"]
+    )
+    assert space.passes["openvino"].params["precision"].values == ("auto", "f32")
+    assert narrow_to_hardware(_cnn_space(), "cuda", OLD) == {}
