@@ -8,6 +8,9 @@ BIN := $(VENV)/bin
 # build machines; where that wheel is on disk, `make run`/`make test` take it too.
 TORCH_SPEC ?= $(if $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl),torch==2.13.0,)
 PYTEST_ARGS ?=
+# `make test` spreads the test files over this many pytest workers (pytest-xdist): one per
+# core, at most 4; 0 runs them in this process (TEST_WORKERS=0 make test).
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); if [ $$n -gt 4 ]; then n=4; fi; if [ $$n -lt 2 ]; then n=0; fi; echo $$n)
 
 .PHONY: run test test-all lint venv clean bench screenshots corpus package package-test gpu-check
 
@@ -31,11 +34,11 @@ lint: venv
 	$(BIN)/lint-imports
 
 test: lint
-	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest $(PYTEST_ARGS)
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The default run leaves out the tests marked slow; this runs them too.
 test-all: lint
-	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -m 'slow or not slow' $(PYTEST_ARGS)
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m 'slow or not slow' $(PYTEST_ARGS)
 
 bench: venv
 	for f in bench/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done

@@ -8,6 +8,15 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+# Under pytest-xdist (`make test`) the workers share the machine's cores: each worker, and the
+# processes it starts, gets its share of threads, so that two torch or OpenMP pools do not
+# fight over one core (set before torch is imported; a test's explicit thread count wins).
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+if _WORKERS > 1:
+    _SHARE = str(max(1, (os.cpu_count() or 1) // _WORKERS))
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_var, _SHARE)
+
 
 def pytest_collection_modifyitems(config, items):
     try:
