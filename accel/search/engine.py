@@ -42,6 +42,7 @@ from accel.search.generation import (
     objective_exclusions,
 )
 from accel.search.generation import PRIMARY as GENERATION_PRIMARY
+from accel.search.rule_out import holds_ruled_out, rule_out
 from accel.search.runtime_settings import add_runtime_settings
 from accel.search.seeds import (
     Seed,
@@ -567,8 +568,9 @@ def run_search(
     status, reason = loop.run(is_cancelled, t0)
     space, sensitivity = loop.space, _sensitivity_summary(config, loop)
     trials = loop.trials
+    owed = len(seeds) - loop.skipped_seeds  # seeds of a ruled-out pass are not owed
     status, reason, best, final, ok = _finish(
-        config, executor, trials, (status, reason), len(seeds), is_cancelled, t0
+        config, executor, trials, (status, reason), owed, is_cancelled, t0
     )
     return SearchResult(
         status=status,
@@ -584,6 +586,7 @@ def run_search(
             "size_class": size,
             **({"sensitivity": sensitivity} if sensitivity is not None else {}),
             **({"runtime_settings": settings} if settings else {}),
+            **({"ruled_out": dict(loop.ruled_out)} if loop.ruled_out else {}),
         },
         cache=loop.cache_total,
         model_kind=kind,
@@ -842,6 +845,10 @@ class _TrialLoop:
         self.trials: list[TrialRecord] = []
         self.tried: dict[str, TrialRecord] = {}
         self.duplicates = 0
+        # passes left out after their chains kept missing the parity budget (rule_out), and
+        # the seeds never run because of it (they are not owed by the budget then)
+        self.ruled_out: dict[str, str] = {}
+        self.skipped_seeds = 0
         self.t0 = CLOCK()  # when the search's budget began (set by ``run``)
         self.cache_total = {"hits": 0, "misses": 0, "stored": 0, "evicted": 0, "reused_steps": 0}
         # --allow sensitivity: once refine_after trials (the first seeds) have run, the space
@@ -865,7 +872,8 @@ class _TrialLoop:
                 continue  # the budget is checked again
             batch = self._submit_batch()
             if not batch:
-                return "finished", "every chain in the space was tried"
+                left = f" but those with {', '.join(self.ruled_out)}" if self.ruled_out else ""
+                return "finished", f"every chain in the space was tried{left}"
             for ot, rec, handle in batch:
                 self._finish(ot, rec, _wait(handle, is_cancelled, config.trial_timeout_s))
             if is_cancelled():
@@ -894,6 +902,11 @@ class _TrialLoop:
         while len(batch) < want and self.duplicates < MAX_DUPLICATES:
             ot = self.study.ask()
             chain, values = _suggest(ot, space, self.chain_keys)
+            if holds_ruled_out(chain, self.ruled_out):  # told as pruned, nothing runs
+                self.duplicates += 1
+                self.skipped_seeds += ot.number < self.n_seeds
+                self.study.tell(ot, state=self.TrialState.PRUNED)
+                continue
             steps = steps_for(space, chain, values)
             key = repr((chain, steps))
             if key in self.tried:  # already measured: tell the same outcome, run nothing
@@ -930,6 +943,11 @@ class _TrialLoop:
             self.cache_total[k] += int(trial_cache.get(k) or 0)
         _tell(self.study, ot, rec, self.config, self.TrialState)
         self.notify(rec)
+        new = rule_out(self.trials, self.config.max_cosine_drop, self.ruled_out)
+        self.ruled_out.update(new)
+        self.space.excluded.update(new)
+        for name, why in new.items():
+            log.info("search: %s %s", name, why)
 
 
 def _verdict(

@@ -336,6 +336,8 @@ def report(outcome: Any, interrupted: bool = False, trust_pickle: bool = False) 
     sens = res.space.get("sensitivity")
     if sens is not None:
         print(_sensitivity_line(sens))
+    for name, why in (res.space.get("ruled_out") or {}).items():
+        print(f"{name}: {why}")
     if res.front:
         print("\nPareto front (objective, parity error, size):")
         print(render_table(HEADERS[:-1], [trial_row(res.trial(n))[:-1] for n in res.front]))

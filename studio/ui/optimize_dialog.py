@@ -259,6 +259,9 @@ class OptimizeDialog(QDialog):
                 self.select_trial(res.best)
             if res.reason:
                 text += " " + res.reason.splitlines()[0]
+            ruled = res.space.get("ruled_out") or {}
+            if ruled:  # their chains kept missing the parity budget by far
+                text += f" Left out after far parity misses: {', '.join(sorted(ruled))}."
             self.status_label.setText(text)
             self.front = set(res.front)
             self._replot()
