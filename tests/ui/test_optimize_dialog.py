@@ -141,3 +141,24 @@ def test_the_trial_table_says_why_the_original_has_no_timing(qtbot):
     assert table.item(0, NOTE_COL).text() == "the reference: not timed against itself"
     assert table.item(1, NOTE_COL).text() == "step 1 (bf16): refused"
     assert table.item(1, NOTE_COL).toolTip() == "step 1 (bf16): refused"
+
+
+def test_the_status_line_names_a_pass_left_out_after_far_parity_misses(dialog):
+    """A search that gave up on pruning (accel.search.rule_out) says so when it ends, as the
+    CLI does, instead of leaving the person to wonder why no stack was tried again."""
+    from types import SimpleNamespace
+
+    why = "left out after 2 trials: its chains missed the cosine budget 0.01 by far"
+    res = SimpleNamespace(
+        status="finished",
+        trials=[],
+        wall_s=12.0,
+        best=None,
+        reason="",
+        front=[],
+        space={"ruled_out": {"prune_channels": why}},
+    )
+    dialog._on_finished(SimpleNamespace(result=res, files={}), None)
+    text = dialog.status_label.text()
+    assert text.startswith("Finished: 0 trial(s) in 12 s.")
+    assert "Left out after far parity misses: prune_channels." in text
