@@ -15,6 +15,7 @@ from accel.search import engine as search_engine
 from accel.search import retime as retime_mod
 from accel.search.job import run_search_job
 from accel.timing.result import Latency, StepTiming
+from tests.search_fakes import Done as _Done
 
 CHEAP = ("quantize_dynamic_int8", "export_onnx", "quantize_onnx_dynamic", "onnxruntime", "bf16")
 INFO = ("torch", frozenset({"linear"}))
@@ -30,17 +31,6 @@ def _timing(speedup: float) -> dict:
         speedup_high=1.05 * speedup,
         rounds=5,
     ).to_json()
-
-
-class _Done:
-    def __init__(self, outcome):
-        self.outcome = outcome
-
-    def result(self, timeout=None):
-        return self.outcome
-
-    def cancel(self):
-        pass
 
 
 class FakeExecutor:

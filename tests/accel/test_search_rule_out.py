@@ -8,20 +8,10 @@ from types import SimpleNamespace
 
 from accel.search import SearchConfig, run_search
 from accel.search import rule_out as ro
+from tests.search_fakes import Done as _Done
 
 INFO = ("torch", frozenset({"linear"}))
 PASSES = ("quantize_dynamic_int8", "export_onnx", "onnxruntime", "prune_channels", "distill")
-
-
-class _Done:
-    def __init__(self, outcome):
-        self.outcome = outcome
-
-    def result(self, timeout=None):
-        return self.outcome
-
-    def cancel(self):
-        pass
 
 
 class PruneFails:
