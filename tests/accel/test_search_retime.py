@@ -13,9 +13,9 @@ import pytest
 from accel.search import SearchConfig, SearchError, run_search
 from accel.search import engine as search_engine
 from accel.search import retime as retime_mod
+from accel.search.engine import _DoneHandle as _Done
 from accel.search.job import run_search_job
 from accel.timing.result import Latency, StepTiming
-from tests.search_fakes import Done as _Done
 
 CHEAP = ("quantize_dynamic_int8", "export_onnx", "quantize_onnx_dynamic", "onnxruntime", "bf16")
 INFO = ("torch", frozenset({"linear"}))

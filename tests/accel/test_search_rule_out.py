@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from accel.search import SearchConfig, run_search
 from accel.search import rule_out as ro
-from tests.search_fakes import Done as _Done
+from accel.search.engine import _DoneHandle as _Done
 
 INFO = ("torch", frozenset({"linear"}))
 PASSES = ("quantize_dynamic_int8", "export_onnx", "onnxruntime", "prune_channels", "distill")
