@@ -40,6 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from accel.hardware import cpu_features  # noqa: E402
 from accel.passes import pass_names  # noqa: E402
 from accel.recipe import load_recipe  # noqa: E402
 from accel.search import InProcessExecutor, SearchConfig, run_search  # noqa: E402
@@ -89,7 +90,15 @@ def bert_base() -> Any:
     return Encoder().eval()
 
 
-def hand_written() -> dict[str, list[dict[str, Any]]]:
+# Hand-written contenders that compute in bf16: on a CPU without bf16 kernels (no AMX, no
+# AVX-512 BF16) torch and OpenVINO emulate it, an engineer would not pick it, and it runs
+# ~5-30x slower than the original, which makes the round robin take most of the bench.
+BF16_CONTENDERS = ("torch.compile bf16", "OpenVINO bf16")
+
+
+def hand_written(bf16_cpu: bool = True) -> tuple[dict[str, list[dict[str, Any]]], dict[str, str]]:
+    """The hand-written pipelines (label -> steps), and those left out (label -> why):
+    the bf16 ones where ``bf16_cpu`` is False (see BF16_CONTENDERS)."""
     names = set(pass_names())
     out: dict[str, list[dict[str, Any]]] = {
         "torch.compile bf16": [{"pass": "bf16", "params": {}}, {"pass": "compile", "params": {}}],
@@ -114,7 +123,14 @@ def hand_written() -> dict[str, list[dict[str, Any]]]:
                 {"pass": "openvino", "params": {}},
                 {"pass": "quantize_openvino", "params": {}},
             ]
-    return out
+    left_out: dict[str, str] = {}
+    if not bf16_cpu:
+        for label in BF16_CONTENDERS:
+            if out.pop(label, None) is not None:
+                left_out[label] = (
+                    "this CPU has no bf16 kernels (AMX, AVX-512 BF16); --bf16 times it"
+                )
+    return out, left_out
 
 
 def sample_recipes(source: str) -> dict[str, list[dict[str, Any]]]:
@@ -312,8 +328,13 @@ def bench_model(key: str, args: argparse.Namespace, work: Path) -> dict[str, Any
             contenders[by_trial[t.number]] = t.steps
         found[d] = by_trial[t.number]
     contenders.update(sample_recipes(source))
-    contenders.update(hand_written())
-    rows = []
+    hands, left_out = hand_written(args.bf16 or cpu_features().bf16)
+    contenders.update(hands)
+    rows: list[dict[str, Any]] = [
+        {"contender": label, "steps": None, "status": "left_out", "error": why}
+        | {"cosine_drop": None, "heldout_cosine_drop": None}
+        for label, why in left_out.items()
+    ]
     built: dict[str, Any] = {}
     original = inputs = None
     for i, (label, steps) in enumerate(contenders.items()):
@@ -470,6 +491,11 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=7, help="round-robin rounds of the contenders")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--allow", default="", help="the search's --allow (e.g. prune,distill)")
+    p.add_argument(
+        "--bf16",
+        action="store_true",
+        help="time the bf16 hand-written pipelines also on a CPU without bf16 kernels",
+    )
     p.add_argument("--json", default=None)
     p.add_argument("--table-from", default=None, help="print the table of an earlier --json")
     args = p.parse_args()
