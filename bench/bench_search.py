@@ -5,7 +5,8 @@ at the looser cosine-drop budget, 0.01) within a wall-time budget; the best reci
 0.01 and the best within 0.001 (the subset of the same trials whose cosine drop is at most
 0.001) are then compared with every sample recipe in resources/recipes for that model and
 with the hand-written pipelines (torch.compile bf16, ONNX Runtime int8 dynamic/static,
-OpenVINO when its passes are registered). Every contender (found or hand-written) is built
+OpenVINO when its passes are registered; the bf16 ones only on a CPU with bf16 kernels, or
+with ``--bf16``). Every contender (found or hand-written) is built
 and checked (``accel.search.trial``), then all of them and the original are timed
 round-robin in this process (rotating order, ``--rounds`` rounds): a contender's speedup is
 the median over rounds of original / contender within the same round, and the ratio best /
@@ -22,7 +23,7 @@ within 5 % of the search's best (within 0.01), its index and when it finished.
 
 Usage:
     .venv/bin/python bench/bench_search.py [--models bert-base,resnet50] [--budget 15m]
-        [--trials N] [--iters 30] [--threads 1] [--allow prune,distill] [--json out.json]
+        [--trials N] [--iters 30] [--threads 1] [--allow prune,distill] [--bf16] [--json out.json]
 ``--budget`` is per model (the issue's target: 15 minutes on the 2-core machine).
 """
 
