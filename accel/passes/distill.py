@@ -203,7 +203,7 @@ def _report(ctx: PassContext, config: DistillConfig, facts: dict, train: int, dr
     if facts["kept"] != "distilled":
         ctx.warn(
             "distillation made the model match the original worse on held-out inputs "
-            f"(cosine {facts['heldout_cosine_after']:.4f} vs "
-            f"{facts['heldout_cosine_before']:.4f}); kept the undistilled weights. Try a lower "
+            f"(cosine {facts['heldout_cosine_after']:.4f} after training, "
+            f"{facts['heldout_cosine_before']:.4f} before); kept the undistilled weights. Try a lower "
             f"lr (now {config.lr:g}) or more calibration batches"
         )

@@ -91,6 +91,30 @@ def test_the_time_bound_stops_training_on_a_fake_clock():
     assert facts["steps"] == 3 and facts["stopped_by"] == "steps"
 
 
+@pytest.mark.parametrize(
+    ("before", "after", "kept"),
+    [
+        # the cosine (the parity gate's measure) rose while the MSE rose too: kept
+        ((0.125, 1.0), (0.355, 2.0), "distilled"),
+        # the cosine fell while the MSE fell: not kept
+        ((0.5, 1.0), (0.4, 0.5), "undistilled"),
+        # a tie in cosine goes to the MSE
+        ((0.5, 1.0), (0.5, 0.9), "distilled"),
+        ((0.5, 1.0), (0.5, 1.1), "undistilled"),
+    ],
+)
+def test_trained_weights_are_kept_by_held_out_cosine(monkeypatch, before, after, kept):
+    torch.manual_seed(0)
+    teacher, student = torch.nn.Linear(4, 2), torch.nn.Linear(4, 2)
+    readings = iter([before, after])  # held-out agreement before, then after training
+    monkeypatch.setattr(h, "output_agreement", lambda *_: next(readings))
+    batches = [{"x": torch.randn(3, 4)}]
+    out, facts = h.distill_bounded(student, teacher, batches, batches, steps=2, seconds=1e9)
+    assert facts["kept"] == kept
+    assert (out is student) == (kept == "undistilled")
+    assert (facts["heldout_cosine_before"], facts["heldout_cosine_after"]) == (before[0], after[0])
+
+
 def test_cancel_mid_distillation_keeps_nothing_half_written(tmp_path):
     pruned, original, inputs = _pruned(tmp_path / "p")
     state = {k: v.clone() for k, v in pruned.module.state_dict().items()}
