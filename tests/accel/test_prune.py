@@ -133,6 +133,54 @@ def test_ignore_patterns_and_round_to(tmp_path):
     assert all(c.out_channels % 8 == 0 for c in _convs(out.module).values())
 
 
+@pytest.mark.parametrize(
+    ("current", "kept", "aligned"),
+    [
+        (256, 140, 144),  # the nearest multiple, up
+        (64, 35, 32),  # the nearest multiple, down
+        (64, 40, 48),  # a half rounds up
+        (32, 5, 16),  # never below round_to
+        (48, 47, 48),  # never above the layer's width
+        (16, 11, 16),  # a layer no wider than round_to is not pruned (rounding would empty it)
+        (8, 3, 8),
+    ],
+)
+def test_round_to_keeps_the_nearest_multiple_and_never_empties_a_layer(current, kept, aligned):
+    from accel.passes._prune_helpers import aligned_width
+
+    assert aligned_width(current, kept, 16) == aligned
+
+
+def test_round_to_aligns_a_cnn_and_keeps_its_narrow_layers(tmp_path):
+    # widths 16/32/64 pruned by 30 % keep 11/22/44; at round_to 16: 16 (not pruned), 16, 48
+    out, ctx, ref = _apply(
+        "prune_channels", {"ratio": 0.3, "round_to": 16}, "resnet", work_dir=tmp_path
+    )
+    widths = {n: c.out_channels for n, c in _convs(out.module).items()}
+    assert widths["stem.0"] == 16 and widths["layer1.0.conv1"] == 16
+    assert widths["layer2.0.conv1"] == 16 and widths["layer3.0.conv1"] == 48
+    assert "round_to_skipped" not in ctx.details
+    assert _cos(ref, out.forward(ctx.inputs)) > 0
+
+
+def test_round_to_is_not_applied_where_channels_are_pruned_per_head(tmp_path):
+    """torch-pruning's round_to counts one head's channels against the whole layer; the pass
+    leaves it out there and says so. A CNN pruned after it in the same process is still
+    rounded (torch-pruning's shared default group tables no longer carry the transformer's
+    layers over)."""
+    out, ctx, ref = _apply(
+        "prune_channels", {"ratio": 0.3, "round_to": 8}, "transformer", work_dir=tmp_path
+    )
+    assert "per group" in ctx.details["round_to_skipped"]
+    assert any("round_to 8 not applied" in w for w in ctx.details["warnings"])
+    assert out.forward(ctx.inputs).shape == ref.shape
+    cnn, cnn_ctx, _ = _apply(
+        "prune_channels", {"ratio": 0.3, "round_to": 8}, "resnet", work_dir=tmp_path
+    )
+    assert "round_to_skipped" not in cnn_ctx.details
+    assert all(c.out_channels % 8 == 0 for c in _convs(cnn.module).values())
+
+
 @pytest.mark.parametrize("importance", ["l1", "bn_scale", "taylor"])
 def test_importance_criteria(tmp_path, importance):
     out, ctx, ref = _apply(
@@ -340,7 +388,12 @@ def test_sparsity_2_4_on_gpu(tmp_path):
             [
                 {
                     "pass": "prune_channels",
-                    "params": {"ratio": 0.3, "importance": "taylor", "finetune_steps": 10},
+                    "params": {
+                        "ratio": 0.3,
+                        "importance": "taylor",
+                        "finetune_steps": 10,
+                        "round_to": 16,
+                    },
                 }
             ],
         ),
