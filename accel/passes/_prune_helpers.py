@@ -308,6 +308,18 @@ def grouped_channels(pruner):
     return any(g > 1 for g in groups.values())
 
 
+def drop_grouped_round_to(pruner):
+    """Turn the pruner's ``round_to`` off where it prunes channels per group
+    (``grouped_channels``); the reason, or None when it stays on (or was off)."""
+    if not pruner.round_to or not grouped_channels(pruner):
+        return None
+    round_to, pruner.round_to = pruner.round_to, None
+    return (
+        f"round_to {round_to} not applied: this model prunes channels per group (attention "
+        "heads or grouped convolutions), which torch-pruning cannot round"
+    )
+
+
 def build_pruner(model, example_inputs, **kwargs):
     """torch-pruning's MetaPruner, stopped at its shape inference's recursion-limit warning.
 
@@ -422,13 +434,11 @@ def prune_channels_tp(
     on_step=None,
     keep=(),
 ):
-    """Structured channel pruning with torch-pruning's dependency graph (channels are removed).
-
-    Coupled layers (residual adds, concatenations, BatchNorm, attention q/k/v/out) are pruned
-    together. Attention blocks keep whole heads (prune_heads=True removes heads instead of
-    shrinking each head). Modules in ``keep`` keep their output channels (and so does every
-    layer coupled to them). Returns a dict of facts (ignored layers, channels before/after).
-    """
+    """Structured channel pruning with torch-pruning's dependency graph (channels are removed):
+    coupled layers (residual adds, concatenations, BatchNorm, attention q/k/v/out) are pruned
+    together; attention blocks keep whole heads (prune_heads=True removes heads instead of
+    shrinking each head); modules in ``keep`` keep their output channels, as does every layer
+    coupled to them. Returns facts: ignored layers, changed widths, why round_to was off."""
     model.eval()
     as_linear = conv1d_as_linear(model)
     outputs = output_norm_layers(model, inputs, linears=ignore_head)
@@ -455,13 +465,7 @@ def prune_channels_tp(
         prune_head_dims=not whole_heads,
         head_pruning_ratio=ratio if whole_heads else 0.0,
     )
-    round_to_skipped = None
-    if round_to and grouped_channels(pruner):
-        pruner.round_to = None
-        round_to_skipped = (
-            f"round_to {round_to} not applied: this model prunes channels per group (attention "
-            "heads or grouped convolutions), which torch-pruning cannot round"
-        )
+    round_to_skipped = drop_grouped_round_to(pruner)
     prune_steps(model, pruner, iterative_steps, importance == "taylor", batches, on_step)
     # Attention blocks reshape with their head count / size: keep them in line with the new widths.
     update_attention_attributes(blocks, whole_heads)
@@ -472,7 +476,7 @@ def prune_channels_tp(
         "attention_blocks": len(blocks),
         "attention_pruning": ("whole heads" if whole_heads else "head size") if blocks else None,
         "conv1d_as_linear": len(as_linear),
-        **({"round_to_skipped": round_to_skipped} if round_to_skipped else {}),
+        "round_to_skipped": round_to_skipped,  # why round_to was not applied (None: it was)
     }
 
 

@@ -251,6 +251,37 @@ def _finetune(
         )
 
 
+# The _prune_helpers functions an exported prune_channels step copies into its script.
+_CHANNEL_SCRIPT_HELPERS = (
+    "layer_matches",
+    "count_flops",
+    "prunable_layers_to_ignore",
+    "output_norm_layers",
+    "positive_int",
+    "attention_projections",
+    "attention_heads",
+    "update_attention_attributes",
+    "channel_attributes",
+    "update_channel_attributes",
+    "_taylor_gradients",
+    "layer_widths",
+    "DependencyGraphError",
+    "aligned_width",
+    "_aligned_pruner",
+    "grouped_channels",
+    "drop_grouped_round_to",
+    "build_pruner",
+    "channel_importance",
+    "changed_widths",
+    "prune_steps",
+    "conv1d_as_linear",
+    "split_qkv_layers",
+    "prune_channels_tp",
+    "prune_channels_runnable",
+    "distill",
+)
+
+
 @register_pass
 class PruneChannels(Pass):
     name = "prune_channels"
@@ -360,33 +391,7 @@ class PruneChannels(Pass):
         )
 
     def to_script(self, config: PruneChannelsConfig) -> ScriptStep:
-        helpers = _helpers(
-            "layer_matches",
-            "count_flops",
-            "prunable_layers_to_ignore",
-            "output_norm_layers",
-            "positive_int",
-            "attention_projections",
-            "attention_heads",
-            "update_attention_attributes",
-            "channel_attributes",
-            "update_channel_attributes",
-            "_taylor_gradients",
-            "layer_widths",
-            "DependencyGraphError",
-            "aligned_width",
-            "_aligned_pruner",
-            "grouped_channels",
-            "build_pruner",
-            "channel_importance",
-            "changed_widths",
-            "prune_steps",
-            "conv1d_as_linear",
-            "split_qkv_layers",
-            "prune_channels_tp",
-            "prune_channels_runnable",
-            "distill",
-        )
+        helpers = _helpers(*_CHANNEL_SCRIPT_HELPERS)
         need_data = config.importance == "taylor" or config.finetune_steps > 0
         n_batches = max(config.importance_batches, config.finetune_batches)
         lines = [
