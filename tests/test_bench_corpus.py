@@ -3,20 +3,18 @@ figure is the union of two runs' corpus.json, counted per family and in all."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+from tests.bench_scripts import load_bench
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_corpus", ROOT / "bench" / "corpus.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("corpus.py")
 
 
 def _cell(name: str, outcome: str) -> dict:

@@ -5,20 +5,15 @@ are made up)."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.bench_scripts import load_bench
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_llm", ROOT / "bench" / "bench_llm.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("bench_llm.py")
 
 
 @dataclass

@@ -3,21 +3,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.bench_scripts import load_bench
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location(
-        "bench_reliability", ROOT / "bench" / "bench_reliability.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("bench_reliability.py")
 
 
 def test_the_table_check_exports_the_run_by_the_id_studio_run_printed():

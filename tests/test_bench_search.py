@@ -3,19 +3,11 @@ reason in their row, on a CPU without bf16 kernels (they would only be emulated 
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.bench_scripts import load_bench
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location(
-        "bench_search", ROOT / "bench" / "bench_search.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("bench_search.py")
 
 
 def test_bf16_pipelines_are_left_out_without_bf16_kernels() -> None:
