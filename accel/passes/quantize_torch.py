@@ -338,9 +338,14 @@ class WeightOnlyConfig(PassConfig):
 class QuantizeWeightOnly(Pass):
     name = "quantize_weight_only"
     # int8 / int4 weights: what decoding (memory-bound) gains from; the generation
-    # objectives seed it (accel.search.generation)
+    # objectives seed it (accel.search.generation). Only where the Linear layers hold the
+    # weights: on a CNN it touched the classifier alone, and every CNN search spent a trial
+    # (45-65 s after prune + distill) on int4 failing with a pruned head's odd width.
     search = SearchSpec(
-        stage=STAGE_NUMERIC, params={"bits": Choice((8, 4))}, when=("linear",), exportable=False
+        stage=STAGE_NUMERIC,
+        params={"bits": Choice((8, 4))},
+        when=("linear_heavy",),
+        exportable=False,
     )
     summary = "Int8 or int4 weights, float activations (torchao); shrinks Linear weights, helps memory-bound inference."
     category = "quantize"

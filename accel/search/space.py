@@ -30,6 +30,11 @@ LAYER_TYPES: dict[str, tuple[str, ...]] = {
     "lstm": ("LSTM", "GRU"),
     "attention": ("MultiheadAttention", "TransformerEncoderLayer", "TransformerDecoderLayer"),
 }
+# Not a layer class but where the weights are: Linear layers hold more weights than the
+# convolutions (transformers, MLPs, ConvNeXt's pointwise MLPs), not only a classifier head on a
+# conv net. What weight-only quantization shrinks; on a ResNet or EfficientNet it would touch
+# the head alone (and int4's group of 128 rarely divides a pruned head's width).
+LINEAR_HEAVY = "linear_heavy"
 
 
 class SearchError(AccelError):
@@ -101,7 +106,23 @@ def model_layer_types(module: Any) -> frozenset[str]:
     found = {k for k, classes in LAYER_TYPES.items() if names & set(classes)}
     if any("Attention" in n for n in names):  # custom attention blocks (BERT, ViT, ...)
         found.add("attention")
+    if "linear" in found and _linear_weights_dominate(module):
+        found.add(LINEAR_HEAVY)
     return frozenset(found)
+
+
+def _linear_weights_dominate(module: Any) -> bool:
+    """Whether the Linear layers' weights outnumber the convolutions' (LINEAR_HEAVY)."""
+    linear = conv = 0
+    for m in module.modules():
+        weight = getattr(m, "weight", None)
+        numel = int(weight.numel()) if hasattr(weight, "numel") else 0
+        kind = type(m).__name__
+        if kind == "Linear":
+            linear += numel
+        elif kind.startswith("Conv"):
+            conv += numel
+    return linear > conv
 
 
 def _device_family(device: str) -> str:
@@ -210,6 +231,8 @@ def _why_not_searched(
     if cls.requires.cuda and fam != "cuda":
         return "needs CUDA"
     if layers is not None and spec.when and not (layers & set(spec.when)):
+        if spec.when == (LINEAR_HEAVY,):
+            return "the model's Linear layers hold fewer weights than its convolutions"
         return f"the model has no {' / '.join(spec.when)} layers"
     missing = [lib for lib in cls.requires.libraries if not _have(lib)]
     if missing:

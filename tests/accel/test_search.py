@@ -68,6 +68,30 @@ def test_space_is_generated_from_pass_declarations():
     assert ("quantize_onnx_dynamic",) in onnx_space.chains
 
 
+def test_weight_only_int8_is_searched_where_the_linear_layers_hold_the_weights():
+    """On a CNN weight-only quantization touches the classifier alone; every CNN search spent
+    a trial on it (int4 failed on the pruned head's width)."""
+    from accel.models.zoo import build_zoo_model
+    from accel.search.space import model_layer_types
+
+    cnn = model_layer_types(build_zoo_model("resnet"))
+    assert "linear" in cnn and "linear_heavy" not in cnn
+    space = build_space("torch", "cpu", layer_types=cnn)
+    assert "quantize_weight_only" not in space.passes
+    assert space.excluded["quantize_weight_only"] == (
+        "the model's Linear layers hold fewer weights than its convolutions"
+    )
+    for name in ("mlp", "transformer"):
+        layers = model_layer_types(build_zoo_model(name))
+        assert "linear_heavy" in layers
+        assert "quantize_weight_only" in build_space("torch", "cpu", layer_types=layers).passes
+    # a conv net whose Linear layers outweigh its convolutions (ConvNeXt's pointwise MLPs)
+    mixed = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3), torch.nn.Flatten(), torch.nn.Linear(8, 64)
+    )
+    assert "linear_heavy" in model_layer_types(mixed)
+
+
 @pytest.mark.skipif(importlib.util.find_spec("openvino") is None, reason="needs openvino")
 def test_a_pass_is_not_searched_after_one_whose_model_it_refuses():
     """A 1-thread decoder search sampled openvino_stateful+quantize_openvino five times; the
