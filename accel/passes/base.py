@@ -155,6 +155,17 @@ class SearchSpec:
     exportable: bool = True
     # Only in chains where one of these passes comes earlier (distill after a pruning step).
     after: tuple[str, ...] = ()
+    # Fixed values that replace ``fixed``'s on models with a layer type (``when``'s names),
+    # e.g. no channel rounding where attention heads are pruned.
+    fixed_for_layers: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def fixed_for(self, layer_types: Any) -> dict[str, Any]:
+        """``fixed`` for a model with these layer types (None: assume none of them)."""
+        out = dict(self.fixed)
+        for layer, values in self.fixed_for_layers.items():
+            if layer_types is not None and layer in layer_types:
+                out.update(values)
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -162,6 +173,7 @@ class SearchSpec:
             "stage": self.stage,
             "params": {k: d.to_dict() for k, d in self.params.items()},
             "fixed": dict(self.fixed),
+            "fixed_for_layers": {k: dict(v) for k, v in self.fixed_for_layers.items()},
             "devices": list(self.devices),
             "opt_in": self.opt_in,
             "when": list(self.when),

@@ -194,7 +194,7 @@ def build_space(
         if why:
             excluded[cls.name] = why
         else:
-            passes[cls.name] = _search_pass(cls)
+            passes[cls.name] = _search_pass(cls, layers)
     unknown = sorted((set(include_set or ()) | exclude_set) - known)
     if unknown:
         raise SearchError(
@@ -240,8 +240,9 @@ def _why_not_searched(
     return None
 
 
-def _search_pass(cls: Any) -> SearchPass:
-    """The search's view of a pass: stage, model kinds, parameter ranges and defaults."""
+def _search_pass(cls: Any, layers: frozenset[str] | None = None) -> SearchPass:
+    """The search's view of a pass: stage, model kinds, parameter ranges and defaults, and
+    its fixed values for a model with ``layers`` (SearchSpec.fixed_for)."""
     spec = cls.search
     defaults = {
         k: f.get_default(call_default_factory=True)
@@ -254,7 +255,7 @@ def _search_pass(cls: Any) -> SearchPass:
         accepts=tuple(cls.requires.model_kinds),
         produces=cls.output_kind,
         params=dict(spec.params),
-        fixed=dict(spec.fixed),
+        fixed=spec.fixed_for(layers),
         defaults=defaults,
         exportable=spec.exportable,
         after=tuple(spec.after),

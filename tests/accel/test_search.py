@@ -92,6 +92,28 @@ def test_weight_only_int8_is_searched_where_the_linear_layers_hold_the_weights()
     assert "linear_heavy" in model_layer_types(mixed)
 
 
+def test_searched_pruning_aligns_cnn_widths_and_leaves_transformers_unrounded():
+    """round_to 16 is a fixed value of the searched prune step; on a model with attention,
+    where torch-pruning prunes per head and the pass would skip it with a warning in every
+    trial, the search sets none."""
+    from accel.search.space import steps_for
+
+    def prune_params(layers):
+        space = build_space("torch", "cpu", layer_types=layers, allow=["prune"])
+        return steps_for(space, ("prune_channels",), {"prune_channels.ratio": 0.3})[0]["params"]
+
+    assert prune_params({"conv2d", "batchnorm", "linear"}) == {
+        "finetune_steps": 0,
+        "round_to": 16,
+        "ratio": 0.3,
+    }
+    assert prune_params({"attention", "linear", "linear_heavy"})["round_to"] is None
+    assert (
+        build_space("torch", "cpu", allow=["prune"]).passes["prune_channels"].fixed["round_to"]
+        == 16
+    )  # layer types unknown: the plain fixed values
+
+
 @pytest.mark.skipif(importlib.util.find_spec("openvino") is None, reason="needs openvino")
 def test_a_pass_is_not_searched_after_one_whose_model_it_refuses():
     """A 1-thread decoder search sampled openvino_stateful+quantize_openvino five times; the
