@@ -123,12 +123,13 @@ def compare_interleaved(
     progress: Callable[[float, str], None] | None = None,
     seed: int = 0,
     reference_warm: bool = False,
+    give_up_below: float | None = None,
 ) -> Comparison:
     """Time ``candidate`` against ``reference`` on the same ``inputs`` in alternating rounds.
 
     Both are anything ``prepare`` takes (LoadedModel, torch module, callable, ORT session,
     .onnx path). Raises MeasureError for a model that returns NaN. ``reference_warm``: see
-    ``run_rounds``. With ``settings.threads`` unset, CPUs that other processes keep busy are
+    ``run_rounds``; ``give_up_below``: see ``run_round_robin``. With ``settings.threads`` unset, CPUs that other processes keep busy are
     left out while timing (``choose_cpus``); the result's ``placement`` says where it ran."""
     return compare_round_robin(
         reference,
@@ -140,6 +141,7 @@ def compare_interleaved(
         progress=progress,
         seed=seed,
         reference_warm=reference_warm,
+        give_up_below=give_up_below,
     )["candidate"]
 
 
@@ -154,6 +156,7 @@ def compare_round_robin(
     progress: Callable[[float, str], None] | None = None,
     seed: int = 0,
     reference_warm: bool = False,
+    give_up_below: float | None = None,
 ) -> dict[str, Comparison]:
     """``compare_interleaved`` for several named candidates in one measurement
     (``run_round_robin``: rotating order, the reference in every round): each candidate's
@@ -180,6 +183,7 @@ def compare_round_robin(
             first={name: p.first for name, p in prepared.items()},
             check_output=check_finite,
             reference_warm=reference_warm,
+            give_up_below=give_up_below,
         )
     for cmp in out.values():
         cmp.placement = placement

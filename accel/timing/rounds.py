@@ -26,6 +26,8 @@ from accel.timing.stats import covering, median_interval, ratio_interval
 
 # ``min_time_s`` never adds rounds beyond this.
 MAX_ROUNDS = 200
+# ``give_up_below``: rounds timed before a far slower candidate's timing may stop.
+GIVE_UP_ROUNDS = 2
 
 # The clock every sample is read from (seconds). Tests replace it with a fake one.
 CLOCK: Callable[[], float] = time.perf_counter
@@ -265,10 +267,12 @@ def _timed_rounds(
     monitor: NoiseMonitor | None,
     cancel: Callable[[], bool] | None,
     progress: Callable[[float, str], None] | None = None,
+    stop: Callable[[int], bool] | None = None,
 ) -> tuple[int, NoiseReport | None]:
     """Rounds until ``settings`` are met (``min_time_s`` against ``time_scale`` times the
-    timed seconds), garbage collection paused; ``order(round)``: the sides that round
-    times, in order. Returns the number of rounds and the monitor's report."""
+    timed seconds) or ``stop(rounds)`` says so, garbage collection paused; ``order(round)``:
+    the sides that round times, in order. Returns the number of rounds and the monitor's
+    report."""
     from accel.errors import Cancelled
 
     if monitor is not None:
@@ -286,6 +290,9 @@ def _timed_rounds(
                 monitor.tick()
             if progress is not None:
                 progress(min(1.0, rounds / settings.base_rounds), f"timing round {rounds}")
+            if stop is not None and more_rounds(settings, rounds, time_scale * timed_s):
+                if stop(rounds):
+                    break
     return rounds, (monitor.stop() if monitor is not None else None)
 
 
@@ -340,13 +347,18 @@ def run_round_robin(
     first: Mapping[str, Callable[[], Any]] | None = None,
     check_output: Callable[[Any, str], None] | None = None,
     reference_warm: bool = False,
+    give_up_below: float | None = None,
 ) -> dict[str, Comparison]:
     """``run_rounds`` for a reference and any number of named candidates in ONE measurement:
     every round times each side once, in an order rotated by one each round (with one
     candidate: A B, then B A, ...), so that every candidate and the reference see the same
     machine load. Each candidate's Comparison holds the reference's side of these very
     rounds; its speedup is the median of the per-round ratios (``_speedup_and_noise``).
-    ``min_time_s`` counts the time of two sides (a pair's), whatever the number of sides."""
+    ``min_time_s`` counts the time of two sides (a pair's), whatever the number of sides.
+    ``give_up_below``: stop after GIVE_UP_ROUNDS rounds when every candidate ran below this
+    speedup in each of them (a search trial that cannot win: inductor took 1.3 s a call for
+    HF EfficientNet-B0's 77 ms, and its full timing cost the search 40 s); the comparison
+    says so in its reasons, and its interval comes from the rounds timed."""
     if not candidates:
         raise ValueError("round-robin timing needs at least one candidate")
     if "reference" in candidates:
@@ -359,6 +371,17 @@ def run_round_robin(
         k = rounds % len(order)
         return [(sides[name], calls[name]) for name in order[k:] + order[:k]]
 
+    ref = sides["reference"]
+    slow = [sides[name] for name in candidates]
+    stopped: list[int] = []  # the round timing stopped at (give_up_below)
+
+    def hopeless(rounds: int) -> bool:
+        if give_up_below is None or rounds < GIVE_UP_ROUNDS:
+            return False
+        if all(_all_rounds_below(ref, side, give_up_below) for side in slow):
+            stopped.append(rounds)
+        return bool(stopped)
+
     rounds, noise = _timed_rounds(
         rotated,
         settings,
@@ -367,11 +390,16 @@ def run_round_robin(
         monitor=monitor,
         cancel=cancel,
         progress=progress,
+        stop=hopeless,
     )
-    ref = sides["reference"]
     out = {}
     for name in candidates:
         interval, reasons = _speedup_and_noise(ref, sides[name], noise, seed)
+        if stopped:
+            reasons.append(
+                f"timing stopped after {rounds} rounds: {interval.value:.2f}x, below "
+                f"{give_up_below:g}x the original in every round"
+            )
         out[name] = Comparison(
             speedup=interval,
             reference=ref,
@@ -385,6 +413,13 @@ def run_round_robin(
             seed=seed,
         )
     return out
+
+
+def _all_rounds_below(ref: Side, cand: Side, speedup: float) -> bool:
+    """Whether the candidate's speedup was below ``speedup`` in every round so far."""
+    return bool(cand.round_ms) and all(
+        c > 0 and r / c < speedup for r, c in zip(ref.round_ms, cand.round_ms, strict=False)
+    )
 
 
 def _speedup_and_noise(

@@ -408,3 +408,34 @@ def test_round_robin_cancel_stops_timing(clock):
     settings = TimingSettings(rounds=10, iters=10, warmup=0, threads=1, min_time_s=0)
     with pytest.raises(Cancelled):
         run_round_robin(m, {"a": m, "b": m}, settings, cancel=cancel)
+
+
+def test_a_far_slower_candidate_stops_timing_after_two_rounds(clock):
+    """give_up_below: a search trial whose model ran below it in every round so far stops
+    timing there, and says so; one round at or above it keeps every round."""
+    from accel.timing import run_round_robin
+    from accel.timing.rounds import GIVE_UP_ROUNDS
+
+    settings = TimingSettings(rounds=12, iters=24, warmup=0, threads=1, min_time_s=0)
+    ref = fake_model(clock, 0.010, lambda t: 1.0)
+    slow = fake_model(clock, 0.100, lambda t: 1.0)  # 0.1x
+    out = run_round_robin(ref, {"c": slow}, settings, give_up_below=0.25)["c"]
+    assert out.rounds == GIVE_UP_ROUNDS
+    assert out.speedup.value == pytest.approx(0.1)
+    assert out.noisy and "timing stopped after 2 rounds: 0.10x, below 0.25x" in out.noise_reason
+    # without the limit, or above it, every round is timed and nothing is said
+    full = run_round_robin(ref, {"c": slow}, settings)["c"]
+    assert full.rounds == 12 and not full.noisy
+    ok = run_round_robin(
+        ref, {"c": fake_model(clock, 0.030, lambda t: 1.0)}, settings, give_up_below=0.25
+    )
+    assert ok["c"].rounds == 12 and not ok["c"].noisy
+    # slow only while the machine was busy at first: a round above the limit keeps timing
+    start = clock.t
+    busy = fake_model(clock, 0.020, lambda t: 20.0 if t < start + 1.0 else 1.0)
+    mixed = run_round_robin(ref, {"c": busy}, settings, give_up_below=0.25)["c"]
+    ratios = [r / c for r, c in zip(mixed.reference.round_ms, mixed.candidate.round_ms)]
+    assert ratios[0] < 0.25 <= ratios[1] and mixed.rounds == 12
+    # a run that ends at its own last round anyway is not called stopped
+    two = TimingSettings(rounds=2, iters=2, warmup=0, threads=1, min_time_s=0)
+    assert not run_round_robin(ref, {"c": slow}, two, give_up_below=0.25)["c"].noisy
