@@ -355,10 +355,7 @@ def run_round_robin(
     machine load. Each candidate's Comparison holds the reference's side of these very
     rounds; its speedup is the median of the per-round ratios (``_speedup_and_noise``).
     ``min_time_s`` counts the time of two sides (a pair's), whatever the number of sides.
-    ``give_up_below``: stop after GIVE_UP_ROUNDS rounds when every candidate ran below this
-    speedup in each of them (a search trial that cannot win: inductor took 1.3 s a call for
-    HF EfficientNet-B0's 77 ms, and its full timing cost the search 40 s); the comparison
-    says so in its reasons, and its interval comes from the rounds timed."""
+    ``give_up_below``: stop early when every candidate is far slower (``_GiveUp``)."""
     if not candidates:
         raise ValueError("round-robin timing needs at least one candidate")
     if "reference" in candidates:
@@ -372,16 +369,7 @@ def run_round_robin(
         return [(sides[name], calls[name]) for name in order[k:] + order[:k]]
 
     ref = sides["reference"]
-    slow = [sides[name] for name in candidates]
-    stopped: list[int] = []  # the round timing stopped at (give_up_below)
-
-    def hopeless(rounds: int) -> bool:
-        if give_up_below is None or rounds < GIVE_UP_ROUNDS:
-            return False
-        if all(_all_rounds_below(ref, side, give_up_below) for side in slow):
-            stopped.append(rounds)
-        return bool(stopped)
-
+    give_up = _GiveUp(ref, [sides[name] for name in candidates], give_up_below)
     rounds, noise = _timed_rounds(
         rotated,
         settings,
@@ -390,36 +378,68 @@ def run_round_robin(
         monitor=monitor,
         cancel=cancel,
         progress=progress,
-        stop=hopeless,
+        stop=give_up,
     )
-    out = {}
-    for name in candidates:
-        interval, reasons = _speedup_and_noise(ref, sides[name], noise, seed)
-        if stopped:
-            reasons.append(
-                f"timing stopped after {rounds} rounds: {interval.value:.2f}x, below "
-                f"{give_up_below:g}x the original in every round"
-            )
-        out[name] = Comparison(
-            speedup=interval,
-            reference=ref,
-            candidate=sides[name],
-            rounds=rounds,
-            iters=settings.per_round,
-            warmup=settings.warmup,
-            threads=settings.threads,
-            noise=noise,
-            reasons=reasons,
-            seed=seed,
-        )
-    return out
+    return {
+        name: _comparison(ref, sides[name], rounds, settings, noise, seed, give_up)
+        for name in candidates
+    }
 
 
-def _all_rounds_below(ref: Side, cand: Side, speedup: float) -> bool:
-    """Whether the candidate's speedup was below ``speedup`` in every round so far."""
-    return bool(cand.round_ms) and all(
-        c > 0 and r / c < speedup for r, c in zip(ref.round_ms, cand.round_ms, strict=False)
+def _comparison(
+    ref: Side,
+    cand: Side,
+    rounds: int,
+    settings: TimingSettings,
+    noise: NoiseReport | None,
+    seed: int,
+    give_up: _GiveUp,
+) -> Comparison:
+    """One candidate's Comparison against the reference side of the same rounds."""
+    interval, reasons = _speedup_and_noise(ref, cand, noise, seed)
+    return Comparison(
+        speedup=interval,
+        reference=ref,
+        candidate=cand,
+        rounds=rounds,
+        iters=settings.per_round,
+        warmup=settings.warmup,
+        threads=settings.threads,
+        noise=noise,
+        reasons=reasons + give_up.reasons(rounds, interval.value),
+        seed=seed,
     )
+
+
+class _GiveUp:
+    """``run_round_robin``'s ``give_up_below`` rule, called after each round that would be
+    followed by another: True (stop) once every candidate ran below ``below`` in each of at
+    least GIVE_UP_ROUNDS rounds. For a search trial that cannot win: inductor took 1.3 s a
+    call for HF EfficientNet-B0's 77 ms, and its full timing cost the search 40 s. The
+    comparison says so in its reasons; its interval comes from the rounds timed."""
+
+    def __init__(self, ref: Side, candidates: Sequence[Side], below: float | None) -> None:
+        self.ref, self.candidates, self.below = ref, candidates, below
+        self.stopped = False
+
+    def __call__(self, rounds: int) -> bool:
+        if self.below is None or rounds < GIVE_UP_ROUNDS:
+            return False
+        self.stopped = all(self._all_rounds_below(side) for side in self.candidates)
+        return self.stopped
+
+    def _all_rounds_below(self, cand: Side) -> bool:
+        pairs = zip(self.ref.round_ms, cand.round_ms, strict=False)
+        return bool(cand.round_ms) and all(c > 0 and r / c < self.below for r, c in pairs)
+
+    def reasons(self, rounds: int, speedup: float) -> list[str]:
+        """Why the comparison is less sure than a full one (empty: it was not stopped)."""
+        if not self.stopped:
+            return []
+        return [
+            f"timing stopped after {rounds} rounds: {speedup:.2f}x, below {self.below:g}x "
+            "the original in every round"
+        ]
 
 
 def _speedup_and_noise(
