@@ -139,8 +139,8 @@ class SearchSpec:
     ``devices`` where the pass is worth trying; ``opt_in`` names what the user must allow
     (``--allow prune``) because the pass changes the weights beyond rounding; ``when`` limits
     it to models that have a layer type (``conv2d``, ``batchnorm``, ``linear``, ``lstm``,
-    ``attention``, or ``linear_heavy``: Linear layers hold more weights than convolutions); ``exportable``: whether a later pass may move the model to another
-    runtime; ``after``: passes one of which must come earlier in the chain. A pass that refuses
+    ``attention``, or ``linear_heavy``: Linear layers hold more weights than convolutions);
+    ``exportable``: whether a later pass may move the model to another runtime; ``after``: passes one of which must come earlier in the chain. A pass that refuses
     what an earlier one makes says so with model forms (``Requirements.accepts``), which the
     plan, the dry run and the search's chain check all read."""
 
@@ -163,7 +163,7 @@ class SearchSpec:
         """``fixed`` for a model with these layer types (None: assume none of them)."""
         out = dict(self.fixed)
         for layer, values in self.fixed_for_layers.items():
-            if layer_types is not None and layer in layer_types:
+            if layer in (layer_types or ()):
                 out.update(values)
         return out
 

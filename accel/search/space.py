@@ -35,6 +35,8 @@ LAYER_TYPES: dict[str, tuple[str, ...]] = {
 # conv net. What weight-only quantization shrinks; on a ResNet or EfficientNet it would touch
 # the head alone (and int4's group of 128 rarely divides a pruned head's width).
 LINEAR_HEAVY = "linear_heavy"
+# How a layer type reads in "the model has no ..." (default: "<name> layers").
+LAYER_TYPE_TEXT = {LINEAR_HEAVY: "Linear layers that hold more weights than its convolutions"}
 
 
 class SearchError(AccelError):
@@ -231,9 +233,8 @@ def _why_not_searched(
     if cls.requires.cuda and fam != "cuda":
         return "needs CUDA"
     if layers is not None and spec.when and not (layers & set(spec.when)):
-        if spec.when == (LINEAR_HEAVY,):
-            return "the model's Linear layers hold fewer weights than its convolutions"
-        return f"the model has no {' / '.join(spec.when)} layers"
+        wanted = [LAYER_TYPE_TEXT.get(w, f"{w} layers") for w in spec.when]
+        return f"the model has no {' / '.join(wanted)}"
     missing = [lib for lib in cls.requires.libraries if not _have(lib)]
     if missing:
         return f"needs {', '.join(missing)} (not installed)"

@@ -79,8 +79,9 @@ def test_weight_only_int8_is_searched_where_the_linear_layers_hold_the_weights()
     space = build_space("torch", "cpu", layer_types=cnn)
     assert "quantize_weight_only" not in space.passes
     assert space.excluded["quantize_weight_only"] == (
-        "the model's Linear layers hold fewer weights than its convolutions"
+        "the model has no Linear layers that hold more weights than its convolutions"
     )
+    assert space.excluded["static_kv_cache"] == "the model has no attention layers"
     for name in ("mlp", "transformer"):
         layers = model_layer_types(build_zoo_model(name))
         assert "linear_heavy" in layers
