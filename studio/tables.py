@@ -273,8 +273,8 @@ def gate_verdict(met: bool) -> str:
 
 def trial_note(t: Any) -> str:
     """A search trial's note, the same in the CLI and the Optimize dialog: why its gate or
-    its build failed, or that the original was left untimed (a generation objective: timed
-    against itself it says nothing)."""
+    its build failed, or that the original was left untimed (a latency or generation
+    objective is a ratio against the original: timed against itself it says nothing)."""
     if t.gate or t.error:
         return str(t.gate or t.error)
     if not t.steps and t.status == "ok" and t.timing is None:

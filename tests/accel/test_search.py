@@ -180,6 +180,23 @@ def test_seeded_search_on_mlp_returns_the_same_front_twice(tmp_path):
     assert [t.steps for t in c.trials[:5]] == [t.steps for t in a.trials[:5]]
 
 
+def test_a_latency_search_gates_the_original_but_does_not_time_it_against_itself(tmp_path):
+    """Latency is a ratio against the original timed in the same rounds: the original
+    against itself is 1 by definition, so its trial is gated, not timed (the first real
+    trial comes sooner); every timed trial still carries the original's p50. An objective
+    of absolute figures (size) still measures the original."""
+    res = run_search(
+        _config(tmp_path / "lat", objective="latency", max_trials=2), InProcessExecutor()
+    )
+    original, first = res.trials[0], res.trials[1]
+    assert original.status == "ok" and original.timing is None
+    assert original.metrics.get("speedup") is None and original.metrics["cosine_drop"] == 0.0
+    assert first.timing is not None and first.timing.p50_ref_ms > 0
+    assert first.metrics["speedup"] == first.timing.speedup
+    size = run_search(_config(tmp_path / "size", max_trials=1), InProcessExecutor())
+    assert size.trials[0].timing is not None and size.trials[0].metrics["size_bytes"] > 0
+
+
 def test_prefix_reuse_is_counted(tmp_path):
     cfg = _config(tmp_path, passes=("export_onnx", "quantize_onnx_dynamic", "onnxruntime"))
     res = run_search(cfg, InProcessExecutor())
