@@ -109,7 +109,10 @@ class DistillPass(Pass):
     search = SearchSpec(
         stage=STAGE_RECOVER,
         params={"lr": Choice((1e-4, 1e-3))},
-        fixed={"steps": 300, "seconds": 60.0},
+        # 50 s: with Adam's fused kernel a pruned ResNet-50 (1 thread) trains 243 steps in
+        # 60 s, 199 without it; 50 s keep the steps the held-out drops were measured with
+        # and bring the first prune + distill trial 10 s sooner.
+        fixed={"steps": 300, "seconds": 50.0},
         opt_in="distill",
         after=PRUNE_PASSES,
     )
