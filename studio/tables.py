@@ -280,3 +280,38 @@ def trial_note(t: Any) -> str:
     if not t.steps and t.status == "ok" and t.timing is None:
         return "the reference: not timed against itself"
     return ""
+
+
+def best_figure(res: Any) -> str:
+    """': 5.40x [5.10-5.70] (the final side-by-side measurement)' when the final re-timing
+    chose a search's best; else its own trial's figure. The same in the CLI and the Optimize
+    dialog: the best is named with the figure it was chosen on."""
+    t = res.best_timing()
+    if t is None or t.speedup is None:
+        return ""
+    final = res.final is not None and res.final.done
+    where = "the final side-by-side measurement" if final else "its own trial's measurement"
+    low, high = t.speedup_low, t.speedup_high
+    rng = f" [{low:.2f}-{high:.2f}]" if low is not None and high is not None else ""
+    return f": {t.speedup:.2f}x{rng} ({where})"
+
+
+def final_retime_line(res: Any) -> str:
+    """The final side-by-side re-timing in one line ('' when there was none): each re-timed
+    trial's figure from that one measurement, so a best chosen there is not read against the
+    table's figures, which are each trial's own measurement."""
+    final = res.final
+    if final is None:
+        return ""
+    if not final.done:
+        return f"Final side-by-side re-timing not done ({final.reason}): chosen on own figures."
+    parts = []
+    for n in final.trials:
+        ft = final.timings.get(n)
+        side = "not timed" if ft is None or ft.speedup is None else f"{ft.speedup:.2f}x"
+        parts.append(f"trial {n} {side}" + (" (chosen)" if n == final.winner else ""))
+    return (
+        "Side by side with the original in one final measurement: "
+        + ", ".join(parts)
+        + "; the table's speedups are each trial's own measurement."
+    )

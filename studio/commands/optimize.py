@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from studio.commands._generate import add_optimize_arguments, generate_settings
-from studio.tables import TIMING_HEADERS, timing_cells, trial_note
+from studio.tables import TIMING_HEADERS, best_figure, timing_cells, trial_note
 
 if TYPE_CHECKING:
     from studio.store.api import SearchStore
@@ -361,19 +361,6 @@ def report(outcome: Any, interrupted: bool = False, trust_pickle: bool = False) 
     if res.status == "cancelled" or interrupted:
         return 130
     return 0 if res.best is not None else 1
-
-
-def best_figure(res: Any) -> str:
-    """' : 5.40x [5.1-5.7] (final side-by-side measurement)' when the final re-timing chose
-    the best; else its own trial's figure."""
-    t = res.best_timing()
-    if t is None or t.speedup is None:
-        return ""
-    final = res.final is not None and res.final.done
-    where = "the final side-by-side measurement" if final else "its own trial's measurement"
-    low, high = t.speedup_low, t.speedup_high
-    rng = f" [{low:.2f}-{high:.2f}]" if low is not None and high is not None else ""
-    return f": {t.speedup:.2f}x{rng} ({where})"
 
 
 def final_retime_text(res: Any) -> str:

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.tables import best_figure, final_retime_line
 from studio.ui import plot_theme
 from studio.ui.optimize_form import FIELDS, SearchForm
 from studio.ui.optimize_results import COLUMNS, NOTE_COL, TrialPlot, TrialTable
@@ -252,10 +253,12 @@ class OptimizeDialog(QDialog):
             }.get(res.status, res.status)
             if res.best is not None:
                 b = res.trial(res.best)
-                text += f" Best: trial {b.number} {b.label}"
-                if b.metrics.get("speedup"):
-                    text += f" ({b.metrics['speedup']:.2f}x)"
+                # named with the figure it was chosen on (the final side-by-side re-timing's
+                # when there was one), as the CLI names it
+                text += f" Best: trial {b.number} {b.label}{best_figure(res)}"
                 text += f"; saved as {outcome.files.get('best')}."
+                if retimed := final_retime_line(res):
+                    text += f" {retimed}"
                 self.select_trial(res.best)
             if res.reason:
                 text += " " + res.reason.splitlines()[0]

@@ -127,8 +127,8 @@ def test_trial_table_shows_both_p50s_from_the_trials_comparison(dialog):
 
 
 def test_the_trial_table_says_why_the_original_has_no_timing(qtbot):
-    """A generation objective gates the original but does not time it against itself: its
-    row says so, as the CLI's line does, instead of three empty cells and no reason."""
+    """A latency or generation objective gates the original but does not time it against
+    itself: its row says so, as the CLI's line does, instead of three empty cells and no reason."""
     from accel.search.engine import TrialRecord
     from studio.ui.optimize_results import NOTE_COL, TrialTable
 
@@ -162,3 +162,34 @@ def test_the_status_line_names_a_pass_left_out_after_far_parity_misses(dialog):
     text = dialog.status_label.text()
     assert text.startswith("Finished: 0 trial(s) in 12 s.")
     assert "Left out after far parity misses: prune_channels." in text
+
+
+def test_the_status_line_names_the_best_with_the_figure_it_was_chosen_on(dialog):
+    """The final side-by-side re-timing chose trial 1 (3.31x there, 2.60x in its own trial)
+    over trial 2 (3.51x in its own trial, 2.48x there): the status line names the best with
+    the re-timing's figure and gives both re-timed figures, as the CLI does, instead of
+    "Best: trial 1 (2.60x)" beside a row that reads 3.51x."""
+    from types import SimpleNamespace
+
+    from accel.search.engine import FinalTiming, SearchResult, TrialRecord
+    from tests.timing_rows import step_timing
+
+    trials = [TrialRecord(0, (), [], "seed", "ok")]
+    for n, own in ((1, 2.60), (2, 3.51)):
+        t = TrialRecord(n, ("export_onnx",), [{"pass": "export_onnx"}], "seed", "ok")
+        t.metrics, t.timing = {"speedup": own, "cosine_drop": 0.0}, step_timing(own, own, own)
+        trials.append(t)
+    final = FinalTiming(trials=[2, 1], done=True, winner=1)
+    final.timings = {1: step_timing(3.31, 3.1, 3.5), 2: step_timing(2.48, 2.3, 2.6)}
+    res = SearchResult(
+        status="finished", config=SearchConfig(model="zoo:mlp"), trials=trials, front=[1, 2],
+        best=1, reason="", wall_s=26.0, space={}, final=final,
+    )  # fmt: skip
+    dialog._on_finished(SimpleNamespace(result=res, files={"best": "best.yaml"}), None)
+    text = dialog.status_label.text()
+    assert (
+        "Best: trial 1 export_onnx: 3.31x [3.10-3.50] (the final side-by-side measurement)" in text
+    )
+    assert "(2.60x)" not in text
+    assert "trial 2 2.48x, trial 1 3.31x (chosen)" in text, text
+    assert "the table's speedups are each trial's own measurement" in text
