@@ -70,6 +70,7 @@ def _helpers() -> list[str]:
         "training_batches",
         "output_agreement",
         "_agreement_facts",
+        "adam_for",
     )
     return [inspect.getsource(getattr(h, n)) for n in (*names, "distill_bounded")]
 
