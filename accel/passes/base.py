@@ -140,9 +140,10 @@ class SearchSpec:
     (``--allow prune``) because the pass changes the weights beyond rounding; ``when`` limits
     it to models that have a layer type (``conv2d``, ``batchnorm``, ``linear``, ``lstm``,
     ``attention``, or ``linear_heavy``: Linear layers hold more weights than convolutions);
-    ``exportable``: whether a later pass may move the model to another runtime; ``after``: passes one of which must come earlier in the chain. A pass that refuses
-    what an earlier one makes says so with model forms (``Requirements.accepts``), which the
-    plan, the dry run and the search's chain check all read."""
+    ``exportable``: whether a later pass may move the model to another runtime; ``after``:
+    passes one of which must come earlier in the chain. A pass that refuses what an earlier
+    one makes says so with model forms (``Requirements.accepts``), which the plan, the dry
+    run and the search's chain check all read."""
 
     stage: int
     params: dict[str, Domain] = field(default_factory=dict)
